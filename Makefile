@@ -1,0 +1,59 @@
+# UpdateStream developer entry points. `make test` is what CI runs.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3.11
+VENV ?= .venv
+BIN := $(VENV)/bin
+CACHE_DIR ?= $(HOME)/.cache/updatestream
+LOCK := requirements.lock
+STAMP := $(VENV)/.installed
+
+export UPDATESTREAM_CACHE_DIR := $(CACHE_DIR)
+export PATH := $(abspath $(BIN)):$(CACHE_DIR)/bin:$(PATH)
+
+.PHONY: help
+help: ## list the targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  %-16s %s\n",$$1,$$2}'
+
+.PHONY: system-deps
+system-deps: ## install the Debian packages (MariaDB, memcached, Prometheus, etcd) when missing
+	@bash scripts/install-system-deps.sh
+
+$(STAMP): pyproject.toml $(LOCK)
+	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check "uv==0.13.9"
+	$(BIN)/uv pip install -q --python $(BIN)/python -c $(LOCK) -e '.[dev]'
+	@touch $@
+
+.PHONY: venv
+venv: $(STAMP) ## create the virtual environment with the pinned dependencies
+
+.PHONY: lock
+lock: ## re-pin every dependency into requirements.lock
+	$(BIN)/uv pip compile -q --python-version 3.11 --extra dev -o $(LOCK) pyproject.toml
+
+.PHONY: lint
+lint: $(STAMP) ## ruff, mypy and the import-linter contracts
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy updatestream jobs/updatestream_jobs operator/updatestream_operator
+	$(BIN)/lint-imports
+
+.PHONY: test
+test: system-deps $(STAMP) lint ## everything CI checks: lint, types, layering, unit and integration tests
+	$(BIN)/pytest tests
+
+.PHONY: format
+format: $(STAMP) ## apply ruff's formatting and safe fixes
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+.PHONY: demo
+demo: system-deps $(STAMP) ## the whole system on local MariaDB shards through a live split
+	$(BIN)/updatestream demo
+
+.PHONY: clean
+clean: ## remove the virtual environment and local cluster state
+	rm -rf $(VENV) .updatestream

@@ -1,0 +1,3 @@
+from updatestream.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""Development cluster: real local MariaDB shards, traffic with a ledger, and resharding."""
