@@ -1,0 +1,1 @@
+"""Sinks: cache invalidation, Version Stream change log, CDCv2 files, console."""

@@ -1,0 +1,44 @@
+"""What every sink implements.
+
+A sink receives the events of one micro-batch in stream order (per shard: GTID order, and row
+order within a transaction) together with the batch id. Writing the same batch id twice, or an
+event twice, must change nothing: Spark replays the last batch after a crash between the sink
+write and the checkpoint commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+from updatestream.core.errors import UpdateStreamError
+from updatestream_jobs.events import ChangeEvent
+
+
+class SinkError(UpdateStreamError):
+    """A sink could not take a batch. The message names the sink and its address; the batch is
+    not acknowledged, so Spark retries it and nothing is lost."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchContext:
+    stream: str  # UpdateStream name
+    key_range: str  # the key range this job serves
+    batch_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class SinkResult:
+    written: int  # events that changed the sink
+    skipped: int  # events the sink already had (replays, duplicates) or dropped by its rules
+
+
+class Sink(Protocol):
+    name: str  # e.g. "memcached(127.0.0.1:11211)"; never includes credentials
+
+    def open(self) -> None: ...
+
+    def write_batch(self, events: Iterable[ChangeEvent], ctx: BatchContext) -> SinkResult: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,251 @@
+"""The specs users declare: `Keyspace` and `UpdateStream`, as pydantic models.
+
+The same shapes serve three places: the custom resources the operator watches, the Keyspace
+manifest the development cluster writes, and the configuration a streaming job reads. Field
+names are the custom resources' camelCase names.
+
+Credentials are never inline. A shard names a Secret; the job reads the Secret's `username` and
+`password` keys as files from a directory where the Secret is mounted (`<secrets_dir>/<name>/`),
+the same layout Kubernetes gives a Secret volume, and the development cluster writes locally.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Final, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from updatestream.core.errors import UpdateStreamError
+
+API_GROUP = "updatestream.io"
+API_VERSION: Final = "updatestream.io/v1alpha1"
+
+
+class SpecError(UpdateStreamError):
+    """A Keyspace or UpdateStream spec is malformed."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+class SecretRef(_Model):
+    """A Kubernetes Secret holding `username` and `password` keys."""
+
+    name: str = Field(min_length=1)
+
+
+class MySQLEndpoint(_Model):
+    host: str = Field(min_length=1)
+    port: int = Field(default=3306, ge=1, le=65535)
+    tls: Literal["disabled", "preferred", "required", "verify-ca", "verify-identity"] = "disabled"
+
+
+class ShardSpec(_Model):
+    """One shard: its key range as its name, and where its primary MySQL/MariaDB listens."""
+
+    name: str
+    mysql: MySQLEndpoint
+    credentials_secret: SecretRef = Field(alias="credentialsSecret")
+    flavor: Literal["mariadb", "mysql"] = "mariadb"
+
+    @field_validator("name")
+    @classmethod
+    def _key_range_name(cls, value: str) -> str:
+        from updatestream.core.keyrange import KeyRange
+
+        name: str = KeyRange.parse(value).name
+        return name
+
+
+class ShardMapHistoryEntry(_Model):
+    at: float
+    shards: list[str]
+
+
+class KeyspaceSpec(_Model):
+    shards: list[ShardSpec] = Field(min_length=1)
+    vschema: dict[str, Any]
+    serving_shards: list[str] = Field(alias="servingShards", min_length=1)
+    shard_map_history: list[ShardMapHistoryEntry] = Field(
+        default_factory=list, alias="shardMapHistory"
+    )
+
+    def shard(self, name: str) -> ShardSpec:
+        for shard in self.shards:
+            if shard.name == name:
+                return shard
+        known = ", ".join(s.name for s in self.shards)
+        raise SpecError(f"shard {name!r} is not declared in the Keyspace (declared: {known})")
+
+
+class ObjectMeta(_Model):
+    model_config = ConfigDict(extra="allow", populate_by_name=True, frozen=True)
+    name: str
+    namespace: str | None = None
+
+
+class Keyspace(_Model):
+    api_version: Literal["updatestream.io/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    kind: Literal["Keyspace"] = "Keyspace"
+    metadata: ObjectMeta
+    spec: KeyspaceSpec
+    status: dict[str, Any] | None = None
+
+
+# -- UpdateStream -------------------------------------------------------------------------------
+
+
+class StartPosition(_Model):
+    """Where a stream starts: exactly one of the forms."""
+
+    mode: Literal["now", "earliest", "timestamp", "gtid", "tokens"] = "now"
+    timestamp: int | None = None
+    gtid: dict[str, str] | None = None  # shard name -> GTID position
+    tokens: dict[str, dict[str, Any]] | None = None  # shard name -> EventToken JSON
+
+
+class MemcachedSink(_Model):
+    type: Literal["memcached"]
+    servers: list[str] = Field(min_length=1)  # host:port
+    key_template: dict[str, str] = Field(default_factory=dict, alias="keyTemplate")
+
+
+class VersionStreamSink(_Model):
+    type: Literal["versionStream"]
+    mysql: MySQLEndpoint
+    database: str = "updatestream"
+    table: str = "versionstream"
+    stream: int = 0
+    credentials_secret: SecretRef = Field(alias="credentialsSecret")
+
+
+class CDCv2Sink(_Model):
+    type: Literal["cdcv2"]
+    path: str = Field(min_length=1)
+    format: Literal["jsonl", "parquet"] = "jsonl"
+
+
+class ConsoleSink(_Model):
+    type: Literal["console"]
+    path: str | None = None  # JSON lines file; stdout when absent
+
+
+SinkSpec = Annotated[
+    MemcachedSink | VersionStreamSink | CDCv2Sink | ConsoleSink, Field(discriminator="type")
+]
+
+
+class SparkSpec(_Model):
+    image: str | None = None
+    master: str | None = None
+    service_account: str | None = Field(None, alias="serviceAccount")
+    driver: dict[str, str] = Field(default_factory=dict)
+    executor: dict[str, str] = Field(default_factory=dict)
+    conf: dict[str, str] = Field(default_factory=dict)
+
+
+class UpdateStreamSpec(_Model):
+    keyspace: str
+    key_ranges: list[str] = Field(default_factory=lambda: ["-"], alias="keyRanges", min_length=1)
+    tables: list[str] = Field(default_factory=list)
+    start: StartPosition = Field(default_factory=StartPosition)
+    sinks: list[SinkSpec] = Field(min_length=1)
+    spark: SparkSpec = Field(default_factory=SparkSpec)
+    suspend: bool = False
+
+    @field_validator("key_ranges")
+    @classmethod
+    def _key_ranges(cls, values: list[str]) -> list[str]:
+        from updatestream.core.keyrange import KeyRange
+
+        return [KeyRange.parse(v).name for v in values]
+
+
+class UpdateStream(_Model):
+    api_version: Literal["updatestream.io/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    kind: Literal["UpdateStream"] = "UpdateStream"
+    metadata: ObjectMeta
+    spec: UpdateStreamSpec
+    status: dict[str, Any] | None = None
+
+
+# -- loading ------------------------------------------------------------------------------------
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        parts.append(f"{where}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def parse_keyspace(data: Mapping[str, Any], *, source: str = "Keyspace") -> Keyspace:
+    try:
+        return Keyspace.model_validate(dict(data))
+    except ValidationError as exc:
+        raise SpecError(f"invalid Keyspace in {source}: {_describe(exc)}") from None
+    except UpdateStreamError as exc:
+        raise SpecError(f"invalid Keyspace in {source}: {exc}") from None
+
+
+def parse_update_stream(data: Mapping[str, Any], *, source: str = "UpdateStream") -> UpdateStream:
+    try:
+        return UpdateStream.model_validate(dict(data))
+    except ValidationError as exc:
+        raise SpecError(f"invalid UpdateStream in {source}: {_describe(exc)}") from None
+    except UpdateStreamError as exc:
+        raise SpecError(f"invalid UpdateStream in {source}: {exc}") from None
+
+
+def load_manifest(path: Path) -> dict[str, Any]:
+    """Read one YAML or JSON object from `path`, with errors naming the file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError(f"cannot read manifest {path}: {exc.strerror}") from None
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        raise SpecError(f"manifest {path} is not valid YAML/JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"manifest {path} must hold one object, found {type(data).__name__}")
+    return data
+
+
+def load_keyspace(path: Path) -> Keyspace:
+    return parse_keyspace(load_manifest(path), source=str(path))
+
+
+def dump_keyspace(keyspace: Keyspace) -> str:
+    return yaml.safe_dump(
+        keyspace.model_dump(mode="json", by_alias=True, exclude_none=True), sort_keys=False
+    )
+
+
+class Credentials(_Model):
+    username: str
+    password: str = Field(repr=False)
+
+    def __str__(self) -> str:
+        return f"Credentials(username={self.username!r}, password=***)"
+
+
+def read_credentials(secrets_dir: Path, secret: SecretRef) -> Credentials:
+    """Read a Secret mounted as files (`<secrets_dir>/<name>/username` and `password`)."""
+    folder = secrets_dir / secret.name
+    values: dict[str, str] = {}
+    for key in ("username", "password"):
+        try:
+            values[key] = (folder / key).read_text(encoding="utf-8").rstrip("\n")
+        except OSError:
+            raise SpecError(
+                f"Secret {secret.name!r} has no readable key {key!r} under {folder}; "
+                "mount the Secret there or point --secrets-dir at its parent"
+            ) from None
+    return Credentials(**values)
