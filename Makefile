@@ -20,6 +20,10 @@ help: ## list the targets
 system-deps: ## install the Debian packages (MariaDB, memcached, Prometheus, etcd) when missing
 	@bash scripts/install-system-deps.sh
 
+.PHONY: kube-tools
+kube-tools: ## build kube-apiserver, kubectl, etcd and helm for the tests (once, into the cache dir)
+	@bash scripts/build-kube-tools.sh
+
 $(STAMP): pyproject.toml $(LOCK)
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
@@ -42,7 +46,7 @@ lint: $(STAMP) ## ruff, mypy and the import-linter contracts
 	$(BIN)/lint-imports
 
 .PHONY: test
-test: system-deps $(STAMP) lint ## everything CI checks: lint, types, layering, unit and integration tests
+test: system-deps kube-tools $(STAMP) lint ## everything CI checks: lint, types, layering, unit and integration tests
 	$(BIN)/pytest tests
 
 .PHONY: format
