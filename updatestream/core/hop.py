@@ -28,6 +28,7 @@ __all__ = [
     "DestinationStart",
     "HopPlan",
     "HopPlanningError",
+    "canonical_shard_name",
     "plan_hop",
 ]
 
@@ -101,11 +102,11 @@ class HopPlan:
         """
         if token.source is None:
             return False
-        watermark = self.watermarks.get(_canonical(token.source.shard))
+        watermark = self.watermarks.get(canonical_shard_name(token.source.shard))
         return watermark is not None and position_contains(watermark, token.source.position)
 
 
-def _canonical(name: str) -> str:
+def canonical_shard_name(name: str) -> str:
     """The canonical Vitess spelling of a shard name (``00-80`` -> ``-80``), else the name."""
     try:
         return KeyRange.parse(name).name
@@ -122,7 +123,7 @@ def _tokens_by_shard(last_delivered: Mapping[str, EventToken]) -> dict[str, Even
             raise HopPlanningError(
                 f"last delivered positions are keyed by shard name; {name!r} is not one ({exc})"
             ) from None
-        if _canonical(token.shard) != key:
+        if canonical_shard_name(token.shard) != key:
             raise HopPlanningError(
                 f"the last delivered Event Token recorded for shard {key} was read from shard "
                 f"{token.shard!r}; record each shard's own last delivered token under its name"

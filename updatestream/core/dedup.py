@@ -1,0 +1,210 @@
+"""The dedup rule applied to events read after a hop.
+
+After a hop, destination shards are read from the minimum of their sources' last delivered
+timestamps, so the first events read from them may copy source transactions that were already
+delivered. A :class:`DedupFilter` holds what it takes to tell, per event:
+
+* ``watermarks``: source shard -> the source's last delivered GTID position. An event whose
+  provenance comes from that source and is at or below the watermark is a hop duplicate: it is
+  dropped and counted, never delivered.
+* ``overlap_until``: destination shard -> the last second that may repeat something already
+  delivered (the latest last-delivered timestamp among its sources). An event *without*
+  provenance in that window cannot be decided; it is delivered (sinks are idempotent per
+  event) and counted.
+
+The filter is a small immutable value: it pickles and has a JSON form, because it is stored in
+Spark offsets and in the UpdateStream status.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import Enum
+from types import MappingProxyType
+
+from updatestream.core.errors import UpdateStreamError
+from updatestream.core.gtid import (
+    Flavor,
+    GTIDParseError,
+    GTIDPosition,
+    MariaDBPosition,
+    MySQLGTIDSet,
+    parse_position,
+    position_contains,
+)
+from updatestream.core.hop import HopPlan, canonical_shard_name
+from updatestream.core.token import EventToken
+
+__all__ = ["DedupFilter", "DedupFilterError", "DedupVerdict"]
+
+
+class DedupVerdict(Enum):
+    """What to do with one event read after a hop."""
+
+    DELIVER = "deliver"
+    DUPLICATE_HOP = "hop"  # a copy of a source transaction already delivered: drop and count
+    OVERLAP_UNKNOWN = "unknown"  # no provenance inside an overlap window: deliver and count
+
+
+class DedupFilterError(UpdateStreamError):
+    """A dedup filter (or its JSON form) is malformed; the message names the field."""
+
+
+class DedupFilter:
+    """Classifies events after one or more hops; see the module docstring for the rule."""
+
+    __slots__ = ("_overlap_until", "_watermarks")
+
+    def __init__(
+        self,
+        watermarks: Mapping[str, GTIDPosition],
+        overlap_until: Mapping[str, int] | None = None,
+    ) -> None:
+        marks: dict[str, GTIDPosition] = {}
+        for shard, position in watermarks.items():
+            if not isinstance(position, MariaDBPosition | MySQLGTIDSet):
+                raise DedupFilterError(
+                    f"watermark of source shard {shard!r} must be a GTID position, got "
+                    f"{position!r}; build it with parse_position()"
+                )
+            marks[canonical_shard_name(shard)] = position
+        until: dict[str, int] = {}
+        for shard, ts in (overlap_until or {}).items():
+            if isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
+                raise DedupFilterError(
+                    f"overlap_until of shard {shard!r} must be a non-negative integer "
+                    f"(seconds since the epoch), got {ts!r}"
+                )
+            until[canonical_shard_name(shard)] = ts
+        self._watermarks: Mapping[str, GTIDPosition] = MappingProxyType(dict(sorted(marks.items())))
+        self._overlap_until: Mapping[str, int] = MappingProxyType(dict(sorted(until.items())))
+
+    @classmethod
+    def from_plan(cls, plan: HopPlan) -> DedupFilter:
+        """The filter for the events read after ``plan``'s hop."""
+        return cls(plan.watermarks, plan.overlap_until())
+
+    @property
+    def watermarks(self) -> Mapping[str, GTIDPosition]:
+        return self._watermarks
+
+    @property
+    def overlap_until(self) -> Mapping[str, int]:
+        return self._overlap_until
+
+    def is_empty(self) -> bool:
+        """True when the filter lets every event through as DELIVER."""
+        return not self._watermarks and not self._overlap_until
+
+    def classify(self, token: EventToken) -> DedupVerdict:
+        """DUPLICATE_HOP, OVERLAP_UNKNOWN or DELIVER for the event with ``token``.
+
+        * Provenance from a watermarked source, at or below the watermark: DUPLICATE_HOP.
+        * Any other provenance (above the watermark, or from another shard): DELIVER.
+        * No provenance, read from a shard with an overlap window, at or before its end:
+          OVERLAP_UNKNOWN.
+        * Otherwise DELIVER.
+
+        Comparing positions of different flavours raises PositionError.
+        """
+        if token.source is not None:
+            watermark = self._watermarks.get(canonical_shard_name(token.source.shard))
+            if watermark is not None and position_contains(watermark, token.source.position):
+                return DedupVerdict.DUPLICATE_HOP
+            return DedupVerdict.DELIVER
+        until = self._overlap_until.get(canonical_shard_name(token.shard))
+        if until is not None and token.timestamp <= until:
+            return DedupVerdict.OVERLAP_UNKNOWN
+        return DedupVerdict.DELIVER
+
+    def merged(self, other: DedupFilter) -> DedupFilter:
+        """This filter followed by ``other``, the filter of a later hop.
+
+        Entries are keyed by shard name; where both name a shard, ``other`` wins, because a
+        shard name that comes back in a later hop is a different shard with its own history.
+        """
+        return DedupFilter(
+            {**self._watermarks, **other._watermarks},
+            {**self._overlap_until, **other._overlap_until},
+        )
+
+    def to_json(self) -> dict[str, object]:
+        """``{"watermarks": {shard: {"pos", "flavor"}}, "overlap_until": {shard: ts}}``."""
+        return {
+            "watermarks": {
+                shard: {"pos": str(position), "flavor": position.flavor.value}
+                for shard, position in self._watermarks.items()
+            },
+            "overlap_until": dict(self._overlap_until),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> DedupFilter:
+        """Inverse of :meth:`to_json`; raises DedupFilterError naming the bad field."""
+        if not isinstance(data, Mapping):
+            raise DedupFilterError(f"dedup filter JSON must be an object, got {data!r}")
+        raw_marks = data.get("watermarks", {})
+        if not isinstance(raw_marks, Mapping):
+            raise DedupFilterError(
+                f"dedup filter field 'watermarks' must be an object, got {raw_marks!r}"
+            )
+        marks: dict[str, GTIDPosition] = {}
+        for shard, entry in raw_marks.items():
+            name = f"watermarks.{shard}"
+            if not isinstance(entry, Mapping):
+                raise DedupFilterError(
+                    f"dedup filter field {name!r} must be an object with 'pos' and 'flavor', "
+                    f"got {entry!r}"
+                )
+            marks[str(shard)] = _position(entry, name)
+        raw_until = data.get("overlap_until", {})
+        if not isinstance(raw_until, Mapping):
+            raise DedupFilterError(
+                f"dedup filter field 'overlap_until' must be an object, got {raw_until!r}"
+            )
+        until: dict[str, int] = {}
+        for shard, ts in raw_until.items():
+            if isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
+                raise DedupFilterError(
+                    f"dedup filter field 'overlap_until.{shard}' must be a non-negative "
+                    f"integer (seconds since the epoch), got {ts!r}"
+                )
+            until[str(shard)] = ts
+        return cls(marks, until)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DedupFilter):
+            return NotImplemented
+        return self._watermarks == other._watermarks and self._overlap_until == other._overlap_until
+
+    def __hash__(self) -> int:
+        return hash((tuple(self._watermarks.items()), tuple(self._overlap_until.items())))
+
+    def __repr__(self) -> str:
+        marks = {shard: str(position) for shard, position in self._watermarks.items()}
+        return f"DedupFilter(watermarks={marks!r}, overlap_until={dict(self._overlap_until)!r})"
+
+    def __reduce__(
+        self,
+    ) -> tuple[type[DedupFilter], tuple[dict[str, GTIDPosition], dict[str, int]]]:
+        return (DedupFilter, (dict(self._watermarks), dict(self._overlap_until)))
+
+
+def _position(entry: Mapping[object, object], name: str) -> GTIDPosition:
+    raw_flavor = entry.get("flavor")
+    try:
+        flavor = Flavor(raw_flavor)
+    except ValueError:
+        raise DedupFilterError(
+            f"dedup filter field {name + '.flavor'!r} must be 'mariadb' or 'mysql', "
+            f"got {raw_flavor!r}"
+        ) from None
+    text = entry.get("pos")
+    if not isinstance(text, str):
+        raise DedupFilterError(
+            f"dedup filter field {name + '.pos'!r} must be a GTID position string, got {text!r}"
+        )
+    try:
+        return parse_position(text, flavor)
+    except GTIDParseError as exc:
+        raise DedupFilterError(f"dedup filter field {name + '.pos'!r} is invalid: {exc}") from None
