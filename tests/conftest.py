@@ -1,0 +1,119 @@
+"""Session fixtures with real MariaDB servers, shared by every test package.
+
+- `mariadb_server`: one started mariadbd with an admin user (`MariaDBFixture`).
+- `mariadb_server_factory`: start more servers, e.g. a deliberately misconfigured one with
+  `extra_args=["--binlog-format=STATEMENT"]`; all are stopped at the end of the session.
+- `devcluster`: a two-shard (`-80,80-`) development cluster with the sample schema
+  (`updatestream.devcluster.cluster.DevCluster`).
+
+Datadirs are copied from a template installed once per MariaDB version (see
+`updatestream.devcluster.server.template_datadir`), so each server costs about a second.
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from updatestream.devcluster.cluster import DevCluster
+from updatestream.devcluster.server import Connection, MariaDBServer
+from updatestream.spec import Credentials
+
+_server_ids = itertools.count(100)
+
+
+@dataclass
+class MariaDBFixture:
+    """A running server plus an admin account (ALL PRIVILEGES over TCP on 127.0.0.1)."""
+
+    server: MariaDBServer
+    admin: Credentials = field(repr=False)
+
+    @property
+    def host(self) -> str:
+        return self.server.host
+
+    @property
+    def port(self) -> int:
+        assert self.server.port is not None
+        return self.server.port
+
+    def connect(self, database: str | None = None, **kwargs: Any) -> Connection:
+        return self.server.connect(self.admin.username, self.admin.password, database, **kwargs)
+
+
+class MariaDBServerFactory:
+    """Starts servers under one directory; `stop_all()` stops exactly those."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.servers: list[MariaDBServer] = []
+
+    def start(
+        self,
+        name: str | None = None,
+        *,
+        extra_args: Sequence[str] = (),
+        server_id: int | None = None,
+        domain_id: int | None = None,
+    ) -> MariaDBFixture:
+        ident = server_id if server_id is not None else next(_server_ids)
+        server = MariaDBServer(
+            base_dir=self.root / (name or f"server-{ident}"),
+            server_id=ident,
+            domain_id=domain_id,
+            extra_args=tuple(extra_args),
+        )
+        server.start()
+        self.servers.append(server)
+        admin = Credentials(username="us_admin", password=secrets.token_urlsafe(18))
+        with server.root_connect() as conn, conn.cursor() as cur:
+            cur.execute(
+                "CREATE USER IF NOT EXISTS 'us_admin'@'127.0.0.1' IDENTIFIED BY %s",
+                (admin.password,),
+            )
+            cur.execute("GRANT ALL PRIVILEGES ON *.* TO 'us_admin'@'127.0.0.1' WITH GRANT OPTION")
+        return MariaDBFixture(server=server, admin=admin)
+
+    def stop_all(self) -> None:
+        for server in reversed(self.servers):
+            server.stop()
+        self.servers.clear()
+
+
+@pytest.fixture(scope="session")
+def mariadb_server_factory(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[MariaDBServerFactory]:
+    factory = MariaDBServerFactory(tmp_path_factory.mktemp("mariadb"))
+    try:
+        yield factory
+    finally:
+        factory.stop_all()
+
+
+@pytest.fixture(scope="session")
+def mariadb_server(mariadb_server_factory: MariaDBServerFactory) -> MariaDBFixture:
+    """One running mariadbd (ROW binlog, full metadata) with an admin user."""
+    return mariadb_server_factory.start("shared")
+
+
+@pytest.fixture(scope="session")
+def devcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
+    """A running two-shard (`-80,80-`) cluster with the sample schema and its manifest.
+
+    Shared by the session: tests that reshard it or change its data should use their own
+    `DevCluster` instead.
+    """
+    cluster = DevCluster(tmp_path_factory.mktemp("devcluster"))
+    try:
+        cluster.up("-80,80-")
+        yield cluster
+    finally:
+        cluster.down()

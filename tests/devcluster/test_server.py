@@ -1,0 +1,54 @@
+"""The local MariaDB server and the shared fixtures, against real mariadbd processes."""
+
+from __future__ import annotations
+
+import pymysql
+import pytest
+
+from tests.conftest import MariaDBFixture, MariaDBServerFactory
+from updatestream.devcluster.cluster import DevCluster
+from updatestream.devcluster.server import pid_alive
+
+
+def test_server_logs_row_events_with_its_domain(mariadb_server: MariaDBFixture) -> None:
+    server = mariadb_server.server
+    assert server.variable("binlog_format") == "ROW"
+    assert server.variable("binlog_row_metadata") == "FULL"
+    assert server.variable("binlog_row_image") == "FULL"
+    with mariadb_server.connect() as conn, conn.cursor() as cur:
+        cur.execute("CREATE DATABASE IF NOT EXISTS t_server")
+        cur.execute("CREATE TABLE IF NOT EXISTS t_server.t (id INT PRIMARY KEY)")
+        cur.execute("INSERT INTO t_server.t VALUES (1)")
+        cur.execute("SELECT @@last_gtid")
+        row = cur.fetchone()
+        assert row is not None
+        last_gtid = row[0]
+    position = server.gtid_position()
+    assert position.startswith(f"{server.domain_id}-{server.server_id}-")
+    assert position == last_gtid
+    files = server.binlog_files()
+    assert files and files[0][0].startswith("mariadb-bin.") and files[-1][1] > 0
+
+
+def test_misconfigured_server_and_stop(mariadb_server_factory: MariaDBServerFactory) -> None:
+    fixture = mariadb_server_factory.start(extra_args=["--binlog-format=STATEMENT"])
+    server = fixture.server
+    assert server.variable("binlog_format") == "STATEMENT"
+    pid = server.pid
+    assert pid is not None and pid_alive(pid)
+    server.stop()
+    assert not pid_alive(pid)
+    with pytest.raises(pymysql.err.OperationalError):
+        fixture.connect()
+
+
+def test_devcluster_fixture_serves_two_shards(devcluster: DevCluster) -> None:
+    keyspace = devcluster.keyspace()
+    assert keyspace.spec.serving_shards == ["-80", "80-"]
+    secrets = [s.credentials_secret.name for s in keyspace.spec.shards]
+    assert secrets == ["commerce-binlog-reader"] * 2
+    domains = {devcluster.server(s).domain_id for s in ("-80", "80-")}
+    assert len(domains) == 2
+    with devcluster.connect("80-", role="app", database="commerce") as conn, conn.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM users")
+        assert cur.fetchone() == (0,)

@@ -1,0 +1,153 @@
+"""The sample keyspace: tables, VSchema, `_vt.vreplication`, and the three users per keyspace.
+
+Every shard has the same schema. The tables cover the column types the binlog source must decode
+(INT, BIGINT UNSIGNED, DECIMAL, VARCHAR utf8mb4, TEXT, BLOB, DATETIME(6), JSON, ENUM, SET, NULLs)
+and the three vindex situations: a BIGINT primary key hashed (`users`), a hashed column that is not
+the primary key (`orders.user_id`), and a VARCHAR key with `xxhash` (`events`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+DATABASE = "commerce"
+VT_DATABASE = "_vt"
+
+Role = Literal["reader", "app", "admin"]
+ROLES: tuple[Role, ...] = ("reader", "app", "admin")
+
+TABLE_DDL: dict[str, str] = {
+    "users": """
+CREATE TABLE IF NOT EXISTS users (
+  id BIGINT NOT NULL,
+  name VARCHAR(100) CHARACTER SET utf8mb4 NOT NULL,
+  email VARCHAR(190) CHARACTER SET utf8mb4 NULL,
+  balance DECIMAL(14,2) NOT NULL DEFAULT 0.00,
+  visits INT NOT NULL DEFAULT 0,
+  status ENUM('active','suspended','closed') NOT NULL DEFAULT 'active',
+  flags SET('admin','beta','vip') NULL,
+  profile JSON NULL,
+  created_at DATETIME(6) NOT NULL,
+  updated_at DATETIME(6) NULL,
+  PRIMARY KEY (id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
+    "orders": """
+CREATE TABLE IF NOT EXISTS orders (
+  order_id BIGINT UNSIGNED NOT NULL,
+  user_id BIGINT NOT NULL,
+  sku VARCHAR(64) CHARACTER SET utf8mb4 NOT NULL,
+  quantity INT NOT NULL,
+  price DECIMAL(10,2) NOT NULL,
+  note TEXT CHARACTER SET utf8mb4 NULL,
+  state ENUM('new','paid','shipped','cancelled') NOT NULL DEFAULT 'new',
+  placed_at DATETIME(6) NOT NULL,
+  PRIMARY KEY (order_id),
+  KEY idx_orders_user_id (user_id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
+    "events": """
+CREATE TABLE IF NOT EXISTS events (
+  event_key VARCHAR(64) CHARACTER SET utf8mb4 NOT NULL,
+  kind VARCHAR(32) CHARACTER SET utf8mb4 NOT NULL,
+  seq BIGINT UNSIGNED NOT NULL,
+  payload BLOB NULL,
+  attrs JSON NULL,
+  tags SET('red','green','blue') NULL,
+  occurred_at DATETIME(6) NOT NULL,
+  PRIMARY KEY (event_key)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
+}
+
+# Primary-key columns and the column each table's primary vindex hashes.
+PRIMARY_KEYS: dict[str, tuple[str, ...]] = {
+    "users": ("id",),
+    "orders": ("order_id",),
+    "events": ("event_key",),
+}
+
+VREPLICATION_DDL = """
+CREATE TABLE IF NOT EXISTS vreplication (
+  id INT NOT NULL,
+  workflow VARBINARY(1000) NOT NULL,
+  source_shard VARBINARY(255) NOT NULL,
+  pos VARBINARY(10000) NOT NULL,
+  transaction_timestamp BIGINT NOT NULL DEFAULT 0,
+  time_updated BIGINT NOT NULL DEFAULT 0,
+  state VARBINARY(100) NOT NULL,
+  message VARBINARY(1000) NOT NULL DEFAULT '',
+  rows_copied BIGINT NOT NULL DEFAULT 0,
+  copy_done TINYINT NOT NULL DEFAULT 0,
+  PRIMARY KEY (id)
+) ENGINE=InnoDB"""
+
+VSCHEMA: dict[str, Any] = {
+    "sharded": True,
+    "vindexes": {
+        "hash": {"type": "hash"},
+        "xxhash": {"type": "xxhash"},
+    },
+    "tables": {
+        "users": {"column_vindexes": [{"column": "id", "name": "hash"}]},
+        "orders": {"column_vindexes": [{"column": "user_id", "name": "hash"}]},
+        "events": {"column_vindexes": [{"column": "event_key", "name": "xxhash"}]},
+    },
+}
+
+
+@dataclass(frozen=True)
+class UserSpec:
+    role: Role
+    username: str
+    grants: tuple[str, ...]
+
+
+def user_specs(keyspace: str) -> dict[Role, UserSpec]:
+    """The three users of a keyspace. Grants use `{user}` for the quoted account name.
+
+    The app user gets DML on the keyspace database only: no SUPER / READ_ONLY ADMIN, so
+    `read_only=ON` stops its writes (that is how the workflow freezes a source shard).
+    """
+    return {
+        "reader": UserSpec(
+            "reader",
+            f"{keyspace}_reader"[:80],
+            ("GRANT REPLICATION SLAVE, BINLOG MONITOR, SELECT ON *.* TO {user}",),
+        ),
+        "app": UserSpec(
+            "app",
+            f"{keyspace}_app"[:80],
+            (f"GRANT SELECT, INSERT, UPDATE, DELETE ON `{DATABASE}`.* TO {{user}}",),
+        ),
+        "admin": UserSpec(
+            "admin",
+            f"{keyspace}_admin"[:80],
+            ("GRANT ALL PRIVILEGES ON *.* TO {user} WITH GRANT OPTION",),
+        ),
+    }
+
+
+def secret_name(keyspace: str, role: Role) -> str:
+    suffix = {"reader": "binlog-reader", "app": "app", "admin": "admin"}[role]
+    return f"{keyspace}-{suffix}"
+
+
+def schema_statements() -> list[str]:
+    """DDL that creates the sample schema and `_vt.vreplication` (idempotent)."""
+    stmts = [
+        f"CREATE DATABASE IF NOT EXISTS `{DATABASE}` CHARACTER SET utf8mb4",
+        f"CREATE DATABASE IF NOT EXISTS `{VT_DATABASE}`",
+    ]
+    stmts += [f"USE `{DATABASE}`", *TABLE_DDL.values()]
+    stmts += [f"USE `{VT_DATABASE}`", VREPLICATION_DDL]
+    return stmts
+
+
+def user_statements(keyspace: str, passwords: dict[Role, str]) -> list[str]:
+    """CREATE USER + GRANT statements; they carry passwords, so never log them."""
+    stmts: list[str] = []
+    for role, spec in user_specs(keyspace).items():
+        account = f"'{spec.username}'@'127.0.0.1'"
+        password = passwords[role].replace("\\", "\\\\").replace("'", "\\'")
+        stmts.append(f"CREATE USER IF NOT EXISTS {account} IDENTIFIED BY '{password}'")
+        stmts += [g.format(user=account) for g in spec.grants]
+    return stmts
