@@ -20,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from updatestream.core.errors import UpdateStreamError
+from updatestream.core.keyrange import KeyRange
 
 API_GROUP = "updatestream.io"
 API_VERSION: Final = "updatestream.io/v1alpha1"
@@ -27,6 +28,14 @@ API_VERSION: Final = "updatestream.io/v1alpha1"
 
 class SpecError(UpdateStreamError):
     """A Keyspace or UpdateStream spec is malformed."""
+
+
+def _key_range_name(text: str) -> str:
+    """Normalise a key-range name; a ValueError lets pydantic name the field that held it."""
+    try:
+        return KeyRange.parse(text).name
+    except UpdateStreamError as exc:
+        raise ValueError(str(exc)) from None
 
 
 class _Model(BaseModel):
@@ -56,10 +65,7 @@ class ShardSpec(_Model):
     @field_validator("name")
     @classmethod
     def _key_range_name(cls, value: str) -> str:
-        from updatestream.core.keyrange import KeyRange
-
-        name: str = KeyRange.parse(value).name
-        return name
+        return _key_range_name(value)
 
 
 class ShardMapHistoryEntry(_Model):
@@ -161,9 +167,7 @@ class UpdateStreamSpec(_Model):
     @field_validator("key_ranges")
     @classmethod
     def _key_ranges(cls, values: list[str]) -> list[str]:
-        from updatestream.core.keyrange import KeyRange
-
-        return [KeyRange.parse(v).name for v in values]
+        return [_key_range_name(v) for v in values]
 
 
 class UpdateStream(_Model):
