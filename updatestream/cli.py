@@ -16,7 +16,10 @@ from updatestream.core.errors import UpdateStreamError
 
 # (module, attribute): click commands or groups added to the top-level group.
 # Add one line per command; keep the list sorted by module.
-_COMMANDS: tuple[tuple[str, str], ...] = ()
+_COMMANDS: tuple[tuple[str, str], ...] = (
+    ("updatestream.commands.keys", "keyspace_id"),
+    ("updatestream.commands.keys", "shard_for"),
+)
 
 
 @click.group()
