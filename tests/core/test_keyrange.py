@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 
 from updatestream.core.errors import UpdateStreamError
@@ -260,3 +262,10 @@ def test_keyspace_id_hex(text: str, value: bytes) -> None:
 def test_parse_keyspace_id_rejects(text: str, fragment: str) -> None:
     with pytest.raises(InvalidKeyRange, match=fragment):
         parse_keyspace_id(text)
+
+
+def test_pickles_for_spark_tasks() -> None:
+    for key_range in (kr("-"), kr("40-80"), kr("80-")):
+        restored = pickle.loads(pickle.dumps(key_range))
+        assert restored == key_range
+        assert restored.contains(b"\x50") == key_range.contains(b"\x50")

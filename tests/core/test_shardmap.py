@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import json
+import pickle
 
 import pytest
 
@@ -251,3 +253,14 @@ def test_history_json_round_trip() -> None:
 def test_history_from_json_rejects(data: object, fragment: str) -> None:
     with pytest.raises(ShardMapError, match=fragment):
         ShardMapHistory.from_json(data)
+
+
+def test_pickles_for_spark_tasks() -> None:
+    shard_map = ShardMap.parse("-40,40-80,80-")
+    restored = pickle.loads(pickle.dumps(shard_map))
+    assert restored == shard_map
+    assert restored.shard_for(b"\x50") == kr("40-80")
+    assert copy.deepcopy(shard_map) == shard_map
+    history = _history()
+    assert pickle.loads(pickle.dumps(history)) == history
+    assert pickle.loads(pickle.dumps(history)).at(250) == ShardMap.parse("-80,80-")

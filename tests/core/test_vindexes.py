@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import pickle
 from collections.abc import Mapping
 from decimal import Decimal
 
@@ -251,3 +252,11 @@ def test_register_refuses_duplicates() -> None:
         registry.register("", lambda name, params, store: HashVindex(name))
     assert registry.create("x", "my_hash").map(1) == bytes.fromhex("166b40b44aba4bd6")
     assert "my_hash" not in known_types()
+
+
+@pytest.mark.parametrize("type_name", ["hash", "numeric", "xxhash", "binary_md5"])
+def test_functional_vindexes_pickle_for_spark_tasks(type_name: str) -> None:
+    vindex = create_vindex("v", type_name)
+    restored = pickle.loads(pickle.dumps(vindex))
+    assert restored == vindex
+    assert restored.map(7) == vindex.map(7)

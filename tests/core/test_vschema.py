@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import pickle
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -291,3 +292,11 @@ def test_to_dict_round_trips_and_keeps_unknown_keys() -> None:
 def test_from_json_errors(text: str, fragment: str) -> None:
     with pytest.raises(VSchemaError, match=fragment):
         VSchema.from_json(text, keyspace="ks")
+
+
+def test_pickles_for_spark_tasks() -> None:
+    vschema = VSchema.from_dict(COMMERCE, keyspace="commerce")
+    restored = pickle.loads(pickle.dumps(vschema))
+    assert restored == vschema
+    assert restored.keyspace_id_for("users", {"id": 1}) == bytes.fromhex("166b40b44aba4bd6")
+    assert restored.tables["countries"] == ()

@@ -83,6 +83,10 @@ class ShardMap:
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"ShardMap is immutable; cannot set {name}")
 
+    def __reduce__(self) -> tuple[type[ShardMap], tuple[tuple[KeyRange, ...]]]:
+        # Pickled into Spark tasks: rebuild (and re-validate) from the shards.
+        return (ShardMap, (self._shards,))
+
     @classmethod
     def parse(cls, text: str) -> ShardMap:
         """Parse a comma-separated shard list like ``-80,80-``."""
@@ -187,6 +191,9 @@ class ShardMapHistory:
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"ShardMapHistory is immutable; cannot set {name}")
+
+    def __reduce__(self) -> tuple[type[ShardMapHistory], tuple[tuple[ShardMapChange, ...]]]:
+        return (ShardMapHistory, (self._entries,))
 
     @property
     def entries(self) -> tuple[ShardMapChange, ...]:

@@ -97,8 +97,9 @@ class VSchema:
     ) -> None:
         self._keyspace = keyspace
         self._sharded = sharded
-        self._vindexes = MappingProxyType(dict(vindexes))
-        self._tables = MappingProxyType(dict(tables))
+        # Plain dicts (picklable, for Spark tasks); the properties hand out read-only views.
+        self._vindexes = dict(vindexes)
+        self._tables = dict(tables)
         self._defs = (dict(vindex_defs), dict(table_defs))
         self._extra = dict(extra)
 
@@ -112,11 +113,11 @@ class VSchema:
 
     @property
     def vindexes(self) -> Mapping[str, Vindex]:
-        return self._vindexes
+        return MappingProxyType(self._vindexes)
 
     @property
     def tables(self) -> Mapping[str, tuple[ColumnVindex, ...]]:
-        return self._tables
+        return MappingProxyType(self._tables)
 
     # -- building ---------------------------------------------------------------------------
 
