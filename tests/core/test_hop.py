@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass
 
 import pytest
@@ -261,6 +262,19 @@ def test_same_map_is_a_noop() -> None:
     assert plan.retired == ()
     assert dict(plan.watermarks) == {}
     assert plan.key_range == FULL_RANGE
+
+
+def test_plan_pickles() -> None:
+    plan = plan_hop(
+        ShardMap.parse("-80,80-"),
+        ShardMap.parse("-40,40-c0,c0-"),
+        {"-80": tok(100, "-80", "0-1-50"), "80-": tok(97, "80-", "1-1-5")},
+        KeyRange.parse("30-90"),
+    )
+    copy = pickle.loads(pickle.dumps(plan))
+    assert copy == plan
+    assert copy.destinations["40-c0"].start_timestamp == 97
+    assert copy.is_duplicate(tok(97, "40-c0", "5-1-1", ("80-", "1-1-5", 97)))
 
 
 def test_plan_is_read_only() -> None:

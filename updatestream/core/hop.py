@@ -76,6 +76,22 @@ class HopPlan:
         for name in ("destinations", "watermarks", "source_timestamps"):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
 
+    def __reduce__(self) -> tuple[type[HopPlan], tuple[object, ...]]:
+        # MappingProxyType does not pickle; rebuild from plain dicts (Spark ships plans to tasks).
+        return (
+            HopPlan,
+            (
+                self.old,
+                self.new,
+                dict(self.destinations),
+                dict(self.watermarks),
+                self.unchanged,
+                self.retired,
+                self.key_range,
+                dict(self.source_timestamps),
+            ),
+        )
+
     @property
     def is_noop(self) -> bool:
         """True when the stream's shards did not change (nothing to hop)."""
