@@ -1,0 +1,1 @@
+"""Helpers that start real components for the integration tests."""
