@@ -1,0 +1,249 @@
+"""Control connections to a shard and the GTID helpers every binlog reader shares.
+
+`ShardSession` runs the few SQL statements the source needs: the settings check that refuses a
+server whose binlog cannot give full row changes, the shard's current GTID position and clock,
+its binlog files and the GTID position at the start of each file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import ssl
+import struct
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pymysql
+
+from updatestream.core.gtid import (
+    Flavor,
+    GTIDPosition,
+    MariaDBGTID,
+    MariaDBPosition,
+    MySQLGTIDSet,
+    parse_position,
+    position_contains,
+)
+from updatestream.spec import SecretRef, read_credentials
+from updatestream_jobs.source.errors import BinlogSettingsError, ShardUnreachable
+from updatestream_jobs.source.options import RetryPolicy, ShardEndpoint, SourceConfig
+
+# (variable, required value, server flag to set)
+REQUIRED_SETTINGS = (
+    ("log_bin", "ON", "--log-bin"),
+    ("binlog_format", "ROW", "binlog_format=ROW"),
+    ("binlog_row_image", "FULL", "binlog_row_image=FULL"),
+    ("binlog_row_metadata", "FULL", "binlog_row_metadata=FULL"),
+)
+_FATAL_CODES = {1045, 1227, 1236, 1044}  # access denied, missing privilege, binlog refused
+
+
+def flavor_of(endpoint: ShardEndpoint) -> Flavor:
+    return Flavor.MYSQL if endpoint.flavor == "mysql" else Flavor.MARIADB
+
+
+def connection_settings(endpoint: ShardEndpoint, config: SourceConfig) -> dict[str, Any]:
+    """pymysql settings for a shard; they hold the password, so they are never logged."""
+    secret = SecretRef(name=endpoint.secret)
+    credentials = read_credentials(Path(config.secrets_dir), secret)
+    settings: dict[str, Any] = {
+        "host": endpoint.host,
+        "port": endpoint.port,
+        "user": credentials.username,
+        "passwd": credentials.password,
+        "charset": "utf8mb4",
+        "connect_timeout": config.retry.connect_timeout,
+        "read_timeout": config.retry.read_timeout,
+        "write_timeout": config.retry.read_timeout,
+    }
+    if endpoint.tls != "disabled":
+        context = ssl.create_default_context()
+        ca = Path(config.secrets_dir) / endpoint.secret / "ca.crt"
+        if ca.is_file():
+            context.load_verify_locations(cafile=str(ca))
+        context.check_hostname = endpoint.tls == "verify-identity"
+        if endpoint.tls not in ("verify-ca", "verify-identity"):
+            context.verify_mode = ssl.CERT_NONE
+        settings["ssl"] = context
+    return settings
+
+
+class SilentReconnect(Exception):
+    """python-mysql-replication tried to reconnect the binlog stream on its own."""
+
+
+def retryable(exc: BaseException) -> bool:
+    if isinstance(exc, pymysql.err.OperationalError | pymysql.err.InternalError):
+        return not (exc.args and exc.args[0] in _FATAL_CODES)
+    return isinstance(exc, SilentReconnect | pymysql.err.InterfaceError | OSError | struct.error)
+
+
+def describe(exc: BaseException) -> str:
+    if isinstance(exc, pymysql.err.MySQLError) and len(exc.args) >= 2:
+        return f"MySQL error {exc.args[0]}: {exc.args[1]}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _reduce_mariadb(text: str) -> MariaDBPosition:
+    """A MariaDB position from a GTID list that may hold several server ids per domain."""
+    best: dict[int, MariaDBGTID] = {}
+    for part in (p.strip() for p in text.replace("[", "").replace("]", "").split(",")):
+        if part:
+            gtid = MariaDBGTID.parse(part)
+            if gtid.domain not in best or gtid.seq > best[gtid.domain].seq:
+                best[gtid.domain] = gtid
+    return MariaDBPosition(best.values())
+
+
+class ShardSession:
+    """A control connection to one shard, reconnected with bounded retries."""
+
+    def __init__(
+        self,
+        endpoint: ShardEndpoint,
+        config: SourceConfig,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.endpoint = endpoint
+        self.flavor = flavor_of(endpoint)
+        self.config = config
+        self._retry: RetryPolicy = config.retry
+        self._sleep = sleep
+        self._conn: Any = None
+        self._file_starts: dict[str, GTIDPosition] = {}
+
+    def close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(Exception):  # already gone
+                self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> ShardSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def query(self, sql: str, args: object = None) -> list[tuple[Any, ...]]:
+        attempt = 0
+        while True:
+            try:
+                if self._conn is None:
+                    settings = connection_settings(self.endpoint, self.config)
+                    self._conn = pymysql.connect(autocommit=True, **settings)
+                with self._conn.cursor() as cursor:
+                    cursor.execute(sql, args)
+                    return list(cursor.fetchall())
+            except Exception as exc:
+                self.close()
+                if not retryable(exc):
+                    raise ShardUnreachable(
+                        f"cannot query {self.endpoint.describe()}: {describe(exc)}; check the "
+                        f"replication user in Secret {self.endpoint.secret!r} and its grants "
+                        "(REPLICATION SLAVE, BINLOG MONITOR, SELECT)"
+                    ) from None
+                attempt += 1
+                if attempt > self._retry.max_retries:
+                    raise ShardUnreachable(
+                        f"cannot reach {self.endpoint.describe()} after {attempt} attempts: "
+                        f"{describe(exc)}; check that the server is up and reachable"
+                    ) from None
+                self._sleep(self._retry.backoff(attempt))
+
+    def check_settings(self) -> None:
+        """Refuse a server whose binlog cannot give full row changes."""
+        names = tuple(name for name, _, _ in REQUIRED_SETTINGS)
+        marks = ", ".join(["%s"] * len(names))
+        rows = self.query(f"SHOW GLOBAL VARIABLES WHERE Variable_name IN ({marks})", names)
+        values = {str(name).lower(): str(value).upper() for name, value in rows}
+        for name, required, fix in REQUIRED_SETTINGS:
+            actual = values.get(name, "(not supported by this server)")
+            if actual != required:
+                raise BinlogSettingsError(
+                    f"{name} is {actual} on {self.endpoint.describe()}; set {fix}"
+                )
+
+    def current_position(self) -> tuple[GTIDPosition, int]:
+        """The shard's GTID position now and the server's clock (seconds)."""
+        variable = "gtid_executed" if self.flavor is Flavor.MYSQL else "gtid_binlog_pos"
+        rows = self.query(f"SELECT @@global.{variable}, UNIX_TIMESTAMP()")
+        text, now = rows[0]
+        return parse_position(str(text or ""), self.flavor), int(now)
+
+    def binlog_files(self) -> list[tuple[str, int]]:
+        return [(str(row[0]), int(row[1])) for row in self.query("SHOW BINARY LOGS")]
+
+    def file_start(self, name: str) -> GTIDPosition:
+        """The GTID position at the start of a binlog file (its Gtid_list / Previous_gtids)."""
+        cached = self._file_starts.get(name)
+        if cached is not None:
+            return cached
+        if self.flavor is Flavor.MARIADB:
+            text = self.query("SELECT BINLOG_GTID_POS(%s, 4)", (name,))[0][0]
+            position: GTIDPosition = _reduce_mariadb(str(text or ""))
+        else:
+            rows = self.query("SHOW BINLOG EVENTS IN %s LIMIT 3", (name,))
+            info = next((str(r[5]) for r in rows if str(r[2]) == "Previous_gtids"), "")
+            position = MySQLGTIDSet.parse(info)
+        self._file_starts[name] = position
+        return position
+
+    def split_points(
+        self, start: GTIDPosition, end: GTIDPosition, limit: int
+    ) -> list[GTIDPosition]:
+        """Binlog file boundaries strictly between start and end, at least `limit` bytes apart."""
+        points: list[GTIDPosition] = []
+        pending = 0
+        previous_size = 0
+        for name, size in self.binlog_files():
+            boundary = self.file_start(name)
+            inside_start = not position_contains(start, boundary)
+            if (
+                inside_start
+                and pending + previous_size >= limit
+                and position_contains(end, boundary)
+                and boundary != end
+            ):
+                points.append(boundary)
+                pending, previous_size = 0, size
+                continue
+            if inside_start:
+                pending += previous_size
+            previous_size = size
+        return points
+
+
+def server_id() -> int:
+    # A replica connecting with the server id of another one kicks it off: pick a fresh one.
+    return random.randint(1_000_000_000, 4_000_000_000)
+
+
+def gtid_of(event: Any, flavor: Flavor) -> tuple[str, Callable[[GTIDPosition], bool], Any]:
+    """(text, 'is it in this position?', what advances a position) for a GTID event."""
+    if flavor is Flavor.MARIADB:
+        gtid = MariaDBGTID(event.domain_id, event.server_id, event.gtid_seq_no)
+
+        def in_mariadb(position: GTIDPosition) -> bool:
+            if not isinstance(position, MariaDBPosition):
+                return False
+            seq = position.domain_seq(gtid.domain)
+            return seq is not None and seq >= gtid.seq
+
+        return str(gtid), in_mariadb, gtid
+    sid, _, gno = str(event.gtid).partition(":")
+
+    def in_mysql(position: GTIDPosition) -> bool:
+        return isinstance(position, MySQLGTIDSet) and position.contains_gtid(sid, int(gno))
+
+    return f"{sid}:{gno}", in_mysql, (sid, int(gno))
+
+
+def advance(position: GTIDPosition, gtid: Any) -> GTIDPosition:
+    if isinstance(position, MariaDBPosition):
+        return position.advance(gtid)
+    sid, gno = gtid
+    return position.add(sid, gno)
