@@ -106,19 +106,42 @@ class Keyspace(_Model):
 # -- UpdateStream -------------------------------------------------------------------------------
 
 
-class StartPosition(_Model):
-    """Where a stream starts: exactly one of the forms."""
+class HopStart(_Model):
+    """The inputs of the hop a relaunched job starts after (written by the operator).
 
-    mode: Literal["now", "earliest", "timestamp", "gtid", "tokens"] = "now"
+    `core.hop.plan_hop` is pure: planning again from `fromShards`, `toShards`, `lastDelivered`
+    (shard name -> EventToken JSON) and `keyRange` gives the operator's plan, hence its dedup
+    watermarks (`DedupFilter.from_plan`).
+    """
+
+    from_shards: str = Field(alias="fromShards")  # old serving shard map, like "-80,80-"
+    to_shards: str = Field(alias="toShards")  # new serving shard map
+    key_range: str = Field(alias="keyRange")
+    last_delivered: dict[str, dict[str, Any]] = Field(alias="lastDelivered")
+
+
+class StartPosition(_Model):
+    """Where a stream starts: exactly one of the forms.
+
+    `resume` is written by the operator, never by users (the CRD does not accept it): each shard
+    starts from `tokens[shard]` if present, else `gtid[shard]`, else `timestamps[shard]`
+    (seconds); `hop`, when present, is the hop whose duplicates the job must drop.
+    """
+
+    mode: Literal["now", "earliest", "timestamp", "gtid", "tokens", "resume"] = "now"
     timestamp: int | None = None
     gtid: dict[str, str] | None = None  # shard name -> GTID position
     tokens: dict[str, dict[str, Any]] | None = None  # shard name -> EventToken JSON
+    timestamps: dict[str, int] | None = None  # shard name -> start timestamp (mode resume)
+    hop: HopStart | None = None  # mode resume, after a hop
 
 
 class MemcachedSink(_Model):
     type: Literal["memcached"]
     servers: list[str] = Field(min_length=1)  # host:port
     key_template: dict[str, str] = Field(default_factory=dict, alias="keyTemplate")
+    # table -> more key templates to invalidate (composite objects keyed by part of the pk)
+    extra_keys: dict[str, list[str]] = Field(default_factory=dict, alias="extraKeys")
 
 
 class VersionStreamSink(_Model):
@@ -134,6 +157,8 @@ class CDCv2Sink(_Model):
     type: Literal["cdcv2"]
     path: str = Field(min_length=1)
     format: Literal["jsonl", "parquet"] = "jsonl"
+    # how far a shard's timestamps may go back; times complete only this much below watermarks
+    allowed_lateness: int = Field(1, ge=0, alias="allowedLatenessSeconds")
 
 
 class ConsoleSink(_Model):

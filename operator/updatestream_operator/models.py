@@ -1,0 +1,214 @@
+"""The operator's own data: jobs as launchers see them, job progress, and the stream status.
+
+The status models serialise to the camelCase shape of the UpdateStream CRD's status. Everything
+here is plain data: no Kubernetes client, no kopf.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from updatestream.core.token import EventToken
+from updatestream.spec import Keyspace, SparkSpec, UpdateStreamSpec
+
+
+class JobPhase(enum.StrEnum):
+    """What a launcher can tell about one job."""
+
+    PENDING = "Pending"  # created, not running yet (no node, image pulling, JVM starting)
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"  # a streaming job should not end; treated like a failure
+    FAILED = "Failed"
+    TERMINATING = "Terminating"  # being stopped; still counts as existing
+    UNKNOWN = "Unknown"
+    ABSENT = "Absent"  # no such job (never launched, or stopped)
+
+    @property
+    def is_alive(self) -> bool:
+        return self in (JobPhase.PENDING, JobPhase.RUNNING, JobPhase.UNKNOWN)
+
+
+@dataclass(frozen=True)
+class StreamRef:
+    """The identity of one UpdateStream object."""
+
+    namespace: str
+    name: str
+    uid: str
+    generation: int = 0
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """One job that exists, as a launcher lists it (from its labels and annotations)."""
+
+    job_id: str  # unique within the launcher's scope (a Pod/SparkApplication name, a local id)
+    stream_uid: str
+    key_range: str
+    shard_map: str  # the serving shard map the job was launched for
+    spec_hash: str  # hash of the configuration the job was launched with
+    launch_id: int  # which launch of the key range this is (counts up)
+    phase: JobPhase
+    message: str = ""
+    created_at: dt.datetime | None = None
+
+
+@dataclass(frozen=True)
+class ShardProgress:
+    """What a job reports for one shard: the last delivered token, counts, lag."""
+
+    token: EventToken | None = None
+    events: dict[str, int] = field(default_factory=dict)  # op -> count
+    lag_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class JobProgress:
+    """A job's progress report (the status file, or the progress ConfigMap in a cluster)."""
+
+    launch_id: int | None
+    shards: dict[str, ShardProgress] = field(default_factory=dict)
+    duplicates: dict[str, int] = field(default_factory=dict)  # cause -> count
+    updated_at: float | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """`Launcher.status(job_id)`: the job's phase (ABSENT once gone) and its last progress."""
+
+    job_id: str
+    phase: JobPhase
+    message: str = ""
+    progress: JobProgress | None = None
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """Everything a launcher needs to start one streaming job for one key range."""
+
+    job_id: str
+    stream: StreamRef
+    key_range: str
+    shard_map: str
+    spec_hash: str
+    launch_id: int
+    spec: UpdateStreamSpec  # with `start` rewritten to where this launch starts
+    keyspace: Keyspace
+    secret_names: tuple[str, ...]
+
+    @property
+    def spark(self) -> SparkSpec:
+        return self.spec.spark
+
+
+# -- status -------------------------------------------------------------------------------------
+
+
+class _Status(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+
+    def dump(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class Condition(_Status):
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str = ""
+    message: str = ""
+    last_transition_time: str = Field("", alias="lastTransitionTime")
+    observed_generation: int | None = Field(None, alias="observedGeneration")
+
+
+class ShardPosition(_Status):
+    """Where the stream is on one shard it reads: the last delivered token, or where it starts.
+
+    `token` (the last delivered Event Token, JSON) wins; without one, the shard starts at
+    `gtid` or at `startTimestamp` (seconds). Positions are what suspend, restart and hops keep.
+    """
+
+    name: str
+    token: dict[str, Any] | None = None
+    start_timestamp: int | None = Field(None, alias="startTimestamp")
+    gtid: str | None = None
+    lag_seconds: float | None = Field(None, alias="lagSeconds")
+    events: dict[str, int] = Field(default_factory=dict)
+
+
+class HopRecord(_Status):
+    """One hop of one key range from the shards of one serving map to those of the next."""
+
+    key_range: str = Field(alias="keyRange")
+    from_map: str = Field(alias="fromShardMap")
+    to_map: str = Field(alias="toShardMap")
+    from_shards: list[str] = Field(default_factory=list, alias="fromShards")
+    to_shards: list[str] = Field(default_factory=list, alias="toShards")
+    phase: Literal["Stopping", "Launching", "Completed"] = "Stopping"
+    started_at: str = Field(alias="startedAt")
+    completed_at: str | None = Field(None, alias="completedAt")
+    duration_seconds: float | None = Field(None, alias="durationSeconds")
+    launch_id: int | None = Field(None, alias="launchId")
+    # destination shard -> start timestamp; source shard -> watermark (GTID position)
+    destinations: dict[str, int] = Field(default_factory=dict)
+    watermarks: dict[str, str] = Field(default_factory=dict)
+    # the plan's inputs, so that the relaunched job can rebuild the same plan
+    last_delivered: dict[str, dict[str, Any]] = Field(default_factory=dict, alias="lastDelivered")
+    duplicates_dropped: int = Field(0, alias="duplicatesDropped")
+
+
+class KeyRangeStatus(_Status):
+    key_range: str = Field(alias="keyRange")
+    job: str | None = None
+    launcher: str | None = None
+    phase: str = "Pending"
+    shard_map: str | None = Field(None, alias="shardMap")
+    spec_hash: str | None = Field(None, alias="specHash")
+    launch_id: int = Field(0, alias="launchId")
+    launched_at: str | None = Field(None, alias="launchedAt")
+    start_mode: str | None = Field(None, alias="startMode")
+    shards: list[ShardPosition] = Field(default_factory=list)
+    duplicates: dict[str, int] = Field(default_factory=dict)
+    duplicates_dropped: int = Field(0, alias="duplicatesDropped")
+    restarts: int = 0
+    message: str | None = None
+    hop: HopRecord | None = None  # the hop in progress, if any
+
+    def shard(self, name: str) -> ShardPosition | None:
+        for position in self.shards:
+            if position.name == name:
+                return position
+        return None
+
+
+class StreamStatus(_Status):
+    observed_generation: int | None = Field(None, alias="observedGeneration")
+    shards: str | None = None  # the shards streamed, for the printer column
+    max_lag_seconds: float | None = Field(None, alias="maxLagSeconds")
+    key_ranges: list[KeyRangeStatus] = Field(default_factory=list, alias="keyRanges")
+    hops: list[HopRecord] = Field(default_factory=list)
+    hop_count: int = Field(0, alias="hopCount")
+    hop_seconds_total: float = Field(0.0, alias="hopSecondsTotal")
+    conditions: list[Condition] = Field(default_factory=list)
+
+    def key_range(self, name: str) -> KeyRangeStatus | None:
+        for entry in self.key_ranges:
+            if entry.key_range == name:
+                return entry
+        return None
+
+    def condition(self, type_: str) -> Condition | None:
+        for condition in self.conditions:
+            if condition.type == type_:
+                return condition
+        return None
+
+    @classmethod
+    def parse(cls, data: Any) -> StreamStatus:
+        """The status of an object as read from the API (unknown keys, e.g. kopf's, ignored)."""
+        return cls.model_validate(data or {})

@@ -1,0 +1,118 @@
+"""Reading a job's progress report: the JSON status file the streaming job writes.
+
+The job writes, per shard, the last delivered Event Token, event counts by op and the lag; and
+counts of dropped duplicates by cause. The reader accepts camelCase and snake_case keys, shards
+as a mapping or a list, and tokens as JSON text or objects, so it does not break when the job
+adds fields. A report that cannot be read gives a `ProgressError` naming what was wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from updatestream.core.errors import UpdateStreamError
+from updatestream.core.token import EventToken, TokenError
+from updatestream_operator.models import JobProgress, ShardProgress
+
+
+class ProgressError(UpdateStreamError):
+    """A job's progress report is malformed."""
+
+
+def _first(data: Mapping[str, Any], *keys: str) -> Any:
+    for key in keys:
+        if key in data:
+            return data[key]
+    return None
+
+
+def _counts(value: Any, what: str) -> dict[str, int]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ProgressError(f"{what} must be an object of counts, got {value!r}")
+    counts: dict[str, int] = {}
+    for key, count in value.items():
+        if isinstance(count, bool) or not isinstance(count, int | float) or count < 0:
+            raise ProgressError(f"{what}.{key} must be a non-negative count, got {count!r}")
+        counts[str(key)] = int(count)
+    return counts
+
+
+def _token(value: Any, shard: str) -> EventToken | None:
+    if value is None or value == "":
+        return None
+    try:
+        if isinstance(value, str):
+            return EventToken.loads(value)
+        if isinstance(value, Mapping):
+            return EventToken.from_json(value)
+    except TokenError as exc:
+        raise ProgressError(f"shard {shard}: last token is invalid: {exc}") from None
+    raise ProgressError(f"shard {shard}: last token must be JSON text or an object, got {value!r}")
+
+
+def _lag(value: Any, shard: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ProgressError(f"shard {shard}: lag must be a number of seconds, got {value!r}")
+    return max(0.0, float(value))
+
+
+def _shard_entries(raw: Any) -> list[tuple[str, Mapping[str, Any]]]:
+    if raw is None:
+        return []
+    if isinstance(raw, Mapping):
+        entries = list(raw.items())
+    elif isinstance(raw, list):
+        entries = []
+        for item in raw:
+            name = _first(item, "shard", "name") if isinstance(item, Mapping) else None
+            if not isinstance(name, str):
+                raise ProgressError(f"a shards entry needs a shard name, got {item!r}")
+            entries.append((name, item))
+    else:
+        raise ProgressError(f"shards must be an object or a list, got {type(raw).__name__}")
+    for name, item in entries:
+        if not isinstance(item, Mapping):
+            raise ProgressError(f"shard {name}: progress must be an object, got {item!r}")
+    return entries
+
+
+def parse_progress(data: Any, *, launch_id: int | None) -> JobProgress:
+    """Turn a decoded status report into a `JobProgress` of launch `launch_id`."""
+    if not isinstance(data, Mapping):
+        raise ProgressError(f"a progress report must be a JSON object, got {type(data).__name__}")
+    shards: dict[str, ShardProgress] = {}
+    for name, item in _shard_entries(data.get("shards")):
+        token = _token(_first(item, "token", "lastToken", "last_token"), name)
+        shards[name] = ShardProgress(
+            token=token,
+            events=_counts(item.get("events"), f"shards.{name}.events"),
+            lag_seconds=_lag(_first(item, "lagSeconds", "lag_seconds", "lag"), name),
+        )
+    updated = _first(data, "updatedAt", "updated_at", "time")
+    error = data.get("error")
+    return JobProgress(
+        launch_id=launch_id,
+        shards=shards,
+        duplicates=_counts(data.get("duplicates"), "duplicates"),
+        updated_at=float(updated) if isinstance(updated, int | float) else None,
+        error=str(error) if error else None,
+    )
+
+
+def loads_progress(text: str, *, launch_id: int | None, source: str) -> JobProgress:
+    """Parse a status report's text; errors name `source` (a file or a ConfigMap)."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ProgressError(f"progress report {source} is not JSON: {exc}") from None
+    try:
+        return parse_progress(data, launch_id=launch_id)
+    except ProgressError as exc:
+        raise ProgressError(f"progress report {source}: {exc}") from None

@@ -1,0 +1,689 @@
+"""The pure reconcile service: what to do next for one UpdateStream, and its new status.
+
+`reconcile` is given what was observed (the stream's spec, its Keyspace, its current status,
+the jobs that exist for it and their progress reports) and returns one step: the status to
+write first, then the jobs to stop and to launch. The caller writes the status, performs the
+actions, observes again and calls `reconcile` again until no action is left. Because the
+status (the intent) is written before anything is done, and the jobs themselves carry the
+shard map and launch they belong to, a crash between any two steps leaves a state from which
+the next call continues: a hop is planned once per serving-map change, and a key range never
+gets a second job while one exists.
+
+No Kubernetes client and no kopf here: everything is data in, data out.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from updatestream.core.errors import UpdateStreamError
+from updatestream.core.gtid import Comparison, Flavor, MariaDBPosition, MySQLGTIDSet
+from updatestream.core.hop import HopPlanningError, plan_hop
+from updatestream.core.keyrange import KeyRange
+from updatestream.core.shardmap import ShardMap
+from updatestream.core.token import EventToken, compare
+from updatestream.spec import HopStart, Keyspace, StartPosition, UpdateStreamSpec
+from updatestream_operator import conditions as cond
+from updatestream_operator.models import (
+    HopRecord,
+    JobInfo,
+    JobPhase,
+    JobProgress,
+    JobSpec,
+    KeyRangeStatus,
+    ShardPosition,
+    StreamRef,
+    StreamStatus,
+)
+from updatestream_operator.naming import job_name
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Everything `reconcile` looks at."""
+
+    stream: StreamRef
+    spec: UpdateStreamSpec
+    keyspace: Keyspace | None
+    status: StreamStatus
+    jobs: Sequence[JobInfo]
+    progress: Mapping[str, JobProgress]  # key range -> the latest report of its job
+    now: dt.datetime
+
+
+@dataclass(frozen=True)
+class Settings:
+    launcher: str = "spark-submit"
+    max_restarts: int = 3  # relaunches of a failed job before the stream is left Degraded
+    hops_kept: int = 20  # hop records kept in status.hops (counters keep the totals)
+
+
+@dataclass(frozen=True)
+class Launch:
+    job: JobSpec
+
+
+@dataclass(frozen=True)
+class Stop:
+    job: JobInfo
+    reason: str
+
+
+Action = Launch | Stop
+
+
+@dataclass(frozen=True)
+class Note:
+    """A Kubernetes Event to post on the UpdateStream."""
+
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    status: StreamStatus
+    actions: tuple[Action, ...] = ()
+    notes: tuple[Note, ...] = ()
+
+
+@dataclass(frozen=True)
+class Problem:
+    reason: str
+    message: str
+
+
+# -- validation ----------------------------------------------------------------------------------
+
+
+def validate(stream: StreamRef, spec: UpdateStreamSpec, keyspace: Keyspace | None) -> list[Problem]:
+    """What makes the stream impossible to run against its Keyspace (empty when nothing)."""
+    if keyspace is None:
+        return [
+            Problem(
+                "KeyspaceNotFound",
+                f"Keyspace {spec.keyspace!r} does not exist in namespace {stream.namespace}; "
+                "create it or correct spec.keyspace",
+            )
+        ]
+    problems: list[Problem] = []
+    try:
+        ShardMap.parse(",".join(keyspace.spec.serving_shards))
+    except UpdateStreamError as exc:
+        problems.append(Problem("InvalidShardMap", f"Keyspace {spec.keyspace}: {exc}"))
+    declared = {shard.name for shard in keyspace.spec.shards}
+    undeclared = [s for s in keyspace.spec.serving_shards if s not in declared]
+    if undeclared:
+        problems.append(
+            Problem(
+                "InvalidShardMap",
+                f"Keyspace {spec.keyspace}: serving shards {', '.join(undeclared)} are not "
+                "declared in spec.shards; declare them (name, mysql, credentialsSecret)",
+            )
+        )
+    sharded = bool(keyspace.spec.vschema.get("sharded", True))
+    ranges = [KeyRange.parse(k) for k in spec.key_ranges]
+    for key_range in ranges:
+        if not sharded and key_range.name != "-":
+            problems.append(
+                Problem(
+                    "KeyRangeOutsideKeyspace",
+                    f"key range {key_range} is outside Keyspace {spec.keyspace}: it is "
+                    "unsharded (its only shard is -); use keyRanges: ['-']",
+                )
+            )
+    for index, left in enumerate(ranges):
+        for right in ranges[index + 1 :]:
+            if left.intersects(right):
+                problems.append(
+                    Problem(
+                        "OverlappingKeyRanges",
+                        f"keyRanges {left} and {right} overlap, so their changes would be "
+                        "delivered twice; use non-overlapping key ranges",
+                    )
+                )
+    known = set((keyspace.spec.vschema.get("tables") or {}).keys())
+    unknown = [t for t in spec.tables if t not in known]
+    if unknown and (known or sharded):
+        listed = ", ".join(sorted(known)) or "none"
+        problems.append(
+            Problem(
+                "UnknownTable",
+                f"tables {', '.join(unknown)} are not in the VSchema of Keyspace "
+                f"{spec.keyspace} (tables there: {listed}); add them to the VSchema or "
+                "remove them from spec.tables",
+            )
+        )
+    return problems
+
+
+# -- helpers -------------------------------------------------------------------------------------
+
+
+def relevant_shards(shard_map: str, key_range: str) -> list[str]:
+    """The shards of `shard_map` that hold keyspace ids of `key_range`, in key order."""
+    return [s.name for s in ShardMap.parse(shard_map).shards_for(KeyRange.parse(key_range))]
+
+
+def spec_hash(spec: UpdateStreamSpec, keyspace: Keyspace, key_range: str) -> str:
+    """A hash of what a running job was configured with; a change means relaunching it.
+
+    Covers the stream's tables, sinks and Spark settings, the VSchema, and the endpoints of the
+    shards the key range reads. Not the start (positions win), suspend, or the serving map
+    (a change there is a hop).
+    """
+    shards = relevant_shards(",".join(keyspace.spec.serving_shards), key_range)
+    content = {
+        "stream": spec.model_dump(
+            mode="json", by_alias=True, include={"tables", "sinks", "spark", "keyspace"}
+        ),
+        "vschema": keyspace.spec.vschema,
+        "shards": [
+            keyspace.spec.shard(name).model_dump(mode="json", by_alias=True) for name in shards
+        ],
+    }
+    text = json.dumps(content, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def secret_names(spec: UpdateStreamSpec, keyspace: Keyspace) -> tuple[str, ...]:
+    names = {shard.credentials_secret.name for shard in keyspace.spec.shards}
+    for sink in spec.sinks:
+        secret = getattr(sink, "credentials_secret", None)
+        if secret is not None:
+            names.add(secret.name)
+    return tuple(sorted(names))
+
+
+def _flavor(keyspace: Keyspace, shard: str) -> Flavor:
+    try:
+        return Flavor(keyspace.spec.shard(shard).flavor)
+    except UpdateStreamError:
+        return Flavor.MARIADB
+
+
+def delivered_token(position: ShardPosition, flavor: Flavor) -> EventToken:
+    """The last delivered token of a shard; without one, a floor: nothing delivered since the
+    shard's start (its start timestamp, or 0 with its start GTID as the watermark)."""
+    if position.token is not None:
+        return EventToken.from_json(position.token)
+    if position.gtid:
+        from updatestream.core.gtid import parse_position
+
+        return EventToken(0, position.name, parse_position(position.gtid, flavor))
+    empty = MariaDBPosition() if flavor is Flavor.MARIADB else MySQLGTIDSet()
+    return EventToken(position.start_timestamp or 0, position.name, empty)
+
+
+def initial_positions(
+    start: StartPosition, shards: Sequence[str], now: dt.datetime
+) -> list[ShardPosition]:
+    """Where each shard starts on a stream's first launch, as resumable positions."""
+    positions = []
+    for shard in shards:
+        token = (start.tokens or {}).get(shard) if start.mode == "tokens" else None
+        gtid = (start.gtid or {}).get(shard) if start.mode == "gtid" else None
+        if start.mode == "timestamp":
+            ts: int | None = start.timestamp or 0
+        elif start.mode == "now":
+            ts = int(now.timestamp())
+        else:
+            ts = 0 if token is None and gtid is None else None
+        positions.append(ShardPosition(name=shard, token=token, gtid=gtid, start_timestamp=ts))
+    return positions
+
+
+def resume_start(entry: KeyRangeStatus, hop: HopRecord | None) -> StartPosition:
+    """The start of a relaunch: every shard from its recorded position."""
+    tokens = {p.name: p.token for p in entry.shards if p.token is not None}
+    gtids = {p.name: p.gtid for p in entry.shards if p.token is None and p.gtid}
+    stamps = {
+        p.name: p.start_timestamp or 0 for p in entry.shards if p.token is None and not p.gtid
+    }
+    hop_start = None
+    if hop is not None:
+        hop_start = HopStart(
+            from_shards=hop.from_map,
+            to_shards=hop.to_map,
+            key_range=hop.key_range,
+            last_delivered=hop.last_delivered,
+        )
+    return StartPosition(
+        mode="resume",
+        tokens=tokens or None,
+        gtid=gtids or None,
+        timestamps=stamps or None,
+        hop=hop_start,
+    )
+
+
+def fold_progress(entry: KeyRangeStatus, progress: JobProgress | None) -> KeyRangeStatus:
+    """Positions, counts and lag of `entry` advanced by its job's report (of the same launch)."""
+    if progress is None or progress.launch_id != entry.launch_id:
+        return entry
+    by_name = {KeyRange.parse(name).name: report for name, report in progress.shards.items()}
+    shards = []
+    for position in entry.shards:
+        report = by_name.get(position.name)
+        if report is None:
+            shards.append(position)
+            continue
+        token = position.token
+        newer = report.token is not None and (
+            token is None
+            or compare(report.token, EventToken.from_json(token)) is not Comparison.BEFORE
+        )
+        if newer and report.token is not None:
+            token = report.token.to_json()
+        shards.append(
+            position.model_copy(
+                update={
+                    "token": token,
+                    "events": dict(report.events) or position.events,
+                    "lag_seconds": report.lag_seconds,
+                }
+            )
+        )
+    return entry.model_copy(
+        update={
+            "shards": shards,
+            "duplicates": dict(progress.duplicates),
+            "duplicates_dropped": sum(progress.duplicates.values()),
+            "message": progress.error,
+        }
+    )
+
+
+def _seconds_between(start: str, end: dt.datetime) -> float:
+    return max(0.0, (end - cond.parse_rfc3339(start)).total_seconds())
+
+
+# -- the reconciler -----------------------------------------------------------------------------
+
+
+@dataclass
+class _Step:
+    obs: Observed
+    settings: Settings
+    status: StreamStatus
+    actions: list[Action] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
+    degraded: list[Problem] = field(default_factory=list)
+
+    @property
+    def now_text(self) -> str:
+        return cond.rfc3339(self.obs.now)
+
+    def note(self, type_: Literal["Normal", "Warning"], reason: str, message: str) -> None:
+        self.notes.append(Note(type_, reason, message))
+
+    def stop(self, job: JobInfo, reason: str) -> None:
+        self.actions.append(Stop(job, reason))
+
+
+def _group_jobs(step: _Step, wanted: Sequence[str]) -> dict[str, JobInfo]:
+    """One job per wanted key range; stop every other job of the stream."""
+    by_range: dict[str, list[JobInfo]] = {}
+    for job in step.obs.jobs:
+        by_range.setdefault(KeyRange.parse(job.key_range).name, []).append(job)
+    chosen: dict[str, JobInfo] = {}
+    for key_range, jobs in by_range.items():
+        if key_range not in wanted:
+            for job in jobs:
+                step.stop(job, f"key range {key_range} is no longer in spec.keyRanges")
+            continue
+        entry = step.status.key_range(key_range)
+        current = entry.launch_id if entry else None
+        ordered = sorted(jobs, key=lambda j: (j.launch_id != current, -j.launch_id, j.job_id))
+        chosen[key_range] = ordered[0]
+        for extra in ordered[1:]:
+            step.stop(extra, f"a second job for key range {key_range} ({ordered[0].job_id} kept)")
+    return chosen
+
+
+def _launch(
+    step: _Step,
+    entry: KeyRangeStatus,
+    spec: UpdateStreamSpec,
+    keyspace: Keyspace,
+    start: StartPosition,
+) -> KeyRangeStatus:
+    serving = ",".join(ShardMap.parse(",".join(keyspace.spec.serving_shards)).names)
+    launch_id = entry.launch_id + 1
+    job = JobSpec(
+        job_id=job_name(step.obs.stream, entry.key_range),
+        stream=step.obs.stream,
+        key_range=entry.key_range,
+        shard_map=serving,
+        spec_hash=spec_hash(spec, keyspace, entry.key_range),
+        launch_id=launch_id,
+        spec=spec.model_copy(update={"start": start, "suspend": False}),
+        keyspace=keyspace,
+        secret_names=secret_names(spec, keyspace),
+    )
+    step.actions.append(Launch(job))
+    step.note(
+        "Normal",
+        "Launched" if launch_id == 1 else "Relaunched",
+        f"key range {entry.key_range}: launching job {job.job_id} (launch {launch_id}) over "
+        f"shards {','.join(p.name for p in entry.shards)} with {step.settings.launcher}",
+    )
+    return entry.model_copy(
+        update={
+            "job": job.job_id,
+            "launcher": step.settings.launcher,
+            "phase": "Launching",
+            "shard_map": serving,
+            "spec_hash": job.spec_hash,
+            "launch_id": launch_id,
+            "launched_at": step.now_text,
+        }
+    )
+
+
+def _plan_hop(
+    step: _Step, entry: KeyRangeStatus, keyspace: Keyspace, serving: str
+) -> KeyRangeStatus:
+    """No job runs and the entry's shards are not the serving ones: plan the hop, record it."""
+    assert entry.shard_map is not None
+    last = {p.name: delivered_token(p, _flavor(keyspace, p.name)) for p in entry.shards}
+    plan = plan_hop(
+        ShardMap.parse(entry.shard_map),
+        ShardMap.parse(serving),
+        last,
+        KeyRange.parse(entry.key_range),
+    )
+    old_shards = relevant_shards(entry.shard_map, entry.key_range)
+    new_shards = relevant_shards(serving, entry.key_range)
+    hop = entry.hop
+    if hop is None or hop.to_map != serving:
+        hop = HopRecord(
+            key_range=entry.key_range,
+            from_map=entry.shard_map,
+            to_map=serving,
+            started_at=step.now_text,
+        )
+    sources = {s for d in plan.destinations.values() for s in d.sources}
+    hop = hop.model_copy(
+        update={
+            "from_map": entry.shard_map,
+            "from_shards": old_shards,
+            "to_shards": new_shards,
+            "phase": "Launching",
+            "destinations": {n: d.start_timestamp for n, d in plan.destinations.items()},
+            "watermarks": {n: str(p) for n, p in plan.watermarks.items()},
+            "last_delivered": {n: t.to_json() for n, t in last.items() if n in sources},
+        }
+    )
+    positions = []
+    for name in new_shards:
+        existing = entry.shard(name)
+        if name in plan.unchanged and existing is not None:
+            positions.append(existing)
+        else:
+            start = plan.destinations[name].start_timestamp
+            positions.append(ShardPosition(name=name, start_timestamp=start))
+    step.note(
+        "Normal",
+        "HopPlanned",
+        f"key range {entry.key_range}: hop from {','.join(old_shards)} to "
+        f"{','.join(new_shards)}; destinations start at "
+        + ", ".join(f"{n}@{d.start_timestamp}" for n, d in plan.destinations.items()),
+    )
+    return entry.model_copy(update={"shards": positions, "shard_map": serving, "hop": hop})
+
+
+def _complete_hop(step: _Step, entry: KeyRangeStatus, job: JobInfo) -> KeyRangeStatus:
+    hop = entry.hop
+    if hop is None or hop.phase != "Launching" or job.launch_id != entry.launch_id:
+        return entry
+    duration = _seconds_between(hop.started_at, step.obs.now)
+    done = hop.model_copy(
+        update={
+            "phase": "Completed",
+            "completed_at": step.now_text,
+            "duration_seconds": round(duration, 3),
+            "launch_id": job.launch_id,
+        }
+    )
+    step.status.hops = [*step.status.hops, done][-step.settings.hops_kept :]
+    step.status.hop_count += 1
+    step.status.hop_seconds_total = round(step.status.hop_seconds_total + duration, 3)
+    step.note(
+        "Normal",
+        "HopCompleted",
+        f"key range {entry.key_range}: now reading {','.join(hop.to_shards)} "
+        f"(was {','.join(hop.from_shards)}) with job {job.job_id}, after {duration:.1f}s",
+    )
+    return entry.model_copy(update={"hop": None})
+
+
+def _last_hop(status: StreamStatus, entry: KeyRangeStatus) -> HopRecord | None:
+    if entry.hop is not None and entry.hop.phase == "Launching":
+        return entry.hop
+    for hop in reversed(status.hops):
+        if hop.key_range == entry.key_range and hop.to_map == entry.shard_map:
+            return hop
+    return None
+
+
+def _count_hop_duplicates(status: StreamStatus, entry: KeyRangeStatus) -> None:
+    """Attribute the duplicates the job of a hop dropped to that hop's record."""
+    for index, hop in enumerate(status.hops):
+        if hop.key_range == entry.key_range and hop.launch_id == entry.launch_id:
+            status.hops[index] = hop.model_copy(
+                update={"duplicates_dropped": entry.duplicates_dropped}
+            )
+
+
+def _key_range_step(
+    step: _Step,
+    entry: KeyRangeStatus,
+    job: JobInfo | None,
+    spec: UpdateStreamSpec,
+    keyspace: Keyspace,
+) -> KeyRangeStatus:
+    serving = ",".join(ShardMap.parse(",".join(keyspace.spec.serving_shards)).names)
+    wanted_shards = relevant_shards(serving, entry.key_range)
+    if job is None and entry.launch_id == 0:
+        shards = relevant_shards(serving, entry.key_range)
+        fresh = entry.model_copy(
+            update={
+                "shards": initial_positions(spec.start, shards, step.obs.now),
+                "start_mode": spec.start.mode,
+            }
+        )
+        return _launch(step, fresh, spec, keyspace, spec.start)
+    if job is None:
+        if entry.shard_map and relevant_shards(entry.shard_map, entry.key_range) != wanted_shards:
+            try:
+                entry = _plan_hop(step, entry, keyspace, serving)
+            except HopPlanningError as exc:
+                step.degraded.append(Problem("HopPlanningFailed", str(exc)))
+                return entry.model_copy(update={"phase": "Degraded", "message": str(exc)})
+        return _launch(
+            step, entry, spec, keyspace, resume_start(entry, _last_hop(step.status, entry))
+        )
+
+    if entry.launch_id == 0:  # the status was lost: adopt the job, positions unknown
+        entry = entry.model_copy(
+            update={
+                "launch_id": job.launch_id,
+                "shard_map": job.shard_map,
+                "spec_hash": job.spec_hash,
+                "shards": [
+                    ShardPosition(name=n) for n in relevant_shards(job.shard_map, entry.key_range)
+                ],
+            }
+        )
+    entry = entry.model_copy(update={"job": job.job_id, "phase": job.phase.value})
+    entry = _complete_hop(step, entry, job)
+    if job.phase is JobPhase.TERMINATING:
+        return entry.model_copy(update={"phase": "Stopping"})
+    if job.phase in (JobPhase.FAILED, JobPhase.SUCCEEDED):
+        if entry.restarts >= step.settings.max_restarts:
+            message = (
+                f"job {job.job_id} of key range {entry.key_range} ended ({job.phase.value}: "
+                f"{job.message or entry.message or 'no message'}) and was relaunched "
+                f"{entry.restarts} times; fix the cause, then set spec.suspend to true and "
+                "back to false to relaunch it from its positions"
+            )
+            step.degraded.append(Problem("JobFailed", message))
+            return entry.model_copy(update={"message": message})
+        step.stop(job, f"it ended ({job.phase.value}); relaunching from its positions")
+        step.note("Warning", "JobFailed", f"job {job.job_id} ended: {job.message or job.phase}")
+        return entry.model_copy(update={"restarts": entry.restarts + 1, "phase": "Restarting"})
+    if relevant_shards(job.shard_map, entry.key_range) != wanted_shards:
+        if entry.hop is None or entry.hop.to_map != serving:
+            entry = entry.model_copy(
+                update={
+                    "hop": HopRecord(
+                        key_range=entry.key_range,
+                        from_map=job.shard_map,
+                        to_map=serving,
+                        from_shards=relevant_shards(job.shard_map, entry.key_range),
+                        to_shards=wanted_shards,
+                        started_at=step.now_text,
+                    )
+                }
+            )
+            step.note(
+                "Normal",
+                "HopStarted",
+                f"key range {entry.key_range}: serving shards changed from {job.shard_map} to "
+                f"{serving}; stopping job {job.job_id} to relaunch it from its positions",
+            )
+        step.stop(job, f"hop from {job.shard_map} to {serving}")
+        return entry.model_copy(update={"phase": "Hopping"})
+    if job.spec_hash != spec_hash(spec, keyspace, entry.key_range):
+        step.stop(job, "its configuration changed; relaunching from its positions")
+        step.note(
+            "Normal",
+            "Reconfiguring",
+            f"key range {entry.key_range}: configuration changed; relaunching job "
+            f"{job.job_id} from its positions",
+        )
+        return entry.model_copy(update={"phase": "Restarting"})
+    if job.launch_id == entry.launch_id and entry.shard_map != serving:
+        entry = entry.model_copy(update={"shard_map": serving})  # change elsewhere: no hop
+    if entry.message:
+        step.degraded.append(Problem("JobError", f"key range {entry.key_range}: {entry.message}"))
+    return entry
+
+
+def _conditions(step: _Step, suspended: bool) -> None:
+    status, now, gen = step.status, step.obs.now, step.obs.stream.generation
+    entries = status.key_ranges
+    hopping = [e for e in entries if e.hop is not None]
+    running = [e for e in entries if e.phase == JobPhase.RUNNING.value]
+    launched = [e for e in entries if e.phase in (JobPhase.PENDING.value, JobPhase.RUNNING.value)]
+    settled = not step.actions and not hopping and len(launched) == len(step.obs.spec.key_ranges)
+
+    conditions = list(status.conditions)
+
+    def put(type_: str, value: bool, reason: str, message: str) -> None:
+        nonlocal conditions
+        conditions = cond.set_condition(
+            conditions, type_, value, reason, message, now=now, generation=gen
+        )
+
+    if step.degraded:
+        first = step.degraded[0]
+        put(cond.DEGRADED, True, first.reason, "; ".join(p.message for p in step.degraded))
+    else:
+        put(cond.DEGRADED, False, "AsExpected", "no problem found")
+    if hopping:
+        ranges = ", ".join(
+            f"{e.key_range} to {','.join(e.hop.to_shards)}" for e in hopping if e.hop
+        )
+        put(cond.HOPPING, True, "ServingShardsChanged", f"hopping key ranges {ranges}")
+    elif status.hop_count:
+        put(cond.HOPPING, False, "HopCompleted", f"{status.hop_count} hops completed")
+    else:
+        put(cond.HOPPING, False, "NoHop", "reading the serving shards")
+    if suspended:
+        put(cond.READY, False, "Suspended", "spec.suspend is true; positions are kept")
+        put(cond.PROGRESSING, False, "Suspended", "spec.suspend is true")
+    elif step.degraded:
+        put(cond.READY, False, step.degraded[0].reason, step.degraded[0].message)
+        put(cond.PROGRESSING, bool(step.actions), "Degraded", "see the Degraded condition")
+    elif settled:
+        all_running = len(running) == len(entries)
+        reason = "Streaming" if all_running else "Launched"
+        message = (
+            "every key range's job is running"
+            if all_running
+            else "every key range has its job; waiting for the drivers to run"
+        )
+        put(cond.READY, True, reason, message)
+        put(cond.PROGRESSING, not all_running, reason, message)
+    else:
+        reason = "Hopping" if hopping else "Launching"
+        put(cond.READY, False, reason, "jobs are being launched or relaunched")
+        put(cond.PROGRESSING, True, reason, "jobs are being launched or relaunched")
+    status.conditions = conditions
+
+
+def _summarise(status: StreamStatus, generation: int) -> None:
+    shards: list[str] = []
+    lags: list[float] = []
+    for entry in status.key_ranges:
+        for position in entry.shards:
+            if position.name not in shards:
+                shards.append(position.name)
+            if position.lag_seconds is not None:
+                lags.append(position.lag_seconds)
+    status.shards = ",".join(sorted(shards, key=lambda n: KeyRange.parse(n).start)) or None
+    status.max_lag_seconds = max(lags) if lags else None
+    status.observed_generation = generation
+
+
+def reconcile(obs: Observed, settings: Settings | None = None) -> Decision:
+    """The next step for one UpdateStream: the status to write, then the actions to take."""
+    step = _Step(obs, settings or Settings(), obs.status.model_copy(deep=True))
+    spec, keyspace = obs.spec, obs.keyspace
+    wanted = [KeyRange.parse(k).name for k in spec.key_ranges]
+    jobs = _group_jobs(step, wanted)
+    problems = validate(obs.stream, spec, keyspace)
+    step.degraded.extend(problems)
+
+    entries: list[KeyRangeStatus] = []
+    for key_range in wanted:
+        entry = step.status.key_range(key_range) or KeyRangeStatus(key_range=key_range)
+        job = jobs.get(key_range)
+        entry = fold_progress(entry, obs.progress.get(key_range))
+        if spec.suspend:
+            if job is not None:
+                step.stop(job, "spec.suspend is true")
+                step.note("Normal", "Suspending", f"stopping job {job.job_id}; positions kept")
+            entry = entry.model_copy(update={"phase": "Suspended"})
+        elif problems or keyspace is None:
+            if job is not None:
+                entry = entry.model_copy(update={"job": job.job_id, "phase": job.phase.value})
+        else:
+            entry = _key_range_step(step, entry, job, spec, keyspace)
+        entries.append(entry)
+        _count_hop_duplicates(step.status, entry)
+    # entries of removed key ranges stay until their job is gone
+    for entry in step.status.key_ranges:
+        if entry.key_range not in wanted and any(
+            isinstance(a, Stop) and KeyRange.parse(a.job.key_range).name == entry.key_range
+            for a in step.actions
+        ):
+            entries.append(entry.model_copy(update={"phase": "Stopping"}))
+    step.status.key_ranges = entries
+
+    _conditions(step, spec.suspend)
+    _summarise(step.status, obs.stream.generation)
+    return Decision(step.status, tuple(step.actions), tuple(step.notes))
+
+
+def plan_cleanup(jobs: Sequence[JobInfo]) -> tuple[Stop, ...]:
+    """Stopping every job of a stream that is being deleted."""
+    return tuple(Stop(job, "the UpdateStream is being deleted") for job in jobs)

@@ -1,0 +1,395 @@
+"""The pure reconcile service, step by step (no API server: data in, data out)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pytest
+
+from updatestream.core.token import EventToken
+from updatestream.spec import Keyspace, UpdateStreamSpec, parse_keyspace, parse_update_stream
+from updatestream_operator import reconcile as rec
+from updatestream_operator.models import (
+    JobInfo,
+    JobPhase,
+    JobProgress,
+    ShardProgress,
+    StreamRef,
+    StreamStatus,
+)
+
+NOW = dt.datetime(2024, 5, 1, 12, 0, 0, tzinfo=dt.UTC)
+REF = StreamRef(namespace="ns", name="orders", uid="uid-1", generation=3)
+T0 = 1_714_560_000
+
+
+def keyspace(serving: list[str] | None = None, **vschema: Any) -> Keyspace:
+    names = ["-80", "80-", "-40", "40-80", "-"]
+    return parse_keyspace(
+        {
+            "metadata": {"name": "commerce", "namespace": "ns"},
+            "spec": {
+                "shards": [
+                    {
+                        "name": n,
+                        "mysql": {"host": "db", "port": 3306 + i},
+                        "credentialsSecret": {"name": "reader"},
+                    }
+                    for i, n in enumerate(names)
+                ],
+                "vschema": {"sharded": True, "tables": {"orders": {}, "users": {}}, **vschema},
+                "servingShards": serving or ["-80", "80-"],
+            },
+        }
+    )
+
+
+def stream_spec(**overrides: Any) -> UpdateStreamSpec:
+    spec = {"keyspace": "commerce", "sinks": [{"type": "console"}], **overrides}
+    return parse_update_stream({"metadata": {"name": "orders"}, "spec": spec}).spec
+
+
+def token(shard: str, ts: int, seq: int) -> EventToken:
+    return EventToken.from_json({"ts": ts, "shard": shard, "pos": f"0-1-{seq}"})
+
+
+@dataclass
+class World:
+    """What the actions of each step change: the jobs that exist, and the written status."""
+
+    spec: UpdateStreamSpec = field(default_factory=stream_spec)
+    keyspace: Keyspace | None = field(default_factory=keyspace)
+    status: StreamStatus = field(default_factory=StreamStatus)
+    jobs: list[JobInfo] = field(default_factory=list)
+    progress: dict[str, JobProgress] = field(default_factory=dict)
+    now: dt.datetime = NOW
+    decisions: list[rec.Decision] = field(default_factory=list)
+
+    def observe(self) -> rec.Observed:
+        return rec.Observed(
+            REF, self.spec, self.keyspace, self.status, list(self.jobs), self.progress, self.now
+        )
+
+    def step(self) -> rec.Decision:
+        decision = rec.reconcile(self.observe())
+        self.decisions.append(decision)
+        self.status = decision.status
+        for action in decision.actions:
+            if isinstance(action, rec.Stop):
+                self.jobs = [j for j in self.jobs if j.job_id != action.job.job_id]
+            else:
+                spec = action.job
+                self.jobs.append(
+                    JobInfo(
+                        job_id=spec.job_id,
+                        stream_uid=spec.stream.uid,
+                        key_range=spec.key_range,
+                        shard_map=spec.shard_map,
+                        spec_hash=spec.spec_hash,
+                        launch_id=spec.launch_id,
+                        phase=JobPhase.PENDING,
+                    )
+                )
+        self.now += dt.timedelta(seconds=2)
+        return decision
+
+    def settle(self, limit: int = 6) -> list[rec.Decision]:
+        steps = []
+        for _ in range(limit):
+            steps.append(self.step())
+            if not steps[-1].actions:
+                return steps
+        raise AssertionError("reconcile did not settle")
+
+    def launches(self) -> list[rec.Launch]:
+        return [a for d in self.decisions for a in d.actions if isinstance(a, rec.Launch)]
+
+    def stops(self) -> list[rec.Stop]:
+        return [a for d in self.decisions for a in d.actions if isinstance(a, rec.Stop)]
+
+    def report(self, key_range: str, **tokens: EventToken) -> None:
+        entry = self.status.key_range(key_range)
+        assert entry is not None
+        self.progress[key_range] = JobProgress(
+            launch_id=entry.launch_id,
+            shards={
+                t.shard: ShardProgress(token=t, events={"insert": 5}, lag_seconds=1.5)
+                for t in tokens.values()
+            },
+            duplicates={"hop": 2},
+        )
+
+
+def condition(status: StreamStatus, type_: str) -> tuple[str, str]:
+    found = status.condition(type_)
+    assert found is not None, type_
+    return found.status, found.reason
+
+
+@pytest.mark.parametrize(
+    ("world", "reason", "words"),
+    [
+        (World(keyspace=None), "KeyspaceNotFound", "Keyspace 'commerce' does not exist"),
+        (World(spec=stream_spec(tables=["orders", "nope"])), "UnknownTable", "nope"),
+        (
+            World(keyspace=keyspace(["-"], sharded=False), spec=stream_spec(keyRanges=["-80"])),
+            "KeyRangeOutsideKeyspace",
+            "key range -80 is outside",
+        ),
+        (
+            World(spec=stream_spec(keyRanges=["-80", "40-"])),
+            "OverlappingKeyRanges",
+            "-80 and 40- overlap",
+        ),
+        (World(keyspace=keyspace(["-80", "80-", "zz"])), "InvalidShardMap", "zz"),
+    ],
+    ids=["no-keyspace", "unknown-table", "outside", "overlap", "bad-map"],
+)
+def test_invalid_streams_are_degraded_and_launch_nothing(
+    world: World, reason: str, words: str
+) -> None:
+    decision = world.step()
+    assert decision.actions == ()
+    assert condition(decision.status, "Degraded") == ("True", reason)
+    degraded = decision.status.condition("Degraded")
+    assert degraded is not None and words in degraded.message
+    assert degraded.observed_generation == 3
+    assert condition(decision.status, "Ready")[0] == "False"
+
+
+def test_a_new_stream_launches_one_job_per_key_range_then_is_ready() -> None:
+    world = World(
+        spec=stream_spec(keyRanges=["-80", "80-"], start={"mode": "timestamp", "timestamp": T0})
+    )
+    first = world.step()
+    launches = [a for a in first.actions if isinstance(a, rec.Launch)]
+    assert [a.job.key_range for a in launches] == ["-80", "80-"]
+    assert len({a.job.job_id for a in launches}) == 2
+    assert all(a.job.spec.start.mode == "timestamp" for a in launches)
+    assert [e.phase for e in first.status.key_ranges] == ["Launching", "Launching"]
+    assert first.status.key_ranges[0].shards[0].start_timestamp == T0
+    assert condition(first.status, "Ready") == ("False", "Launching")
+    assert condition(first.status, "Progressing") == ("True", "Launching")
+    second = world.step()
+    assert second.actions == ()
+    assert condition(second.status, "Ready") == ("True", "Launched")
+    assert second.status.shards == "-80,80-"
+    assert second.status.observed_generation == 3
+    # the same state again: nothing to do, the Ready transition time is kept
+    third = world.step()
+    assert third.actions == ()
+    ready2, ready3 = second.status.condition("Ready"), third.status.condition("Ready")
+    assert ready2 is not None and ready3 is not None
+    assert ready3.last_transition_time == ready2.last_transition_time
+
+
+def test_a_second_job_for_one_key_range_is_stopped_and_none_is_launched() -> None:
+    world = World()
+    world.settle()
+    (job,) = world.jobs
+    world.jobs.append(replace(job, job_id="intruder", launch_id=job.launch_id - 1))
+    decision = world.step()
+    assert [(type(a).__name__, getattr(a, "job").job_id) for a in decision.actions] == [
+        ("Stop", "intruder")
+    ]
+    assert [j.job_id for j in world.jobs] == [job.job_id]
+
+
+def test_suspend_stops_jobs_keeping_positions_and_resume_continues_from_them() -> None:
+    world = World()
+    world.settle()
+    world.report("-", a=token("-80", T0 + 10, 7), b=token("80-", T0 + 12, 9))
+    world.spec = world.spec.model_copy(update={"suspend": True})
+    suspended = world.step()
+    assert [type(a) for a in suspended.actions] == [rec.Stop]
+    assert world.jobs == []
+    assert condition(suspended.status, "Ready") == ("False", "Suspended")
+    entry = suspended.status.key_range("-")
+    assert entry is not None and entry.phase == "Suspended"
+    assert {p.name: p.token["pos"] for p in entry.shards if p.token} == {
+        "-80": "0-1-7",
+        "80-": "0-1-9",
+    }
+    assert world.step().actions == ()  # stays stopped
+
+    world.spec = world.spec.model_copy(update={"suspend": False})
+    world.settle()
+    relaunch = world.launches()[-1].job
+    assert relaunch.launch_id == 2
+    assert relaunch.spec.start.mode == "resume"
+    assert relaunch.spec.start.tokens is not None
+    assert relaunch.spec.start.tokens["-80"]["pos"] == "0-1-7"
+    assert condition(world.status, "Ready") == ("True", "Launched")
+
+
+def test_a_split_hops_once_from_the_planned_positions() -> None:
+    world = World()
+    world.settle()
+    world.report("-", a=token("-80", T0 + 10, 7), b=token("80-", T0 + 12, 9))
+    world.step()
+    world.keyspace = keyspace(["-40", "40-80", "80-"])
+
+    stopping = world.step()
+    assert [type(a) for a in stopping.actions] == [rec.Stop]
+    assert condition(stopping.status, "Hopping") == ("True", "ServingShardsChanged")
+    assert [n.reason for n in stopping.notes] == ["HopStarted"]
+
+    # the job reported once more before it stopped: the plan must use that
+    world.report("-", a=token("-80", T0 + 20, 8), b=token("80-", T0 + 21, 10))
+    relaunching = world.step()
+    (launch,) = relaunching.actions
+    assert isinstance(launch, rec.Launch)
+    start = launch.job.spec.start
+    assert start.mode == "resume"
+    assert launch.job.shard_map == "-40,40-80,80-"
+    assert start.tokens is not None and set(start.tokens) == {"80-"}
+    assert start.tokens["80-"]["pos"] == "0-1-10"
+    assert start.timestamps == {"-40": T0 + 20, "40-80": T0 + 20}
+    assert start.hop is not None and start.hop.from_shards == "-80,80-"
+    assert start.hop.last_delivered["-80"]["pos"] == "0-1-8"
+    entry = relaunching.status.key_range("-")
+    assert entry is not None and entry.hop is not None
+    assert entry.hop.watermarks == {"-80": "0-1-8"}
+    assert entry.shard_map == "-40,40-80,80-"
+
+    completed = world.step()
+    assert completed.actions == ()
+    assert condition(completed.status, "Hopping") == ("False", "HopCompleted")
+    assert condition(completed.status, "Ready") == ("True", "Launched")
+    assert completed.status.hop_count == 1
+    (hop,) = completed.status.hops
+    assert (hop.from_shards, hop.to_shards, hop.phase) == (
+        ["-80", "80-"],
+        ["-40", "40-80", "80-"],
+        "Completed",
+    )
+    assert hop.duration_seconds == 4.0
+    assert "HopCompleted" in [n.reason for n in completed.notes]
+
+    # exactly one hop: more steps, and the new job's reports, add no second one
+    world.report("-", a=token("-40", T0 + 30, 3))
+    for _ in range(3):
+        assert world.step().actions == ()
+    assert world.status.hop_count == 1 and len(world.status.hops) == 1
+    assert world.status.hops[0].duplicates_dropped == 2
+    assert len(world.launches()) == 2
+
+
+def test_a_change_elsewhere_in_the_shard_map_is_not_a_hop() -> None:
+    world = World(spec=stream_spec(keyRanges=["80-"]))
+    world.settle()
+    world.keyspace = keyspace(["-40", "40-80", "80-"])
+    decision = world.step()
+    assert decision.actions == ()
+    assert decision.status.hop_count == 0
+    entry = decision.status.key_range("80-")
+    assert entry is not None and entry.shard_map == "-40,40-80,80-"
+
+
+def test_a_source_without_a_delivered_token_hops_from_its_start() -> None:
+    world = World(spec=stream_spec(start={"mode": "timestamp", "timestamp": T0}))
+    world.settle()
+    world.keyspace = keyspace(["-40", "40-80", "80-"])
+    world.settle()
+    start = world.launches()[-1].job.spec.start
+    assert start.timestamps == {"-40": T0, "40-80": T0, "80-": T0}
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"tables": ["orders"]}, "Reconfiguring"),
+        ({"sinks": [{"type": "cdcv2", "path": "/data"}]}, "Reconfiguring"),
+    ],
+)
+def test_a_changed_configuration_relaunches_from_positions(
+    change: dict[str, Any], reason: str
+) -> None:
+    world = World()
+    world.settle()
+    world.report("-", a=token("-80", T0, 1))
+    world.spec = stream_spec(**change)
+    steps = world.settle()
+    assert reason in [n.reason for n in steps[0].notes]
+    assert len(world.launches()) == 2
+    assert world.launches()[-1].job.spec.start.tokens == {"-80": token("-80", T0, 1).to_json()}
+
+
+def test_failed_jobs_are_relaunched_then_left_degraded() -> None:
+    world = World()
+    world.settle()
+    for attempt in range(1, 4):
+        world.jobs = [replace(j, phase=JobPhase.FAILED, message="boom") for j in world.jobs]
+        steps = world.settle()
+        assert "JobFailed" in [n.reason for n in steps[0].notes]
+        assert world.status.key_ranges[0].restarts == attempt
+    world.jobs = [replace(j, phase=JobPhase.FAILED, message="boom") for j in world.jobs]
+    decision = world.step()
+    assert decision.actions == ()
+    assert condition(decision.status, "Degraded") == ("True", "JobFailed")
+
+
+def test_a_job_reporting_an_error_degrades_the_stream() -> None:
+    world = World()
+    world.settle()
+    entry = world.status.key_ranges[0]
+    world.progress["-"] = JobProgress(launch_id=entry.launch_id, error="binlog purged on -80")
+    decision = world.step()
+    assert condition(decision.status, "Degraded") == ("True", "JobError")
+
+
+def test_removed_key_ranges_lose_their_job_and_then_their_entry() -> None:
+    world = World(spec=stream_spec(keyRanges=["-80", "80-"]))
+    world.settle()
+    world.spec = stream_spec(keyRanges=["-80"])
+    decision = world.step()
+    assert [a.job.key_range for a in decision.actions if isinstance(a, rec.Stop)] == ["80-"]
+    world.step()
+    assert [e.key_range for e in world.status.key_ranges] == ["-80"]
+
+
+def test_progress_of_another_launch_or_older_tokens_never_moves_positions_back() -> None:
+    world = World()
+    world.settle()
+    world.report("-", a=token("-80", T0 + 10, 7))
+    world.step()
+    world.progress["-"] = JobProgress(
+        launch_id=1, shards={"-80": ShardProgress(token=token("-80", T0 + 5, 3))}
+    )
+    world.step()
+    entry = world.status.key_range("-")
+    assert entry is not None and entry.shard("-80") is not None
+    assert entry.shard("-80").token["pos"] == "0-1-7"  # type: ignore[union-attr]
+    world.progress["-"] = JobProgress(
+        launch_id=99, shards={"-80": ShardProgress(token=token("-80", T0 + 50, 30))}
+    )
+    world.step()
+    assert world.status.key_range("-").shard("-80").token["pos"] == "0-1-7"  # type: ignore[union-attr]
+
+
+def test_a_job_whose_status_was_lost_is_adopted_not_duplicated() -> None:
+    world = World()
+    world.settle()
+    world.status = StreamStatus()
+    decision = world.step()
+    assert decision.actions == ()
+    assert decision.status.key_ranges[0].launch_id == 1
+
+
+def test_cleanup_stops_every_job() -> None:
+    world = World(spec=stream_spec(keyRanges=["-80", "80-"]))
+    world.settle()
+    assert {s.job.job_id for s in rec.plan_cleanup(world.jobs)} == {j.job_id for j in world.jobs}
+
+
+def test_status_round_trips_through_the_api_shape() -> None:
+    world = World()
+    world.settle()
+    world.report("-", a=token("-80", T0 + 10, 7))
+    world.step()
+    dumped = world.status.dump()
+    assert dumped["keyRanges"][0]["shards"][0]["token"]["pos"] == "0-1-7"
+    assert dumped["maxLagSeconds"] == 1.5
+    assert StreamStatus.parse(dumped) == world.status
