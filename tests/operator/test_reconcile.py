@@ -7,9 +7,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
-
-from updatestream.core.token import EventToken
-from updatestream.spec import Keyspace, UpdateStreamSpec, parse_keyspace, parse_update_stream
 from updatestream_operator import reconcile as rec
 from updatestream_operator.models import (
     JobInfo,
@@ -19,6 +16,9 @@ from updatestream_operator.models import (
     StreamRef,
     StreamStatus,
 )
+
+from updatestream.core.token import EventToken
+from updatestream.spec import Keyspace, UpdateStreamSpec, parse_keyspace, parse_update_stream
 
 NOW = dt.datetime(2024, 5, 1, 12, 0, 0, tzinfo=dt.UTC)
 REF = StreamRef(namespace="ns", name="orders", uid="uid-1", generation=3)
@@ -191,9 +191,7 @@ def test_a_second_job_for_one_key_range_is_stopped_and_none_is_launched() -> Non
     (job,) = world.jobs
     world.jobs.append(replace(job, job_id="intruder", launch_id=job.launch_id - 1))
     decision = world.step()
-    assert [(type(a).__name__, getattr(a, "job").job_id) for a in decision.actions] == [
-        ("Stop", "intruder")
-    ]
+    assert [(type(a).__name__, a.job.job_id) for a in decision.actions] == [("Stop", "intruder")]
     assert [j.job_id for j in world.jobs] == [job.job_id]
 
 
