@@ -9,7 +9,7 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cache_dir=${UPDATESTREAM_CACHE_DIR:-$HOME/.cache/updatestream}
 bin_dir=$cache_dir/bin
 # Bump when the flags or the way a binary is produced change, so old builds are redone.
-recipe="v1 -trimpath -ldflags=-s -w -p 2"
+recipe="v2 -trimpath -ldflags=-s -w -p 2"
 
 go_cmd=${GO:-}
 if [ -z "$go_cmd" ]; then
@@ -71,13 +71,20 @@ ldflags_for() {
       local pkg
       for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
         flags+=" -X $pkg.gitVersion=$v -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
-        flags+=" -X $pkg.gitTreeState=clean"
+        flags+=" -X $pkg.gitTreeState=clean -X $pkg.gitCommit="
       done
       ;;
     helm)
       v=$(pinned helm helm.sh/helm/v3)
       flags+=" -X helm.sh/helm/v3/internal/version.version=$v"
       flags+=" -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+      # Helm reports the Kubernetes version it was built against (its client libraries).
+      v=$(pinned helm k8s.io/client-go)
+      local kminor=${v#v*.}; kminor=${kminor%%.*}
+      flags+=" -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1"
+      flags+=" -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$kminor"
+      flags+=" -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1"
+      flags+=" -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$kminor"
       ;;
   esac
   echo "$flags"

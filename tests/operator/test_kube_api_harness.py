@@ -6,6 +6,8 @@ import base64
 import json
 import os
 import re
+import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -55,6 +57,13 @@ def pinned(module: str, path: str) -> str:
     match = re.search(rf"^\s*{re.escape(path)} (v\S+)", text, re.MULTILINE)
     assert match, f"{path} is not pinned in tools/{module}/go.mod"
     return match.group(1)
+
+
+def dead_pid() -> int:
+    """The pid of a process that has exited and been reaped."""
+    process = subprocess.Popen(["true"])
+    process.wait()
+    return process.pid
 
 
 def widget(name: str, shard: str, min_replicas: int, max_replicas: int) -> str:
@@ -193,7 +202,12 @@ def test_helm_reaches_the_server_with_the_same_kubeconfig(kube_api: KubeApi) -> 
 
 
 def test_stop_ends_both_processes_and_removes_the_work_dir(kube_api: KubeApi) -> None:
+    stale = Path(tempfile.mkdtemp(prefix="updatestream-kube-"))
+    (stale / "owner.pid").write_text(str(dead_pid()))
+
     other = start_kube_api(tools=kube_api.tools)
+    assert not stale.exists(), "a work dir whose owner is gone is swept at start"
+    assert kube_api.workdir.exists(), "the live session's work dir is kept"
     pids = [process.pid for process in other._processes]
     assert len(pids) == 2
     assert other.kubectl("get", "--raw", "/readyz").stdout.strip() == "ok"

@@ -131,9 +131,13 @@ def free_port() -> int:
 
 
 def _die_with_parent() -> None:
-    """In the child: get SIGTERM when the test process dies, even if it is killed."""
+    """In the child: be killed when the test process dies, even if it is itself killed.
+
+    SIGKILL, not SIGTERM: both servers would get it at once, and kube-apiserver's graceful
+    shutdown then waits forever on the etcd that is going away. Their data is disposable.
+    """
     with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def _log_tail(path: Path, lines: int = 25) -> str:
@@ -244,6 +248,18 @@ class KubeApi:
             _stop_process(self._processes.pop())
         if not self._keep_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _remove_stale_workdirs() -> None:
+    """Remove work dirs left by test processes that were killed (their owner pid is gone)."""
+    for workdir in Path(tempfile.gettempdir()).glob("updatestream-kube-*"):
+        try:
+            owner = int((workdir / "owner.pid").read_text())
+            os.kill(owner, 0)
+        except ProcessLookupError:
+            shutil.rmtree(workdir, ignore_errors=True)
+        except (OSError, ValueError):
+            continue  # another user's, or still being created: leave it alone
 
 
 def _spawn(command: Sequence[str], log: Path) -> subprocess.Popen[bytes]:
@@ -410,7 +426,9 @@ def start_kube_api(
     """
     tools = tools or ensure_kube_tools()
     started = time.monotonic()
+    _remove_stale_workdirs()
     workdir = Path(tempfile.mkdtemp(prefix="updatestream-kube-"))
+    (workdir / "owner.pid").write_text(str(os.getpid()))
     pki = write_pki(workdir / "pki", SERVICE_IP)
     api = KubeApi(
         server="",
