@@ -32,6 +32,7 @@ class BatchContext:
 class SinkResult:
     written: int  # events that changed the sink
     skipped: int  # events the sink already had (replays, duplicates) or dropped by its rules
+    late: int = 0  # events written at a later time than their own (CDCv2: time had completed)
 
 
 class Sink(Protocol):

@@ -1,0 +1,23 @@
+"""Fixtures of the jobs tests.
+
+- `memcached`: one real memcached for the session (`-U 0 -m 64` on a free loopback port),
+  stopped by its pid at the end. Tests that need an empty cache call `memcached.flush()` or use
+  keys of their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.jobs.memcached_server import MemcachedServer
+
+
+@pytest.fixture(scope="session")
+def memcached() -> Iterator[MemcachedServer]:
+    server = MemcachedServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()

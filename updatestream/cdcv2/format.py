@@ -1,0 +1,191 @@
+"""The CDCv2 statements and how they are written down.
+
+Two kinds of statement, both true about the final history once written:
+
+* an **update** ``(data, time, diff)``: at ``time`` the multiplicity of ``data`` changes by
+  ``diff``. For a change stream ``data`` is one row of one table
+  (``{"table": ..., "pk": {...}, "row": {...}}``); an update of a row is ``-1`` of its before
+  image and ``+1`` of its after image, an insert only the ``+1``, a delete only the ``-1``.
+  Updates are consolidated: one ``(data, time)`` pair appears with one non-zero ``diff``.
+* a **progress** statement ``(lower, upper, counts)``: every time ``t`` with
+  ``lower <= t < upper`` has exactly the number of distinct updates given in ``counts``
+  (times not listed have none). ``lower`` and ``upper`` are antichains of times; times here are
+  integers (seconds since the epoch), so each holds one element, and an empty ``upper`` would
+  close the stream.
+
+Statements are JSON lines, one per line::
+
+    {"update": [{"table": "users", "pk": {"id": 1}, "row": {...}}, 1700000000, 1]}
+    {"progress": {"lower": [0], "upper": [1700000001], "counts": [[1700000000, 1]]}}
+
+Layout of a stream directory (``<path>/<stream>/range=<key range>/``)::
+
+    batch-000000000042.jsonl   the statements of Spark batch 42, written to a temporary file
+                               and renamed into place, so a replayed batch replaces the file
+                               with identical content
+    _state/                    the writer's carry-over state (not part of the stream)
+
+Files starting with ``.`` or ``_`` are not part of the stream. A reader may take the files in
+any order, any number of times.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeAlias
+
+from updatestream.core.errors import UpdateStreamError
+
+BATCH_PREFIX = "batch-"
+BATCH_SUFFIX = ".jsonl"
+
+
+class CDCv2FormatError(UpdateStreamError):
+    """A CDCv2 file or statement is malformed, or statements contradict each other."""
+
+
+@dataclass(frozen=True, slots=True)
+class Update:
+    """One update statement; ``data`` is any JSON value (a row for a change stream)."""
+
+    data: Any
+    time: int
+    diff: int
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """Every time in ``[lower, upper)`` has exactly ``counts[time]`` distinct updates."""
+
+    lower: int
+    upper: int | None  # None: the stream is closed (an empty upper antichain)
+    counts: tuple[tuple[int, int], ...]
+
+
+Statement: TypeAlias = Update | Progress
+
+
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def canonical(data: Any) -> str:
+    """The canonical JSON text of a datum: equal data give equal text."""
+    return _CANONICAL.encode(data)
+
+
+def encode_update(data_text: str, time: int, diff: int) -> str:
+    """An update line from the canonical JSON text of its datum."""
+    return f'{{"update":[{data_text},{time:d},{diff:d}]}}'
+
+
+def encode(statement: Statement) -> str:
+    """One statement as one JSON line (without the newline)."""
+    if isinstance(statement, Update):
+        return encode_update(canonical(statement.data), statement.time, statement.diff)
+    upper = [] if statement.upper is None else [statement.upper]
+    body = {"lower": [statement.lower], "upper": upper, "counts": list(statement.counts)}
+    return json.dumps({"progress": body}, separators=(",", ":"))
+
+
+def _int(value: Any, what: str, line: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise CDCv2FormatError(f"{what} must be an integer in CDCv2 statement {line[:200]!r}")
+    return value
+
+
+def _single(values: Any, what: str, line: str, *, allow_empty: bool) -> int | None:
+    if not isinstance(values, list) or len(values) > 1 or (not values and not allow_empty):
+        raise CDCv2FormatError(
+            f"{what} must be a list of one integer time in CDCv2 statement {line[:200]!r}"
+        )
+    return _int(values[0], what, line) if values else None
+
+
+def decode(line: str) -> Statement:
+    """Parse one JSON line written by :func:`encode`."""
+    try:
+        obj = json.loads(line)
+    except ValueError as exc:
+        raise CDCv2FormatError(f"CDCv2 line is not JSON ({exc}): {line[:200]!r}") from None
+    if isinstance(obj, dict) and "update" in obj:
+        body = obj["update"]
+        if not isinstance(body, list) or len(body) != 3:
+            raise CDCv2FormatError(f"update must be [data, time, diff]: {line[:200]!r}")
+        return Update(body[0], _int(body[1], "time", line), _int(body[2], "diff", line))
+    if isinstance(obj, dict) and "progress" in obj:
+        body = obj["progress"]
+        if not isinstance(body, dict):
+            raise CDCv2FormatError(f"progress must be an object: {line[:200]!r}")
+        lower = _single(body.get("lower"), "lower", line, allow_empty=False)
+        assert lower is not None
+        upper = _single(body.get("upper"), "upper", line, allow_empty=True)
+        raw_counts = body.get("counts", [])
+        if not isinstance(raw_counts, list):
+            raise CDCv2FormatError(f"counts must be a list of [time, count]: {line[:200]!r}")
+        counts = []
+        for pair in raw_counts:
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise CDCv2FormatError(f"counts must be a list of [time, count]: {line[:200]!r}")
+            counts.append((_int(pair[0], "count time", line), _int(pair[1], "count", line)))
+        return Progress(lower, upper, tuple(counts))
+    raise CDCv2FormatError(f"CDCv2 line is neither an update nor a progress: {line[:200]!r}")
+
+
+def batch_file_name(batch_id: int) -> str:
+    return f"{BATCH_PREFIX}{batch_id:012d}{BATCH_SUFFIX}"
+
+
+def batch_id_of(path: Path) -> int | None:
+    """The batch id in a stream file name, or None for files that are not batch files."""
+    name = path.name
+    if not (name.startswith(BATCH_PREFIX) and name.endswith(BATCH_SUFFIX)):
+        return None
+    digits = name[len(BATCH_PREFIX) : -len(BATCH_SUFFIX)]
+    return int(digits) if digits.isdigit() else None
+
+
+def stream_files(directory: Path) -> list[Path]:
+    """The batch files of one stream directory, in batch order."""
+    found = [(batch_id_of(p), p) for p in directory.iterdir() if p.is_file()]
+    return [p for batch_id, p in sorted((b, p) for b, p in found if b is not None)]
+
+
+def read_file(path: Path) -> Iterator[Statement]:
+    """The statements of one file, with errors naming the file and line."""
+    with path.open("r", encoding="utf-8") as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield decode(line)
+            except CDCv2FormatError as exc:
+                raise CDCv2FormatError(f"{path}:{number}: {exc}") from None
+
+
+def write_atomically(path: Path, lines: Iterable[str]) -> None:
+    """Write lines to a temporary file beside ``path``, fsync, rename over ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            for line in lines:
+                fh.write(line)
+                fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
