@@ -20,6 +20,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     capture = config.pluginmanager.getplugin("capturemanager")
 
     def echo(line: str) -> None:
+        if capture is None:  # run with `-p no:capture`
+            print(line, flush=True)
+            return
         with capture.global_and_fixture_disabled():
             print(line, flush=True)
 
