@@ -142,8 +142,6 @@ class MemcachedSink(_Model):
     key_template: dict[str, str] = Field(default_factory=dict, alias="keyTemplate")
     # table -> more key templates to invalidate (composite objects keyed by part of the pk)
     extra_keys: dict[str, list[str]] = Field(default_factory=dict, alias="extraKeys")
-    # table -> more key templates to invalidate (composite objects keyed by part of the pk)
-    extra_keys: dict[str, list[str]] = Field(default_factory=dict, alias="extraKeys")
 
 
 class VersionStreamSink(_Model):
@@ -159,8 +157,6 @@ class CDCv2Sink(_Model):
     type: Literal["cdcv2"]
     path: str = Field(min_length=1)
     format: Literal["jsonl", "parquet"] = "jsonl"
-    # how far a shard's timestamps may go back; times complete only this much below watermarks
-    allowed_lateness: int = Field(1, ge=0, alias="allowedLatenessSeconds")
     # how far a shard's timestamps may go back; times complete only this much below watermarks
     allowed_lateness: int = Field(1, ge=0, alias="allowedLatenessSeconds")
 
