@@ -49,6 +49,12 @@ lint: $(STAMP) ## ruff, mypy and the import-linter contracts
 test: system-deps kube-tools $(STAMP) lint ## everything CI checks: lint, types, layering, unit and integration tests
 	$(BIN)/pytest tests
 
+.PHONY: sync-crds
+sync-crds: ## copy the CRDs (crds/, the source of truth) into the Helm chart
+	@mkdir -p charts/updatestream-operator/crds
+	rm -f charts/updatestream-operator/crds/*.yaml
+	cp crds/*.yaml charts/updatestream-operator/crds/
+
 .PHONY: format
 format: $(STAMP) ## apply ruff's formatting and safe fixes
 	$(BIN)/ruff check --fix .

@@ -1,0 +1,193 @@
+{{/*
+Names, labels and shared fragments. Helpers are named `<chart>.<component>.<thing>`; the
+chart-wide ones `<chart>.<thing>`.
+*/}}
+
+{{/* The chart name, or nameOverride. */}}
+{{- define "updatestream-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The full name: fullnameOverride, or `<release>-<chart name>` (just the release name when it
+already contains the chart name). Kept to 52 characters so that suffixes stay valid names.
+*/}}
+{{- define "updatestream-operator.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 52 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* `<chart>-<version>` for the helm.sh/chart label. */}}
+{{- define "updatestream-operator.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels of every resource. */}}
+{{- define "updatestream-operator.labels" -}}
+helm.sh/chart: {{ include "updatestream-operator.chart" . }}
+app.kubernetes.io/name: {{ include "updatestream-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: updatestream
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* The image reference: registry/repository, then @digest or :tag (appVersion by default). */}}
+{{- define "updatestream-operator.image" -}}
+{{- $repository := .Values.image.repository }}
+{{- if .Values.image.registry }}
+{{- $repository = printf "%s/%s" .Values.image.registry .Values.image.repository }}
+{{- end }}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" $repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" $repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* ---- operator ---------------------------------------------------------------------- */}}
+
+{{- define "updatestream-operator.operator.name" -}}
+{{- include "updatestream-operator.fullname" . }}
+{{- end }}
+
+{{- define "updatestream-operator.operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "updatestream-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{- define "updatestream-operator.operator.labels" -}}
+{{ include "updatestream-operator.labels" . }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{- define "updatestream-operator.operator.serviceAccountName" -}}
+{{- if .Values.operator.serviceAccount.create }}
+{{- default (include "updatestream-operator.operator.name" .) .Values.operator.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.operator.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The namespace the operator serves when it is not cluster-wide. */}}
+{{- define "updatestream-operator.operator.watchNamespace" -}}
+{{- default .Release.Namespace .Values.operator.watchNamespace }}
+{{- end }}
+
+{{/* Where the operator finds spark-defaults.conf and the Spark pod templates. */}}
+{{- define "updatestream-operator.operator.sparkConfDir" -}}
+/etc/updatestream/spark
+{{- end }}
+
+{{/*
+What the operator may do in the namespaces it serves: read and patch its custom resources and
+their status, post Events, and run jobs (driver Pods with their Services and ConfigMaps, which
+spark-submit creates, plus the jobs' configuration and progress ConfigMaps).
+*/}}
+{{- define "updatestream-operator.operator.rules" -}}
+- apiGroups: [updatestream.io]
+  resources: [keyspaces, updatestreams]
+  verbs: [get, list, watch, patch, update]
+- apiGroups: [updatestream.io]
+  resources: [keyspaces/status, updatestreams/status]
+  verbs: [get, patch, update]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create, patch]
+- apiGroups: [events.k8s.io]
+  resources: [events]
+  verbs: [create, patch]
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch, create, delete, deletecollection]
+- apiGroups: [""]
+  resources: [services]
+  verbs: [get, list, create, delete]
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get, list, watch, create, update, patch, delete]
+{{- with .Values.rbac.extraRules }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* The operator container's arguments (the image's entrypoint dispatches on the first). */}}
+{{- define "updatestream-operator.operator.args" -}}
+- operator
+{{- if .Values.rbac.clusterWide }}
+- --all-namespaces
+{{- else }}
+- --namespace={{ include "updatestream-operator.operator.watchNamespace" . }}
+{{- end }}
+- --launcher={{ .Values.operator.launcher }}
+- --metrics-port={{ .Values.operator.metricsPort }}
+- --liveness=http://0.0.0.0:{{ .Values.operator.healthPort }}/healthz
+{{- with .Values.operator.extraArgs }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* ---- spark ------------------------------------------------------------------------- */}}
+
+{{- define "updatestream-operator.spark.labels" -}}
+{{ include "updatestream-operator.labels" . }}
+app.kubernetes.io/component: spark
+{{- end }}
+
+{{- define "updatestream-operator.spark.serviceAccountName" -}}
+{{- if .Values.spark.serviceAccount.create }}
+{{- default (printf "%s-spark" (include "updatestream-operator.fullname" .)) .Values.spark.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.spark.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The namespaces Spark jobs run in, one per line (spark.jobNamespaces, or the served one). */}}
+{{- define "updatestream-operator.spark.jobNamespaces" -}}
+{{- if .Values.spark.jobNamespaces }}
+{{- range (uniq .Values.spark.jobNamespaces) }}
+{{ . }}
+{{- end }}
+{{- else }}
+{{ include "updatestream-operator.operator.watchNamespace" . }}
+{{- end }}
+{{- end }}
+
+{{/* The Spark pod templates' ConfigMap, mounted into the operator where spark-submit runs. */}}
+{{- define "updatestream-operator.spark.configMapName" -}}
+{{- printf "%s-spark" (include "updatestream-operator.fullname" .) }}
+{{- end }}
+
+{{/*
+The namespaces where the operator needs its namespaced Role when it is not cluster-wide: the
+one it serves and every Spark job namespace, one per line.
+*/}}
+{{- define "updatestream-operator.operator.roleNamespaces" -}}
+{{- $namespaces := list (include "updatestream-operator.operator.watchNamespace" .) }}
+{{- range (include "updatestream-operator.spark.jobNamespaces" . | splitList "\n") }}
+{{- if . }}{{ $namespaces = append $namespaces . }}{{ end }}
+{{- end }}
+{{- range (uniq $namespaces) }}
+{{ . }}
+{{- end }}
+{{- end }}
+
+{{/* ---- monitoring -------------------------------------------------------------------- */}}
+
+{{- define "updatestream-operator.monitoring.labels" -}}
+{{ include "updatestream-operator.labels" . }}
+app.kubernetes.io/component: monitoring
+{{- end }}
+
