@@ -18,14 +18,17 @@ def _normal_position(text: str) -> str:
         return text
 
 
-def identity_text(event: ChangeEvent) -> str:
-    """``ChangeEvent.identity`` as canonical text: origin shard, origin GTID position, index.
-
-    The GTID position is normalised (domains or server UUIDs in one order), so a hop duplicate
-    whose provenance was written by filtered replication has the same text as the original.
-    """
+def identity(event: ChangeEvent) -> tuple[str, str, int]:
+    """``ChangeEvent.identity`` with its GTID position normalised (domains or server UUIDs in
+    one order), so a hop duplicate whose provenance was written by filtered replication has the
+    identity of the original whatever the text form of the position."""
     shard, gtid, index = event.identity
-    return json.dumps([shard, _normal_position(gtid), index], separators=(",", ":"))
+    return shard, _normal_position(gtid), index
+
+
+def identity_text(event: ChangeEvent) -> str:
+    """:func:`identity` as compact JSON text."""
+    return json.dumps(identity(event), separators=(",", ":"))
 
 
 def loads_object(text: str | None, what: str, event: ChangeEvent) -> dict[str, Any]:

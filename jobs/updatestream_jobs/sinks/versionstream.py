@@ -1,0 +1,134 @@
+"""The Version Stream sink: every row change appended as the next version of one stream.
+
+Each change becomes a version of the entity ``<table>:<primary key JSON>`` with the after image
+as ``data`` (NULL for a delete: a tombstone). An update that changes the primary key first
+writes a tombstone for the old key. A batch is appended in one transaction (see
+:mod:`updatestream.versionstream.repository`): gapless versions in stream order, each change at
+most once, recognised by its source identity, so replayed batches and hop duplicates append
+nothing.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pymysql
+
+from updatestream import spec
+from updatestream.core.errors import UpdateStreamError
+from updatestream.versionstream.repository import (
+    Origin,
+    Record,
+    VersionStreamRepository,
+    entity_name,
+)
+from updatestream_jobs.events import ChangeEvent
+from updatestream_jobs.sinks.base import BatchContext, SinkError, SinkResult
+from updatestream_jobs.sinks.common import identity, pk_of, row_images
+
+
+def records_of(event: ChangeEvent) -> list[Record]:
+    """The versions one row change appends."""
+    pk, before, after = row_images(event)
+    origin = Origin(*identity(event))
+    table = event.table or ""
+    if after is None:
+        return [Record(entity_name(table, pk_of(before or pk, pk)), None, origin)]
+    records = [Record(entity_name(table, pk_of(after, pk)), event.after, origin)]
+    if before is not None and pk_of(before, pk) != pk_of(after, pk):
+        tombstone = Origin(origin.shard, origin.gtid, origin.index, part=1)
+        records.insert(0, Record(entity_name(table, pk_of(before, pk)), None, tombstone))
+    return records
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, UpdateStreamError):
+        return str(exc)
+    if isinstance(exc, pymysql.err.MySQLError) and len(exc.args) >= 2:
+        return f"MySQL error {exc.args[0]}: {exc.args[1]}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+class VersionStreamSink:
+    """Appends each batch to ``<database>.<table>``, stream ``stream`` (see the module)."""
+
+    def __init__(self, config: spec.VersionStreamSink, *, keyspace: str, secrets_dir: Path) -> None:
+        self.config = config
+        self.keyspace = keyspace
+        self.secrets_dir = secrets_dir
+        endpoint = config.mysql
+        self.address = f"{endpoint.host}:{endpoint.port}"
+        self.name = (
+            f"versionstream({self.address}/{config.database}.{config.table} stream {config.stream})"
+        )
+        self._repository: VersionStreamRepository | None = None
+
+    def _settings(self) -> dict[str, Any]:
+        credentials = spec.read_credentials(self.secrets_dir, self.config.credentials_secret)
+        endpoint = self.config.mysql
+        settings: dict[str, Any] = {
+            "host": endpoint.host,
+            "port": endpoint.port,
+            "user": credentials.username,
+            "password": credentials.password,
+            "charset": "utf8mb4",
+            "autocommit": False,
+            "connect_timeout": 5,
+            "read_timeout": 60,
+            "write_timeout": 60,
+        }
+        if endpoint.tls != "disabled":
+            context = ssl.create_default_context()
+            ca = self.secrets_dir / self.config.credentials_secret.name / "ca.crt"
+            if ca.is_file():
+                context.load_verify_locations(cafile=str(ca))
+            context.check_hostname = endpoint.tls == "verify-identity"
+            if endpoint.tls not in ("verify-ca", "verify-identity"):
+                context.verify_mode = ssl.CERT_NONE
+            settings["ssl"] = context
+        return settings
+
+    @property
+    def repository(self) -> VersionStreamRepository:
+        if self._repository is None:
+            settings = self._settings()
+            self._repository = VersionStreamRepository(
+                lambda: pymysql.connect(**settings),
+                table=self.config.table,
+                database=self.config.database,
+                stream=self.config.stream,
+                where=self.name,
+            )
+        return self._repository
+
+    def open(self) -> None:
+        try:
+            self.repository.create_table()
+        except (pymysql.err.MySQLError, OSError, UpdateStreamError) as exc:
+            raise SinkError(
+                f"{self.name}: cannot create the Version Stream table: {_describe(exc)}"
+            ) from None
+
+    def write_batch(self, events: Iterable[ChangeEvent], ctx: BatchContext) -> SinkResult:
+        records: list[Record] = []
+        changes = 0
+        for event in events:
+            if event.op != "heartbeat":
+                changes += 1
+                records += records_of(event)
+        try:
+            result = self.repository.append(records)
+        except (pymysql.err.MySQLError, OSError, UpdateStreamError) as exc:
+            raise SinkError(
+                f"{self.name}: cannot append batch {ctx.batch_id} ({len(records)} versions); "
+                f"nothing was appended: {_describe(exc)}"
+            ) from None
+        skipped = min(changes, result.skipped)
+        return SinkResult(written=changes - skipped, skipped=skipped)
+
+    def close(self) -> None:
+        if self._repository is not None:
+            self._repository.close()
