@@ -172,6 +172,8 @@ SinkSpec = Annotated[
 
 
 class SparkSpec(_Model):
+    # how the operator runs the job; None: the operator's default (spark-submit in a cluster)
+    launcher: Literal["spark-submit", "spark-operator", "local"] | None = None
     image: str | None = None
     master: str | None = None
     service_account: str | None = Field(None, alias="serviceAccount")

@@ -56,6 +56,13 @@ class JobInfo:
     phase: JobPhase
     message: str = ""
     created_at: dt.datetime | None = None
+    namespace: str = ""
+    launcher: str = ""  # which launcher runs it (set when listed)
+
+    @property
+    def key(self) -> str:
+        """`namespace/job_id`: what `Launcher.stop` and `Launcher.status` take."""
+        return f"{self.namespace}/{self.job_id}"
 
 
 @dataclass(frozen=True)
@@ -105,6 +112,10 @@ class JobSpec:
     @property
     def spark(self) -> SparkSpec:
         return self.spec.spark
+
+    @property
+    def key(self) -> str:
+        return f"{self.stream.namespace}/{self.job_id}"
 
 
 # -- status -------------------------------------------------------------------------------------

@@ -54,6 +54,7 @@ class Observed:
     jobs: Sequence[JobInfo]
     progress: Mapping[str, JobProgress]  # key range -> the latest report of its job
     now: dt.datetime
+    keyspace_error: str | None = None  # why the Keyspace object could not be read
 
 
 @dataclass(frozen=True)
@@ -102,8 +103,15 @@ class Problem:
 # -- validation ----------------------------------------------------------------------------------
 
 
-def validate(stream: StreamRef, spec: UpdateStreamSpec, keyspace: Keyspace | None) -> list[Problem]:
+def validate(
+    stream: StreamRef,
+    spec: UpdateStreamSpec,
+    keyspace: Keyspace | None,
+    keyspace_error: str | None = None,
+) -> list[Problem]:
     """What makes the stream impossible to run against its Keyspace (empty when nothing)."""
+    if keyspace_error is not None:
+        return [Problem("InvalidKeyspace", keyspace_error)]
     if keyspace is None:
         return [
             Problem(
@@ -650,7 +658,7 @@ def reconcile(obs: Observed, settings: Settings | None = None) -> Decision:
     spec, keyspace = obs.spec, obs.keyspace
     wanted = [KeyRange.parse(k).name for k in spec.key_ranges]
     jobs = _group_jobs(step, wanted)
-    problems = validate(obs.stream, spec, keyspace)
+    problems = validate(obs.stream, spec, keyspace, obs.keyspace_error)
     step.degraded.extend(problems)
 
     entries: list[KeyRangeStatus] = []
@@ -687,3 +695,24 @@ def reconcile(obs: Observed, settings: Settings | None = None) -> Decision:
 def plan_cleanup(jobs: Sequence[JobInfo]) -> tuple[Stop, ...]:
     """Stopping every job of a stream that is being deleted."""
     return tuple(Stop(job, "the UpdateStream is being deleted") for job in jobs)
+
+
+def keyspace_status(
+    keyspace: Keyspace, current: Mapping[str, object] | None, now: dt.datetime, generation: int
+) -> dict[str, object]:
+    """The status of a Keyspace: its serving shard map and whether that map is valid."""
+    previous = StreamStatus.parse({"conditions": (current or {}).get("conditions") or []})
+    try:
+        serving = str(ShardMap.parse(",".join(keyspace.spec.serving_shards)))
+        ready, reason, message = True, "ShardMapValid", f"serving shards {serving}"
+    except UpdateStreamError as exc:
+        serving = ",".join(keyspace.spec.serving_shards)
+        ready, reason, message = False, "InvalidShardMap", str(exc)
+    conditions = cond.set_condition(
+        previous.conditions, cond.READY, ready, reason, message, now=now, generation=generation
+    )
+    return {
+        "observedGeneration": generation,
+        "servingShardMap": serving,
+        "conditions": [c.dump() for c in conditions],
+    }

@@ -1,0 +1,121 @@
+"""`updatestream operator` (runs the kopf operator) and `updatestream publish-progress`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+import click
+
+from updatestream_operator.config import LAUNCHERS, OperatorConfig
+
+
+@click.command("operator")
+@click.option(
+    "--namespace", "-n", default=None, help="Watch only this namespace (default: every one)."
+)
+@click.option(
+    "--launcher",
+    type=click.Choice(LAUNCHERS),
+    default=None,
+    help="How to run jobs (default: spark-submit in a cluster, local outside one).",
+)
+@click.option("--metrics-port", type=int, default=8080, show_default=True, help="0: none.")
+@click.option("--metrics-address", default="0.0.0.0", show_default=True)
+@click.option(
+    "--interval",
+    type=float,
+    default=10.0,
+    show_default=True,
+    help="Seconds between progress folds per stream.",
+)
+@click.option(
+    "--state-dir",
+    type=click.Path(path_type=Path),
+    default=Path(".updatestream") / "operator",
+    show_default=True,
+    help="Local launcher: where job directories and pid files live.",
+)
+@click.option(
+    "--secrets-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Local launcher: Secrets as <dir>/<name>/<key> files (default: read from the API).",
+)
+@click.option("--image", default=None, help="Container image of the Spark driver and executors.")
+@click.option("--service-account", default=None, help="ServiceAccount of the Spark drivers.")
+@click.option("--kubeconfig", default=None, help="Default: in-cluster, else $KUBECONFIG.")
+@click.option("--verbose", is_flag=True)
+def operator_command(
+    namespace: str | None,
+    launcher: Any,
+    metrics_port: int,
+    metrics_address: str,
+    interval: float,
+    state_dir: Path,
+    secrets_dir: Path | None,
+    image: str | None,
+    service_account: str | None,
+    kubeconfig: str | None,
+    verbose: bool,
+) -> None:
+    """Run the UpdateStream operator (kopf) until interrupted."""
+    import dataclasses
+
+    import kopf
+
+    from updatestream_operator import config, handlers  # noqa: F401 - registers the handlers
+
+    cfg = OperatorConfig(
+        namespace=namespace,
+        launcher=launcher,
+        metrics_port=metrics_port,
+        metrics_address=metrics_address,
+        timer_interval=interval,
+        state_dir=state_dir.absolute(),
+        secrets_dir=secrets_dir.absolute() if secrets_dir else None,
+        kubeconfig=kubeconfig,
+    )
+    cfg.cluster = dataclasses.replace(
+        cfg.cluster,
+        image=image or cfg.cluster.image,
+        service_account=service_account or cfg.cluster.service_account,
+    )
+    if kubeconfig:
+        os.environ["KUBECONFIG"] = kubeconfig  # kopf's own login reads it too
+    config.configure(cfg)
+    kopf.configure(verbose=verbose)
+    kopf.run(
+        clusterwide=namespace is None,
+        namespaces=[namespace] if namespace else [],
+        standalone=True,
+    )
+
+
+@click.command("publish-progress")
+@click.option("--status-file", type=click.Path(path_type=Path), required=True)
+@click.option("--namespace", required=True)
+@click.option("--config-map", required=True)
+@click.option("--launch-id", type=int, required=True)
+@click.option("--interval", type=float, default=5.0, show_default=True)
+def publish_progress(
+    status_file: Path, namespace: str, config_map: str, launch_id: int, interval: float
+) -> None:
+    """Copy a job's status file into its progress ConfigMap (the driver's sidecar)."""
+    from updatestream_operator import publisher
+    from updatestream_operator.storage import KubeStore
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    publisher.run(
+        KubeStore.connect(),
+        status_file=status_file,
+        namespace=namespace,
+        config_map=config_map,
+        launch_id=launch_id,
+        interval=interval,
+        stop=stop,
+    )

@@ -1,0 +1,151 @@
+"""The kopf handlers: parse the object, call the stream service, report.
+
+Only these functions raise kopf's errors; everything below them raises typed
+`UpdateStreamError`s. The service writes UpdateStream status itself, inside its per-stream
+lock (see `service.py`); the Keyspace handler returns its status through kopf's `patch`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from typing import Any
+
+import kopf
+
+from updatestream.core.errors import UpdateStreamError
+from updatestream.spec import API_GROUP, SpecError, parse_keyspace, parse_update_stream
+from updatestream_operator import config, metrics, scrub
+from updatestream_operator.kopfext import ScrubbingProgressStorage
+from updatestream_operator.reconcile import keyspace_status
+from updatestream_operator.service import StreamService
+from updatestream_operator.storage import VERSION, KubeStore
+
+STREAMS = (API_GROUP, VERSION, "updatestreams")
+KEYSPACES = (API_GROUP, VERSION, "keyspaces")
+FINALIZER = f"{API_GROUP}/finalizer"
+TICK_SECONDS = 2.0  # the timer's tick; each stream is folded every config.timer_interval
+
+log = logging.getLogger(__name__)
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
+    cfg = config.current()
+    # Secret values never reach a log line, an Event or kopf's progress annotations.
+    scrub.install()
+    # Our own finalizer: deletion waits for our cleanup, not for any kopf operator's marker.
+    settings.persistence.finalizer = FINALIZER
+    # Handler progress in annotations under our group: status holds only our own fields.
+    settings.persistence.progress_storage = ScrubbingProgressStorage(prefix=API_GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=API_GROUP, key="last-handled-configuration"
+    )
+    # Only warnings and errors become Events: the service posts the meaningful ones itself.
+    settings.posting.level = logging.WARNING
+    # One replica (the chart uses Recreate): no peering objects to install or watch.
+    settings.peering.standalone = True
+    # One namespace (--namespace) or all of them: kopf watches what the CLI passed it.
+    settings.peering.clusterwide = cfg.namespace is None
+    # The two resources are known: no CRD watch, hence no CRD read permission needed.
+    settings.scanning.disabled = True
+    # Handlers are sync (spark-submit blocks for seconds): enough threads for a few streams.
+    settings.execution.max_workers = 8
+    store = KubeStore.connect(cfg.kubeconfig)
+    book = metrics.MetricsBook()
+    memo.service = StreamService(
+        store,
+        config.build_launchers(cfg, store),
+        cfg.default_launcher,
+        book,
+        max_restarts=cfg.max_restarts,
+    )
+    memo.interval = cfg.timer_interval
+    memo.last_fold = {}
+    memo.stop_metrics = (
+        metrics.serve(book, cfg.metrics_port, cfg.metrics_address) if (cfg.metrics_port) else None
+    )
+    log.info(
+        "watching %s with the %s launcher by default",
+        f"namespace {cfg.namespace}" if cfg.namespace else "every namespace",
+        cfg.default_launcher,
+    )
+
+
+@kopf.on.cleanup()
+def shutdown(memo: Any, **_: Any) -> None:
+    if memo.get("stop_metrics"):
+        memo.stop_metrics()
+
+
+def _failed(memo: Any, exc: Exception, delay: float = 15) -> kopf.TemporaryError:
+    memo.service.metrics.count_error()
+    return kopf.TemporaryError(scrub.SCRUBBER.scrub(str(exc)), delay=delay)
+
+
+@kopf.on.resume(*STREAMS)
+@kopf.on.create(*STREAMS)
+@kopf.on.update(*STREAMS, field="spec")
+def reconcile_stream(
+    body: kopf.Body, name: str, namespace: str | None, memo: Any, **_: Any
+) -> None:
+    namespace = namespace or "default"
+    try:
+        parse_update_stream(dict(body), source=f"UpdateStream {namespace}/{name}")
+    except SpecError as exc:
+        memo.service.metrics.count_error()
+        raise kopf.PermanentError(scrub.SCRUBBER.scrub(str(exc))) from None
+    try:
+        memo.service.reconcile(namespace, name)
+    except Exception as exc:
+        raise _failed(memo, exc) from None
+
+
+@kopf.timer(*STREAMS, interval=TICK_SECONDS, initial_delay=TICK_SECONDS)
+def fold_progress(name: str, namespace: str | None, memo: Any, **_: Any) -> None:
+    namespace = namespace or "default"
+    key = (namespace, name)
+    if time.monotonic() - memo.last_fold.get(key, 0.0) < memo.interval:
+        return
+    memo.last_fold[key] = time.monotonic()
+    try:
+        memo.service.reconcile(namespace, name)
+    except Exception as exc:
+        raise _failed(memo, exc, delay=memo.interval) from None
+
+
+@kopf.on.delete(*STREAMS)
+def stop_stream(name: str, namespace: str | None, uid: str, memo: Any, **_: Any) -> None:
+    namespace = namespace or "default"
+    try:
+        done = memo.service.cleanup(namespace, name, uid)
+    except Exception as exc:
+        raise _failed(memo, exc, delay=5) from None
+    memo.last_fold.pop((namespace, name), None)
+    if not done:
+        raise kopf.TemporaryError("jobs are still terminating; checking again", delay=5)
+
+
+@kopf.on.resume(*KEYSPACES)
+@kopf.on.create(*KEYSPACES)
+@kopf.on.update(*KEYSPACES, field="spec")
+def keyspace_changed(
+    body: kopf.Body, name: str, namespace: str | None, memo: Any, patch: kopf.Patch, **_: Any
+) -> None:
+    namespace = namespace or "default"
+    try:
+        keyspace = parse_keyspace(dict(body), source=f"Keyspace {namespace}/{name}")
+    except SpecError as exc:
+        raise kopf.PermanentError(scrub.SCRUBBER.scrub(str(exc))) from None
+    generation = int(body.get("metadata", {}).get("generation", 0))
+    now = dt.datetime.now(dt.UTC)
+    patch.status.update(keyspace_status(keyspace, body.get("status"), now, generation))
+    failures = []
+    for stream in memo.service.streams_of_keyspace(namespace, name):
+        try:
+            memo.service.reconcile(namespace, stream)
+        except UpdateStreamError as exc:
+            failures.append(f"{stream}: {exc}")
+    if failures:
+        raise _failed(memo, UpdateStreamError("; ".join(failures)))

@@ -1,0 +1,85 @@
+"""The configuration files a streaming job is started with, and its command line.
+
+A job reads two manifests: the UpdateStream (with `spec.start` rewritten by the operator to
+where this launch starts: the user's start on the first launch, recorded positions and the
+hop's inputs afterwards) and its Keyspace. In a cluster both are keys of one ConfigMap
+mounted into the driver; the local launcher writes them as files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import yaml
+
+from updatestream.spec import API_VERSION, dump_keyspace
+from updatestream_operator.models import JobSpec
+
+STREAM_FILE = "stream.yaml"
+KEYSPACE_FILE = "keyspace.yaml"
+
+
+def stream_manifest(job: JobSpec) -> str:
+    document = {
+        "apiVersion": API_VERSION,
+        "kind": "UpdateStream",
+        "metadata": {"name": job.stream.name, "namespace": job.stream.namespace},
+        "spec": job.spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+    }
+    return yaml.safe_dump(document, sort_keys=False)
+
+
+def keyspace_manifest(job: JobSpec) -> str:
+    keyspace = job.keyspace.model_copy(update={"status": None})
+    return dump_keyspace(keyspace)
+
+
+def config_files(job: JobSpec) -> dict[str, str]:
+    """File name -> content, for the ConfigMap or the local state directory."""
+    return {STREAM_FILE: stream_manifest(job), KEYSPACE_FILE: keyspace_manifest(job)}
+
+
+def run_arguments(
+    *,
+    config_dir: str,
+    secrets_dir: str,
+    checkpoint: str,
+    metrics_port: int,
+    status_file: str,
+) -> list[str]:
+    """Arguments of `updatestream run` (after the program or the Spark main file)."""
+    return [
+        "run",
+        "--stream",
+        f"{config_dir}/{STREAM_FILE}",
+        "--keyspace",
+        f"{config_dir}/{KEYSPACE_FILE}",
+        "--secrets-dir",
+        secrets_dir,
+        "--checkpoint",
+        checkpoint,
+        "--metrics-port",
+        str(metrics_port),
+        "--status-file",
+        status_file,
+    ]
+
+
+def spark_resource_conf(prefix: str, resources: dict[str, str]) -> dict[str, str]:
+    """`spec.spark.driver`/`executor` (cores, memory, coreLimit, instances, ...) as Spark conf."""
+    known = {
+        "cores": f"spark.{prefix}.cores",
+        "memory": f"spark.{prefix}.memory",
+        "memoryOverhead": f"spark.{prefix}.memoryOverhead",
+        "coreRequest": f"spark.kubernetes.{prefix}.request.cores",
+        "coreLimit": f"spark.kubernetes.{prefix}.limit.cores",
+        "instances": f"spark.{prefix}.instances",
+    }
+    return {known.get(key, f"spark.{prefix}.{key}"): value for key, value in resources.items()}
+
+
+def conf_arguments(conf: dict[str, str]) -> Sequence[str]:
+    args: list[str] = []
+    for key, value in conf.items():
+        args += ["--conf", f"{key}={value}"]
+    return args

@@ -1,0 +1,123 @@
+"""What the two cluster launchers (spark-submit, spark-operator) share.
+
+Per job, two ConfigMaps owned by the UpdateStream: `<job>-config` (the job's configuration,
+mounted into the driver) and `<job>-progress`, which the driver's `progress-publisher` sidecar
+fills from the job's status file and the operator reads. The progress ConfigMap outlives the
+driver Pod, so a hop finds the final positions after stopping it; it is reset on each launch
+and carries the launch id, so a report is never taken for another launch's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from updatestream_operator import naming
+from updatestream_operator.config import ClusterSettings
+from updatestream_operator.jobconfig import config_files, run_arguments
+from updatestream_operator.models import JobProgress, JobSpec
+from updatestream_operator.progress import loads_progress
+from updatestream_operator.storage import KubeStore
+
+PROGRESS_KEY = "status.json"
+DRIVER_CONTAINER = "spark-kubernetes-driver"
+PUBLISHER_CONTAINER = "progress-publisher"
+CONFIG_VOLUME = "job-config"
+STATUS_VOLUME = "job-status"
+
+
+def write_config_maps(store: KubeStore, job: JobSpec) -> None:
+    """The job's configuration, and an empty progress report for this launch."""
+    namespace = job.stream.namespace
+    annotations = naming.job_annotations(job)
+    store.put_config_map(
+        namespace,
+        naming.config_map_name(job.job_id),
+        config_files(job),
+        labels=naming.job_labels(job.stream, job.key_range, role="config"),
+        annotations=annotations,
+        owner=job.stream,
+    )
+    store.put_config_map(
+        namespace,
+        naming.progress_map_name(job.job_id),
+        {},
+        labels=naming.job_labels(job.stream, job.key_range, role="progress"),
+        annotations=annotations,
+        owner=job.stream,
+    )
+
+
+def driver_arguments(job: JobSpec, settings: ClusterSettings) -> list[str]:
+    checkpoint = (
+        f"{settings.checkpoint_root}/{job.stream.namespace}/{job.job_id}/launch-{job.launch_id}"
+    )
+    return run_arguments(
+        config_dir=naming.CONFIG_MOUNT,
+        secrets_dir=naming.SECRETS_MOUNT,
+        checkpoint=checkpoint,
+        metrics_port=settings.driver_metrics_port,
+        status_file=naming.STATUS_FILE,
+    )
+
+
+def publisher_container(job: JobSpec, settings: ClusterSettings) -> dict[str, Any]:
+    """The sidecar copying the job's status file into the progress ConfigMap."""
+    return {
+        "name": PUBLISHER_CONTAINER,
+        "image": settings.image_for(job),
+        "command": [
+            "updatestream",
+            "publish-progress",
+            "--status-file",
+            naming.STATUS_FILE,
+            "--namespace",
+            job.stream.namespace,
+            "--config-map",
+            naming.progress_map_name(job.job_id),
+            "--launch-id",
+            str(job.launch_id),
+            "--interval",
+            str(settings.publish_interval_seconds),
+        ],
+        "volumeMounts": [{"name": STATUS_VOLUME, "mountPath": naming.STATUS_MOUNT}],
+        "resources": {
+            "requests": {"cpu": "10m", "memory": "64Mi"},
+            "limits": {"memory": "128Mi"},
+        },
+    }
+
+
+def job_volumes(job: JobSpec) -> list[dict[str, Any]]:
+    return [
+        {"name": CONFIG_VOLUME, "configMap": {"name": naming.config_map_name(job.job_id)}},
+        {"name": STATUS_VOLUME, "emptyDir": {}},
+    ]
+
+
+def driver_volume_mounts() -> list[dict[str, Any]]:
+    return [
+        {"name": CONFIG_VOLUME, "mountPath": naming.CONFIG_MOUNT, "readOnly": True},
+        {"name": STATUS_VOLUME, "mountPath": naming.STATUS_MOUNT},
+    ]
+
+
+def read_progress(store: KubeStore, namespace: str, job_id: str) -> JobProgress | None:
+    name = naming.progress_map_name(job_id)
+    found = store.get_config_map(namespace, name)
+    if found is None:
+        return None
+    annotations = found.get("metadata", {}).get("annotations") or {}
+    try:
+        launch_id = int(annotations.get(naming.ANNOTATION_LAUNCH_ID, ""))
+    except ValueError:
+        launch_id = None
+    text = (found.get("data") or {}).get(PROGRESS_KEY)
+    if not text:
+        return JobProgress(launch_id=launch_id)
+    return loads_progress(text, launch_id=launch_id, source=f"ConfigMap {namespace}/{name}")
+
+
+def remove_stream_objects(store: KubeStore, namespace: str, stream_uid: str) -> None:
+    """Delete the ConfigMaps of every job of a stream (configuration and progress)."""
+    for item in store.list_config_maps(namespace, naming.stream_selector(stream_uid)):
+        store.delete_config_map(namespace, item["metadata"]["name"])

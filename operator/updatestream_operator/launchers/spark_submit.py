@@ -1,0 +1,260 @@
+"""Launching jobs with `spark-submit --master k8s://... --deploy-mode cluster`.
+
+spark-submit creates the driver Pod (named after the job, so a second submission of the same
+job is refused by the API server) from a Pod template that carries the operator's labels,
+annotations and an owner reference to the UpdateStream, mounts the job's ConfigMap and adds
+the progress-publisher sidecar. `waitAppCompletion=false`: spark-submit returns once the Pod
+exists. The Keyspace's Secrets are mounted with `spark.kubernetes.driver.secrets.*`: the
+operator never reads them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from updatestream_operator import naming
+from updatestream_operator.config import ClusterSettings
+from updatestream_operator.jobconfig import conf_arguments, spark_resource_conf
+from updatestream_operator.launchers.base import LaunchError, job_info, parse_time, split_key
+from updatestream_operator.launchers.cluster import (
+    DRIVER_CONTAINER,
+    driver_arguments,
+    driver_volume_mounts,
+    job_volumes,
+    publisher_container,
+    read_progress,
+    remove_stream_objects,
+    write_config_maps,
+)
+from updatestream_operator.models import JobInfo, JobPhase, JobSpec, JobStatus
+from updatestream_operator.scrub import SCRUBBER
+from updatestream_operator.storage import KubeStore, owner_reference
+
+log = logging.getLogger(__name__)
+
+_DRIVER_SELECTOR = f"{naming.LABEL_MANAGED_BY}={naming.MANAGED_BY},{naming.LABEL_ROLE}=driver"
+
+
+def spark_home() -> str:
+    """The Spark distribution bundled with pyspark (spark-submit needs SPARK_HOME)."""
+    configured = os.environ.get("SPARK_HOME")
+    if configured:
+        return configured
+    import pyspark
+
+    return str(Path(pyspark.__file__).parent)
+
+
+def default_spark_submit() -> str:
+    return str(Path(spark_home()) / "bin" / "spark-submit")
+
+
+def pod_phase(pod: dict[str, Any]) -> tuple[JobPhase, str]:
+    metadata, status = pod.get("metadata", {}), pod.get("status") or {}
+    if metadata.get("deletionTimestamp"):
+        return JobPhase.TERMINATING, "being deleted"
+    phase = {
+        "Pending": JobPhase.PENDING,
+        "Running": JobPhase.RUNNING,
+        "Succeeded": JobPhase.SUCCEEDED,
+        "Failed": JobPhase.FAILED,
+    }.get(status.get("phase", ""), JobPhase.UNKNOWN)
+    message = status.get("message") or status.get("reason") or ""
+    for container in status.get("containerStatuses") or []:
+        if container.get("name") != DRIVER_CONTAINER:
+            continue
+        state = container.get("state") or {}
+        detail = state.get("terminated") or state.get("waiting") or {}
+        if detail:
+            message = ": ".join(x for x in (detail.get("reason"), detail.get("message")) if x)
+    return phase, message
+
+
+class SparkSubmitLauncher:
+    """One driver Pod per job, created by spark-submit in cluster mode."""
+
+    name = "spark-submit"
+
+    def __init__(
+        self,
+        store: KubeStore,
+        settings: ClusterSettings | None = None,
+        *,
+        spark_submit: str | None = None,
+        master: str | None = None,
+        submit_timeout: float = 300.0,
+        stop_timeout: float = 90.0,
+    ) -> None:
+        self.store = store
+        self.settings = settings or ClusterSettings()
+        self.spark_submit = spark_submit or default_spark_submit()
+        self.master = master or f"k8s://{store.server}"
+        self.submit_timeout = submit_timeout
+        self.stop_timeout = stop_timeout
+
+    # -- launch -----------------------------------------------------------------------------
+
+    def pod_template(self, job: JobSpec) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "labels": naming.job_labels(job.stream, job.key_range, role="driver"),
+                "annotations": naming.job_annotations(job),
+                "ownerReferences": [owner_reference(job.stream)],
+            },
+            "spec": {
+                "containers": [
+                    {"name": DRIVER_CONTAINER, "volumeMounts": driver_volume_mounts()},
+                    publisher_container(job, self.settings),
+                ],
+                "volumes": job_volumes(job),
+            },
+        }
+
+    def spark_conf(self, job: JobSpec, template: Path) -> dict[str, str]:
+        conf: dict[str, str] = {"spark.executor.instances": "1"}
+        conf |= spark_resource_conf("driver", job.spark.driver)
+        conf |= spark_resource_conf("executor", job.spark.executor)
+        conf |= job.spark.conf
+        # what makes the job this job: not overridable by spec.spark.conf
+        conf |= {
+            "spark.app.name": job.job_id,
+            "spark.kubernetes.namespace": job.stream.namespace,
+            "spark.kubernetes.driver.pod.name": job.job_id,
+            "spark.kubernetes.container.image": self.settings.image_for(job),
+            "spark.kubernetes.submission.waitAppCompletion": "false",
+            "spark.kubernetes.authenticate.driver.serviceAccountName": (
+                self.settings.service_account_for(job)
+            ),
+            "spark.kubernetes.driver.podTemplateFile": str(template),
+            "spark.kubernetes.driver.podTemplateContainerName": DRIVER_CONTAINER,
+        }
+        for key, value in naming.job_labels(job.stream, job.key_range, role="executor").items():
+            conf[f"spark.kubernetes.executor.label.{key}"] = value
+        for secret in job.secret_names:
+            path = f"{naming.SECRETS_MOUNT}/{secret}"
+            conf[f"spark.kubernetes.driver.secrets.{secret}"] = path
+            conf[f"spark.kubernetes.executor.secrets.{secret}"] = path
+        return conf
+
+    def command(self, job: JobSpec, template: Path) -> list[str]:
+        return [
+            self.spark_submit,
+            "--master",
+            job.spark.master or self.master,
+            "--deploy-mode",
+            "cluster",
+            "--name",
+            job.job_id,
+            *conf_arguments(self.spark_conf(job, template)),
+            self.settings.app_resource,
+            *driver_arguments(job, self.settings),
+        ]
+
+    def launch(self, job: JobSpec) -> None:
+        namespace = job.stream.namespace
+        if self.store.get_pod(namespace, job.job_id) is not None:
+            log.info("driver Pod %s/%s exists already; not submitting again", namespace, job.job_id)
+            return
+        write_config_maps(self.store, job)
+        with tempfile.TemporaryDirectory(prefix="updatestream-submit-") as workdir:
+            template = Path(workdir) / "driver-pod-template.yaml"
+            template.write_text(yaml.safe_dump(self.pod_template(job)))
+            env = {**os.environ, "SPARK_HOME": spark_home()}
+            started = time.monotonic()
+            try:
+                result = subprocess.run(
+                    self.command(job, template),
+                    capture_output=True,
+                    text=True,
+                    timeout=self.submit_timeout,
+                    env=env,
+                    cwd=workdir,
+                    stdin=subprocess.DEVNULL,
+                )
+            except subprocess.TimeoutExpired:
+                raise LaunchError(
+                    f"spark-submit for job {namespace}/{job.job_id} did not return within "
+                    f"{self.submit_timeout:.0f}s; check that the API server is reachable"
+                ) from None
+        log.info(
+            "spark-submit for %s/%s exited %s after %.1fs",
+            namespace,
+            job.job_id,
+            result.returncode,
+            time.monotonic() - started,
+        )
+        if result.returncode != 0:
+            if self.store.get_pod(namespace, job.job_id) is not None:
+                return  # a concurrent submission created it: still exactly one
+            raise LaunchError(
+                f"spark-submit for job {namespace}/{job.job_id} failed with exit "
+                f"{result.returncode}: {_error_lines(result.stderr)}"
+            )
+
+    # -- stop, list, status -------------------------------------------------------------------
+
+    def stop(self, key: str) -> bool:
+        namespace, name = split_key(key)
+        pod = self.store.get_pod(namespace, name)
+        if pod is not None:
+            self.store.delete_pod(namespace, name)
+            self.store.delete_owned(namespace, pod["metadata"]["uid"])
+        self.store.delete_config_map(namespace, naming.config_map_name(name))
+        deadline = time.monotonic() + self.stop_timeout
+        while self.store.get_pod(namespace, name) is not None:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.5)
+        return True
+
+    def list(self, namespace: str | None = None, stream_uid: str | None = None) -> list[JobInfo]:
+        selector = _DRIVER_SELECTOR
+        if stream_uid:
+            selector += f",{naming.stream_selector(stream_uid)}"
+        jobs = []
+        for pod in self.store.list_pods(namespace, selector):
+            metadata = pod["metadata"]
+            phase, message = pod_phase(pod)
+            info = job_info(
+                name=metadata["name"],
+                namespace=metadata["namespace"],
+                labels=metadata.get("labels") or {},
+                annotations=metadata.get("annotations") or {},
+                phase=phase,
+                message=message,
+                created_at=parse_time(metadata.get("creationTimestamp")),
+            )
+            if info is not None:
+                jobs.append(info)
+        return jobs
+
+    def status(self, key: str) -> JobStatus:
+        namespace, name = split_key(key)
+        pod = self.store.get_pod(namespace, name)
+        phase, message = pod_phase(pod) if pod is not None else (JobPhase.ABSENT, "")
+        return JobStatus(name, phase, message, read_progress(self.store, namespace, name))
+
+    def cleanup(self, namespace: str, stream_uid: str) -> None:
+        remove_stream_objects(self.store, namespace, stream_uid)
+
+
+def _error_lines(stderr: str) -> str:
+    """The lines of spark-submit's output that say what went wrong (scrubbed)."""
+    lines = [
+        line.strip()
+        for line in stderr.splitlines()
+        if ("Exception" in line or "ERROR" in line or "Error" in line)
+        and not line.strip().startswith("at ")
+    ]
+    text = " | ".join(lines[-4:]) or stderr.strip()[-600:]
+    return SCRUBBER.scrub(text)[:1200]

@@ -1,0 +1,213 @@
+"""The stream service: observe, decide (the pure `reconcile`), write status, act; repeat.
+
+One lock per UpdateStream: kopf runs a stream's timer and its change handlers concurrently,
+and the Keyspace handler reconciles streams too, so every reconciliation of one stream takes
+the lock, reads the stream fresh from the API, and writes its status itself (inside the lock,
+before acting) rather than leaving the write to kopf after the handler returns, when another
+reconciliation could already have read the older status.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from updatestream.core.keyrange import KeyRange
+from updatestream.spec import Keyspace, SpecError, UpdateStream, parse_keyspace, parse_update_stream
+from updatestream_operator import reconcile as rec
+from updatestream_operator.launchers.base import Launcher, LaunchError
+from updatestream_operator.metrics import MetricsBook
+from updatestream_operator.models import JobInfo, JobProgress, StreamRef, StreamStatus
+from updatestream_operator.naming import job_name
+from updatestream_operator.progress import ProgressError
+from updatestream_operator.scrub import SCRUBBER
+from updatestream_operator.storage import KubeStore
+
+log = logging.getLogger(__name__)
+
+MAX_STEPS = 6  # a hop takes three steps (stop, plan and launch, complete)
+
+
+class StreamGone(Exception):
+    """The UpdateStream was deleted meanwhile: nothing to reconcile."""
+
+
+def stream_ref(stream: UpdateStream) -> StreamRef:
+    extra = stream.metadata.model_extra or {}
+    return StreamRef(
+        namespace=stream.metadata.namespace or "default",
+        name=stream.metadata.name,
+        uid=str(extra.get("uid", "")),
+        generation=int(extra.get("generation", 0) or 0),
+    )
+
+
+def _status_patch(status: StreamStatus) -> dict[str, Any]:
+    """The status as a merge patch: fields that became empty are removed (null)."""
+    dumped = status.dump()
+    fields = (f.alias or name for name, f in StreamStatus.model_fields.items())
+    return {key: dumped.get(key) for key in fields}
+
+
+class StreamService:
+    def __init__(
+        self,
+        store: KubeStore,
+        launchers: Mapping[str, Launcher],
+        default_launcher: str,
+        metrics: MetricsBook | None = None,
+        *,
+        max_restarts: int = 3,
+        clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+    ) -> None:
+        if default_launcher not in launchers:
+            raise ValueError(f"unknown launcher {default_launcher!r}")
+        self.store = store
+        self.launchers = dict(launchers)
+        self.default_launcher = default_launcher
+        self.metrics = metrics or MetricsBook()
+        self.max_restarts = max_restarts
+        self.clock = clock
+        self._locks: dict[tuple[str, str], threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+
+    def _lock(self, namespace: str, name: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault((namespace, name), threading.Lock())
+
+    # -- observing ----------------------------------------------------------------------------
+
+    def _read_stream(self, namespace: str, name: str) -> tuple[UpdateStream, dict[str, Any]]:
+        raw = self.store.get_stream(namespace, name)
+        if raw is None or raw.get("metadata", {}).get("deletionTimestamp"):
+            raise StreamGone(f"{namespace}/{name}")
+        stream = parse_update_stream(
+            {k: raw[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in raw},
+            source=f"UpdateStream {namespace}/{name}",
+        )
+        return stream, raw.get("status") or {}
+
+    def _read_keyspace(self, namespace: str, name: str) -> tuple[Keyspace | None, str | None]:
+        raw = self.store.get_keyspace(namespace, name)
+        if raw is None:
+            return None, None
+        try:
+            return parse_keyspace(
+                {k: raw[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in raw},
+                source=f"Keyspace {namespace}/{name}",
+            ), None
+        except SpecError as exc:
+            return None, str(exc)
+
+    def jobs(self, namespace: str, stream_uid: str) -> list[JobInfo]:
+        found = []
+        for name, launcher in self.launchers.items():
+            for job in launcher.list(namespace, stream_uid):
+                found.append(dataclasses.replace(job, launcher=name))
+        return found
+
+    def _progress(
+        self, ref: StreamRef, status: StreamStatus, key_ranges: list[str], launcher_name: str
+    ) -> dict[str, JobProgress]:
+        progress = {}
+        for key_range in key_ranges:
+            entry = status.key_range(key_range)
+            name = (entry.launcher if entry and entry.launcher else None) or launcher_name
+            launcher = self.launchers.get(name, self.launchers[launcher_name])
+            try:
+                report = launcher.status(f"{ref.namespace}/{job_name(ref, key_range)}").progress
+            except ProgressError as exc:
+                log.warning("ignoring a progress report of %s: %s", ref.name, exc)
+                continue
+            if report is not None:
+                progress[key_range] = report
+        return progress
+
+    # -- acting -----------------------------------------------------------------------------
+
+    def _execute(self, ref: StreamRef, actions: tuple[rec.Action, ...], launcher_name: str) -> None:
+        for action in sorted(actions, key=lambda a: isinstance(a, rec.Launch)):
+            if isinstance(action, rec.Stop):
+                job = action.job
+                launcher = self.launchers.get(job.launcher) or self.launchers[launcher_name]
+                log.info("stopping job %s of %s: %s", job.key, ref.name, action.reason)
+                launcher.stop(job.key)
+            else:
+                log.info("launching job %s of %s", action.job.key, ref.name)
+                try:
+                    self.launchers[launcher_name].launch(action.job)
+                except LaunchError as exc:
+                    note = rec.Note("Warning", "LaunchFailed", str(exc))
+                    self.store.post_event(ref, note)
+                    raise
+
+    def reconcile(self, namespace: str, name: str) -> StreamStatus | None:
+        """Bring one stream to its desired state; None if it is gone or being deleted."""
+        with self._lock(namespace, name):
+            decision: rec.Decision | None = None
+            ref: StreamRef | None = None
+            for _ in range(MAX_STEPS):
+                try:
+                    stream, raw_status = self._read_stream(namespace, name)
+                except StreamGone:
+                    return None
+                ref = stream_ref(stream)
+                spec = stream.spec
+                launcher_name = spec.spark.launcher or self.default_launcher
+                if launcher_name not in self.launchers:
+                    raise LaunchError(
+                        f"spec.spark.launcher {launcher_name!r} is not available here; "
+                        f"use one of {', '.join(self.launchers)}"
+                    )
+                status = StreamStatus.parse(raw_status)
+                keyspace, keyspace_error = self._read_keyspace(namespace, spec.keyspace)
+                wanted = [KeyRange.parse(k).name for k in spec.key_ranges]
+                observed = rec.Observed(
+                    stream=ref,
+                    spec=spec,
+                    keyspace=keyspace,
+                    status=status,
+                    jobs=self.jobs(namespace, ref.uid),
+                    progress=self._progress(ref, status, wanted, launcher_name),
+                    now=self.clock(),
+                    keyspace_error=keyspace_error,
+                )
+                settings = rec.Settings(launcher=launcher_name, max_restarts=self.max_restarts)
+                decision = rec.reconcile(observed, settings)
+                patch = _status_patch(decision.status)
+                if SCRUBBER.scrub_any(patch) != {k: raw_status.get(k) for k in patch}:
+                    self.store.patch_stream_status(namespace, name, patch)
+                for note in decision.notes:
+                    log.info("%s/%s: %s: %s", namespace, name, note.reason, note.message)
+                    self.store.post_event(ref, note)
+                if not decision.actions:
+                    break
+                self._execute(ref, decision.actions, launcher_name)
+            if decision is not None and ref is not None:
+                self.metrics.update(ref, decision.status)
+                return decision.status
+            return None
+
+    def streams_of_keyspace(self, namespace: str, keyspace: str) -> list[str]:
+        return [
+            item["metadata"]["name"]
+            for item in self.store.list_streams(namespace)
+            if (item.get("spec") or {}).get("keyspace") == keyspace
+        ]
+
+    def cleanup(self, namespace: str, name: str, uid: str) -> bool:
+        """Stop every job of a deleted stream and remove what they left; True when done."""
+        with self._lock(namespace, name):
+            done = True
+            for job in self.jobs(namespace, uid):
+                log.info("stopping job %s: the UpdateStream is being deleted", job.key)
+                done = self.launchers[job.launcher].stop(job.key) and done
+            if done:
+                for launcher in self.launchers.values():
+                    launcher.cleanup(namespace, uid)
+                self.metrics.forget(namespace, name)
+            return done

@@ -1,0 +1,370 @@
+"""The storage/adapter layer: everything the operator reads from or writes to Kubernetes.
+
+A thin wrapper over the official `kubernetes` client, so that the service and the launchers
+speak in objects (dicts) and `None`-for-absent, and never see an `ApiException` but a
+`KubeError` whose message is scrubbed of Secret values.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import logging
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from updatestream.core.errors import UpdateStreamError
+from updatestream.spec import API_GROUP
+from updatestream_operator.models import StreamRef
+from updatestream_operator.reconcile import Note
+from updatestream_operator.scrub import SCRUBBER
+
+log = logging.getLogger(__name__)
+
+VERSION = "v1alpha1"
+SPARK_GROUP = "sparkoperator.k8s.io"
+SPARK_VERSION = "v1beta2"
+SPARK_PLURAL = "sparkapplications"
+COMPONENT = "updatestream-operator"
+
+
+class KubeError(UpdateStreamError):
+    """A Kubernetes API call failed; the message names the call and the object."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(SCRUBBER.scrub(message))
+        self.status = status
+
+
+def _describe(exc: ApiException) -> str:
+    reason = exc.reason or ""
+    try:
+        import json
+
+        body = json.loads(exc.body or "{}")
+        reason = body.get("message") or reason
+    except ValueError:
+        pass
+    return f"HTTP {exc.status}: {reason}"
+
+
+@contextmanager
+def _calling(what: str) -> Iterator[None]:
+    try:
+        yield
+    except ApiException as exc:
+        raise KubeError(f"{what} failed: {_describe(exc)}", exc.status) from None
+
+
+def _absent(exc: KubeError) -> bool:
+    return exc.status == 404
+
+
+def load_client_configuration(kubeconfig: str | None = None) -> client.Configuration:
+    """In a Pod: its ServiceAccount; elsewhere: `kubeconfig`, `$KUBECONFIG` or ~/.kube/config."""
+    configuration = client.Configuration()
+    loader: Any = config
+    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        loader.load_incluster_config(client_configuration=configuration)
+    else:
+        loader.load_kube_config(
+            config_file=kubeconfig or os.environ.get("KUBECONFIG"),
+            client_configuration=configuration,
+        )
+    return configuration
+
+
+def owner_reference(ref: StreamRef) -> dict[str, Any]:
+    """Makes an object part of the UpdateStream: deleting the stream deletes it."""
+    return {
+        "apiVersion": f"{API_GROUP}/{VERSION}",
+        "kind": "UpdateStream",
+        "name": ref.name,
+        "uid": ref.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+@dataclass
+class KubeStore:
+    """Typed access to the objects the operator uses, over one API client."""
+
+    api: client.ApiClient
+
+    @classmethod
+    def connect(cls, kubeconfig: str | None = None) -> KubeStore:
+        return cls(client.ApiClient(load_client_configuration(kubeconfig)))
+
+    @property
+    def server(self) -> str:
+        return str(self.api.configuration.host)
+
+    # The client's generated typings are partial: calls go through `Any`.
+    @property
+    def core(self) -> Any:
+        return client.CoreV1Api(self.api)
+
+    @property
+    def custom(self) -> Any:
+        return client.CustomObjectsApi(self.api)
+
+    def _plain(self, obj: Any) -> dict[str, Any]:
+        api: Any = self.api
+        data: dict[str, Any] = api.sanitize_for_serialization(obj)
+        return data
+
+    # -- UpdateStreams and Keyspaces --------------------------------------------------------
+
+    def get_custom(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            with _calling(f"reading {plural} {namespace}/{name}"):
+                obj: dict[str, Any] = self.custom.get_namespaced_custom_object(
+                    API_GROUP, VERSION, namespace, plural, name
+                )
+                return obj
+        except KubeError as exc:
+            if _absent(exc):
+                return None
+            raise
+
+    def get_keyspace(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.get_custom("keyspaces", namespace, name)
+
+    def get_stream(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.get_custom("updatestreams", namespace, name)
+
+    def list_streams(self, namespace: str) -> list[dict[str, Any]]:
+        with _calling(f"listing UpdateStreams in {namespace}"):
+            found = self.custom.list_namespaced_custom_object(
+                API_GROUP, VERSION, namespace, "updatestreams"
+            )
+        return list(found.get("items", []))
+
+    def patch_stream_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        """Replace the operator's status fields (a merge patch of the status subresource)."""
+        body = {"status": SCRUBBER.scrub_any(status)}
+        with _calling(f"writing the status of UpdateStream {namespace}/{name}"):
+            self.custom.patch_namespaced_custom_object_status(
+                API_GROUP, VERSION, namespace, "updatestreams", name, body
+            )
+
+    # -- Events -----------------------------------------------------------------------------
+
+    def post_event(self, ref: StreamRef, note: Note) -> None:
+        now = dt.datetime.now(dt.UTC)
+        event = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(generate_name=f"{ref.name}.", namespace=ref.namespace),
+            involved_object=client.V1ObjectReference(
+                api_version=f"{API_GROUP}/{VERSION}",
+                kind="UpdateStream",
+                name=ref.name,
+                namespace=ref.namespace,
+                uid=ref.uid,
+            ),
+            reason=note.reason,
+            message=SCRUBBER.scrub(note.message)[:1024],
+            type=note.type,
+            source=client.V1EventSource(component=COMPONENT),
+            reporting_component=COMPONENT,
+            reporting_instance=os.environ.get("HOSTNAME", COMPONENT),
+            first_timestamp=now,
+            last_timestamp=now,
+            count=1,
+        )
+        try:
+            with _calling(f"posting Event {note.reason} on UpdateStream {ref.name}"):
+                self.core.create_namespaced_event(ref.namespace, event)
+        except KubeError as exc:  # Events are best effort; the status says the same
+            log.warning("%s", exc)
+
+    # -- ConfigMaps -------------------------------------------------------------------------
+
+    def get_config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            with _calling(f"reading ConfigMap {namespace}/{name}"):
+                return self._plain(self.core.read_namespaced_config_map(name, namespace))
+        except KubeError as exc:
+            if _absent(exc):
+                return None
+            raise
+
+    def put_config_map(
+        self,
+        namespace: str,
+        name: str,
+        data: dict[str, str],
+        *,
+        labels: dict[str, str],
+        annotations: dict[str, str] | None = None,
+        owner: StreamRef | None = None,
+    ) -> None:
+        """Create the ConfigMap, or replace its data, labels and annotations."""
+        body = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": labels,
+                "annotations": annotations or {},
+                "ownerReferences": [owner_reference(owner)] if owner else [],
+            },
+            "data": data,
+        }
+        try:
+            with _calling(f"creating ConfigMap {namespace}/{name}"):
+                self.core.create_namespaced_config_map(namespace, body)
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+            with _calling(f"replacing ConfigMap {namespace}/{name}"):
+                self.core.replace_namespaced_config_map(name, namespace, body)
+
+    def patch_config_map_data(self, namespace: str, name: str, data: dict[str, str]) -> None:
+        with _calling(f"updating ConfigMap {namespace}/{name}"):
+            self.core.patch_namespaced_config_map(name, namespace, {"data": data})
+
+    def list_config_maps(self, namespace: str | None, selector: str) -> list[dict[str, Any]]:
+        with _calling(f"listing ConfigMaps ({selector})"):
+            if namespace is None:
+                found = self.core.list_config_map_for_all_namespaces(label_selector=selector)
+            else:
+                found = self.core.list_namespaced_config_map(namespace, label_selector=selector)
+        return [self._plain(item) for item in found.items]
+
+    def delete_config_map(self, namespace: str, name: str) -> None:
+        try:
+            with _calling(f"deleting ConfigMap {namespace}/{name}"):
+                self.core.delete_namespaced_config_map(name, namespace)
+        except KubeError as exc:
+            if not _absent(exc):
+                raise
+
+    # -- Pods and what Spark makes beside them -------------------------------------------------
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            with _calling(f"reading Pod {namespace}/{name}"):
+                return self._plain(self.core.read_namespaced_pod(name, namespace))
+        except KubeError as exc:
+            if _absent(exc):
+                return None
+            raise
+
+    def list_pods(self, namespace: str | None, selector: str) -> list[dict[str, Any]]:
+        with _calling(f"listing Pods ({selector})"):
+            if namespace is None:
+                found = self.core.list_pod_for_all_namespaces(label_selector=selector)
+            else:
+                found = self.core.list_namespaced_pod(namespace, label_selector=selector)
+        return [self._plain(item) for item in found.items]
+
+    def delete_pod(self, namespace: str, name: str, grace_seconds: int = 30) -> None:
+        try:
+            with _calling(f"deleting Pod {namespace}/{name}"):
+                self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=grace_seconds)
+        except KubeError as exc:
+            if not _absent(exc):
+                raise
+
+    def delete_owned(self, namespace: str, owner_uid: str) -> list[str]:
+        """Delete the ConfigMaps and Services owned by `owner_uid` (what spark-submit made for
+        a driver). A cluster's garbage collector does the same; doing it here leaves nothing
+        behind even where none runs."""
+        deleted = []
+        with _calling(f"listing ConfigMaps in {namespace}"):
+            maps = self.core.list_namespaced_config_map(namespace).items
+        with _calling(f"listing Services in {namespace}"):
+            services = self.core.list_namespaced_service(namespace).items
+        for kind, items in (("ConfigMap", maps), ("Service", services)):
+            for item in items:
+                owners = item.metadata.owner_references or []
+                if not any(o.uid == owner_uid for o in owners):
+                    continue
+                name = item.metadata.name
+                try:
+                    with _calling(f"deleting {kind} {namespace}/{name}"):
+                        if kind == "ConfigMap":
+                            self.core.delete_namespaced_config_map(name, namespace)
+                        else:
+                            self.core.delete_namespaced_service(name, namespace)
+                    deleted.append(f"{kind}/{name}")
+                except KubeError as exc:
+                    if not _absent(exc):
+                        raise
+        return deleted
+
+    # -- Secrets (the local launcher only: cluster jobs mount them) ----------------------------
+
+    def read_secret(self, namespace: str, name: str) -> dict[str, str]:
+        """A Secret's values, decoded; every value is registered with the scrubber first."""
+        with _calling(f"reading Secret {namespace}/{name}"):
+            secret = self.core.read_namespaced_secret(name, namespace)
+        data = {str(k): str(v) for k, v in (secret.data or {}).items()}
+        SCRUBBER.register_secret_data(data, encoded=True)
+        return {k: base64.b64decode(v).decode("utf-8") for k, v in data.items()}
+
+    # -- SparkApplications ------------------------------------------------------------------
+
+    def spark_operator_installed(self) -> bool:
+        """True when the SparkApplication CRD (Kubeflow spark-operator) is served."""
+        try:
+            with _calling(f"discovering {SPARK_GROUP}/{SPARK_VERSION}"):
+                found = self.custom.get_api_resources(SPARK_GROUP, SPARK_VERSION)
+        except KubeError:
+            return False
+        return any(r.name == SPARK_PLURAL for r in found.resources or [])
+
+    def create_spark_application(self, namespace: str, body: dict[str, Any]) -> bool:
+        """Create it; False if one of that name exists already."""
+        try:
+            with _calling(f"creating SparkApplication {namespace}/{body['metadata']['name']}"):
+                self.custom.create_namespaced_custom_object(
+                    SPARK_GROUP, SPARK_VERSION, namespace, SPARK_PLURAL, body
+                )
+            return True
+        except KubeError as exc:
+            if exc.status == 409:
+                return False
+            raise
+
+    def get_spark_application(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            with _calling(f"reading SparkApplication {namespace}/{name}"):
+                obj: dict[str, Any] = self.custom.get_namespaced_custom_object(
+                    SPARK_GROUP, SPARK_VERSION, namespace, SPARK_PLURAL, name
+                )
+                return obj
+        except KubeError as exc:
+            if _absent(exc):
+                return None
+            raise
+
+    def list_spark_applications(self, namespace: str | None, selector: str) -> list[dict[str, Any]]:
+        with _calling(f"listing SparkApplications ({selector})"):
+            if namespace is None:
+                found = self.custom.list_cluster_custom_object(
+                    SPARK_GROUP, SPARK_VERSION, SPARK_PLURAL, label_selector=selector
+                )
+            else:
+                found = self.custom.list_namespaced_custom_object(
+                    SPARK_GROUP, SPARK_VERSION, namespace, SPARK_PLURAL, label_selector=selector
+                )
+        return list(found.get("items", []))
+
+    def delete_spark_application(self, namespace: str, name: str) -> None:
+        try:
+            with _calling(f"deleting SparkApplication {namespace}/{name}"):
+                self.custom.delete_namespaced_custom_object(
+                    SPARK_GROUP, SPARK_VERSION, namespace, SPARK_PLURAL, name
+                )
+        except KubeError as exc:
+            if not _absent(exc):
+                raise
