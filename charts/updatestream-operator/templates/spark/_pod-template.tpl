@@ -1,7 +1,8 @@
 {{/*
 A Spark pod template (driver or executor) meeting the `restricted` Pod Security Standard. Spark
 merges it with the Pod it builds: it adds its own volumes (configuration, local dirs), ports
-and environment, and keeps these security settings. Call with (dict "root" $ "role" "driver").
+and environment, and keeps these security settings. `/var/lib/updatestream` (the jobs' checkpoints) is
+writable scratch space too. Call with (dict "root" $ "role" "driver").
 */}}
 {{- define "updatestream-operator.spark.podTemplate" -}}
 {{- $root := .root -}}
@@ -42,10 +43,15 @@ spec:
       volumeMounts:
         - name: tmp
           mountPath: /tmp
+        - name: work
+          mountPath: /var/lib/updatestream
   volumes:
     - name: tmp
       emptyDir:
         sizeLimit: {{ $spark.tmpSizeLimit }}
+    - name: work
+      emptyDir:
+        sizeLimit: {{ $spark.workSizeLimit }}
 {{- end }}
 
 {{/* imagePullSecrets as Spark wants them: comma-separated names. */}}
