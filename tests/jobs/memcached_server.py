@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import time
@@ -27,16 +28,23 @@ class MemcachedServer:
     def start(self, attempts: int = 5) -> MemcachedServer:
         for _ in range(attempts):
             self.port = free_port()
+            command = [MEMCACHED, "-l", "127.0.0.1", "-p", str(self.port), "-U", "0",
+                       "-m", str(self.memory_mb), "-t", "2"]  # fmt: skip
+            if os.geteuid() == 0:
+                command += ["-u", "root"]  # memcached refuses to run as root without it
             self.process = subprocess.Popen(
-                [MEMCACHED, "-l", "127.0.0.1", "-p", str(self.port), "-U", "0",
-                 "-m", str(self.memory_mb), "-t", "2"],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-            )  # fmt: skip
+                command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            )
             if self._wait_ready():
                 return self
+            errors = self._stderr()
             self.stop()  # the port was taken in the meantime: try another
-        raise RuntimeError(f"memcached did not start after {attempts} attempts")
+        raise RuntimeError(f"memcached did not start after {attempts} attempts: {errors}")
+
+    def _stderr(self) -> str:
+        if self.process is None or self.process.stderr is None or self.process.poll() is None:
+            return ""
+        return self.process.stderr.read().decode("utf-8", "replace").strip()
 
     def _wait_ready(self, timeout: float = 10.0) -> bool:
         deadline = time.monotonic() + timeout

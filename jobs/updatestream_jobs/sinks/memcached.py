@@ -1,0 +1,70 @@
+"""The cache invalidation sink: each row change invalidates its keys in memcached.
+
+For every row change the sink computes the keys to invalidate (the row's key, and the extra
+composite-object keys, from the images before and after the change; see
+:mod:`updatestream.cache.keys`) and hands each key the change's Event Token, in stream order, to
+the invalidator (:mod:`updatestream.cache.invalidator`), which applies seed 000's rules with
+CAS. Replaying a batch finds the same or newer tokens and writes nothing; a hop duplicate has a
+token that compares EQUAL (same source transaction) or older, and writes nothing either.
+
+``SinkResult`` counts keys for this sink: ``written`` keys were added or replaced, ``skipped``
+keys already held the same or a newer token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from updatestream import spec
+from updatestream.cache.invalidator import CacheConflictError, CacheServerError, Invalidator
+from updatestream.cache.keys import KeyTemplateError, KeyTemplates
+from updatestream.cache.transport import CacheAddressError
+from updatestream_jobs.events import ChangeEvent
+from updatestream_jobs.sinks.base import BatchContext, SinkError, SinkResult
+from updatestream_jobs.sinks.common import row_images
+
+
+class MemcachedSink:
+    def __init__(self, config: spec.MemcachedSink, *, keyspace: str) -> None:
+        self.name = f"memcached({','.join(config.servers)})"
+        try:
+            self.templates = KeyTemplates(keyspace, config.key_template, config.extra_keys)
+            self.invalidator = Invalidator(config.servers)
+        except (KeyTemplateError, CacheAddressError) as exc:
+            raise SinkError(f"{self.name}: {exc}") from None
+
+    def open(self) -> None:
+        for server, client in self.invalidator.servers.clients.items():
+            try:
+                client.version()
+            except Exception as exc:  # any failure to talk to the server
+                raise SinkError(
+                    f"{self.name}: memcached {server} does not answer: {type(exc).__name__}: {exc}"
+                ) from None
+
+    def changes(self, events: Iterable[ChangeEvent]) -> dict[str, list[str]]:
+        """Key -> token texts of the changes that invalidate it, in stream order."""
+        changes: dict[str, list[str]] = {}
+        for event in events:
+            if event.op == "heartbeat" or event.table is None:
+                continue
+            pk, before, after = row_images(event)
+            for key in self.templates.keys_of_change(event.table, pk, (before, after)):
+                tokens = changes.setdefault(key, [])
+                if not tokens or tokens[-1] != event.token:
+                    tokens.append(event.token)
+        return changes
+
+    def write_batch(self, events: Iterable[ChangeEvent], ctx: BatchContext) -> SinkResult:
+        try:
+            report = self.invalidator.invalidate(self.changes(events))
+        except CacheServerError as exc:
+            raise SinkError(
+                f"{self.name}: cannot invalidate batch {ctx.batch_id}; nothing acknowledged: {exc}"
+            ) from None
+        except (CacheConflictError, KeyTemplateError, ValueError) as exc:
+            raise SinkError(f"{self.name}: batch {ctx.batch_id}: {exc}") from None
+        return SinkResult(written=report.changed, skipped=report.unchanged)
+
+    def close(self) -> None:
+        self.invalidator.close()

@@ -1,0 +1,159 @@
+"""The invalidation process of seed 000, batched and pipelined.
+
+For every changed key, with the tokens of its changes in stream order, the invalidator reads the
+entry (``gets``) and decides, change by change:
+
+* no entry: store the change's token without a value (``add``): the key must not be populated
+  with data older than this change;
+* the cached token is strictly older (BEFORE): replace it by the change's token, dropping the
+  value;
+* the cached token is strictly newer (AFTER) or the same (EQUAL: this change was already
+  applied, or the value was read exactly at it): keep the entry, drop the change;
+* the order is UNKNOWN (same second, different streams; or tokens of different GTID flavours):
+  invalidate with the change's token, the safe choice: at worst a key is invalidated twice.
+
+The outcome is written only if the entry is still the one read: ``add`` fails if someone
+added meanwhile, ``cas`` if someone changed it (an application populating it, another
+invalidator). Those keys are read again and decided again, at most ``max_attempts`` times.
+
+All keys of a batch are read with pipelined ``gets`` and written with pipelined ``add``/``cas``
+commands, grouped per server, in chunks; the server's connection is kept between batches.
+Token comparison is :func:`updatestream.core.token.compare`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from pymemcache.exceptions import MemcacheError
+
+from updatestream.cache.entry import EntryError, TokenCache, decode, encode
+from updatestream.cache.transport import STORED, Servers, StoreOp
+from updatestream.core.errors import UpdateStreamError
+from updatestream.core.gtid import Comparison, PositionError
+from updatestream.core.token import compare
+
+log = logging.getLogger(__name__)
+
+
+class CacheServerError(UpdateStreamError):
+    """A memcached server could not be reached or answered wrongly; names the server."""
+
+    def __init__(self, server: str, message: str) -> None:
+        super().__init__(message)
+        self.server = server
+
+
+class CacheConflictError(UpdateStreamError):
+    """Keys kept changing under the invalidator for every attempt."""
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidationReport:
+    keys: int  # keys the batch touched
+    changed: int  # keys written: added, or replaced by a newer or unordered token
+    unchanged: int  # keys whose cached token was newer or equal: the changes were dropped
+    conflicts: int  # writes lost to a concurrent writer and decided again
+
+
+class Invalidator:
+    def __init__(
+        self,
+        servers: Sequence[str],
+        *,
+        max_attempts: int = 10,
+        chunk: int = 1000,
+        tokens: TokenCache | None = None,
+    ) -> None:
+        self.servers = Servers(servers)
+        self.max_attempts = max_attempts
+        self.chunk = chunk
+        self.tokens = tokens or TokenCache()
+
+    def close(self) -> None:
+        self.servers.close()
+
+    def replaces(self, cached_text: str, incoming_text: str) -> bool:
+        """Does a change with token ``incoming_text`` replace an entry holding ``cached_text``?"""
+        if cached_text == incoming_text:
+            return False
+        try:
+            result = compare(self.tokens.get(cached_text), self.tokens.get(incoming_text))
+        except PositionError:
+            result = Comparison.UNKNOWN
+        return result in (Comparison.BEFORE, Comparison.UNKNOWN)
+
+    def _decide(
+        self, key: str, found: tuple[bytes, bytes] | None, texts: Sequence[str]
+    ) -> StoreOp | None:
+        if found is None:
+            state = texts[0]
+            for text in texts[1:]:
+                if self.replaces(state, text):
+                    state = text
+            return (b"add", key, encode(state), None)
+        raw, cas = found
+        try:
+            state = decode(raw, key).token_text
+            self.tokens.get(state)
+        except EntryError as exc:
+            log.warning("replacing an unreadable cache entry: %s", exc)
+            state, changed = texts[0], True
+            texts = texts[1:]
+        else:
+            changed = False
+        for text in texts:
+            if self.replaces(state, text):
+                state, changed = text, True
+        return (b"cas", key, encode(state), cas) if changed else None
+
+    def invalidate(self, changes: Mapping[str, Sequence[str]]) -> InvalidationReport:
+        """Apply one batch: ``changes`` maps each key to its changes' token texts in order."""
+        pending = {k: v for k, v in changes.items() if v}
+        changed = unchanged = conflicts = 0
+        for _attempt in range(self.max_attempts):
+            if not pending:
+                break
+            retry: dict[str, Sequence[str]] = {}
+            for server, keys in self.servers.split(list(pending)).items():
+                for start in range(0, len(keys), self.chunk):
+                    part = keys[start : start + self.chunk]
+                    done, lost, kept = self._round(server, part, pending)
+                    changed += done
+                    unchanged += kept
+                    for key in lost:
+                        retry[key] = pending[key]
+            conflicts += len(retry)
+            pending = retry
+        if pending:
+            sample = ", ".join(sorted(pending)[:3])
+            raise CacheConflictError(
+                f"{len(pending)} keys changed under the invalidator on each of "
+                f"{self.max_attempts} attempts (e.g. {sample}); the batch is not acknowledged "
+                "and will be retried"
+            )
+        return InvalidationReport(len(changes), changed, unchanged, conflicts)
+
+    def _round(
+        self, server: str, keys: list[str], pending: Mapping[str, Sequence[str]]
+    ) -> tuple[int, list[str], int]:
+        client = self.servers.clients[server]
+        try:
+            found = client.gets_many(keys)
+            ops: list[StoreOp] = []
+            kept = 0
+            for key in keys:
+                op = self._decide(key, found.get(key), pending[key])
+                if op is None:
+                    kept += 1
+                else:
+                    ops.append(op)
+            replies = client.store_many(ops)
+        except (OSError, MemcacheError) as exc:
+            raise CacheServerError(
+                server, f"memcached {server}: {type(exc).__name__}: {exc}"
+            ) from None
+        lost = [op[1] for op, reply in zip(ops, replies, strict=True) if reply != STORED]
+        return len(ops) - len(lost), lost, kept
