@@ -165,8 +165,11 @@ def test_full_values_reach_the_operator_pod(full_manifests: list[dict[str, Any]]
     container = operator_container(full_manifests)
     assert container["image"].startswith("registry.example.com/platform/updatestream@sha256:")
     assert container["imagePullPolicy"] == "Always"
-    assert "--all-namespaces" in container["args"] and "--verbose" in container["args"]
-    assert not any(a.startswith("--namespace") for a in container["args"])
+    assert {"--verbose", "--interval=5", "--service-account=updatestream-spark"} <= set(
+        container["args"]
+    )
+    assert f"--image={container['image']}" in container["args"]
+    assert not any(a.startswith("--namespace") for a in container["args"]), "cluster-wide"
     assert container["resources"]["limits"] == {"cpu": "1", "memory": "2Gi"}
     assert spec["imagePullSecrets"] == [{"name": "registry-credentials"}]
     assert spec["nodeSelector"] == {"kubernetes.io/os": "linux"}
@@ -176,7 +179,21 @@ def test_full_values_reach_the_operator_pod(full_manifests: list[dict[str, Any]]
     assert pod["metadata"]["labels"]["example.com/tier"] == "control"
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["UPDATESTREAM_EXAMPLE"] == "1"
-    assert env["UPDATESTREAM_SPARK_SERVICE_ACCOUNT"] == "updatestream-spark"
+
+
+@pytest.mark.parametrize("which", ["default", "full"])
+def test_the_operator_command_accepts_every_argument_the_chart_passes(
+    which: str, request: Any
+) -> None:
+    """The container's arguments parsed by the real `updatestream operator` command."""
+    from updatestream_operator.cli import operator_command
+
+    args = operator_container(request.getfixturevalue(f"{which}_manifests"))["args"]
+    assert args[0] == "operator"
+    context = operator_command.make_context("operator", list(args[1:]))
+    assert context.params["metrics_port"] == 9090
+    assert context.params["launcher"] == "spark-submit"
+    assert context.params["namespace"] == (None if which == "full" else "updatestream")
 
 
 def test_the_spark_config_is_mounted_where_spark_submit_reads_it(
@@ -272,6 +289,7 @@ def test_cluster_wide_rbac_and_spark_accounts_in_every_job_namespace(
     ]
     rules = rules_of(role)
     assert {"list", "watch"} <= rules["apiextensions.k8s.io/customresourcedefinitions"]
+    assert {"create", "delete"} <= rules["sparkoperator.k8s.io/sparkapplications"]
     assert rules["secrets"] == {"get"}, "rbac.extraRules are added"
     assert not [r for r in by_kind(full_manifests, "Role") if "spark" not in r["metadata"]["name"]]
     accounts = {

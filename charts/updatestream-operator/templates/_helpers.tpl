@@ -118,22 +118,34 @@ spark-submit creates, plus the jobs' configuration and progress ConfigMaps).
 - apiGroups: [""]
   resources: [configmaps]
   verbs: [get, list, watch, create, update, patch, delete]
+{{- if .Values.rbac.sparkApplications }}
+- apiGroups: [sparkoperator.k8s.io]
+  resources: [sparkapplications]
+  verbs: [get, list, watch, create, delete]
+{{- end }}
 {{- with .Values.rbac.extraRules }}
 {{ toYaml . }}
 {{- end }}
 {{- end }}
 
-{{/* The operator container's arguments (the image's entrypoint dispatches on the first). */}}
+{{/*
+The operator container's arguments: the image's entrypoint dispatches on the first. Without
+--namespace the operator serves every namespace.
+*/}}
 {{- define "updatestream-operator.operator.args" -}}
 - operator
-{{- if .Values.rbac.clusterWide }}
-- --all-namespaces
-{{- else }}
+{{- if not .Values.rbac.clusterWide }}
 - --namespace={{ include "updatestream-operator.operator.watchNamespace" . }}
 {{- end }}
 - --launcher={{ .Values.operator.launcher }}
 - --metrics-port={{ .Values.operator.metricsPort }}
 - --liveness=http://0.0.0.0:{{ .Values.operator.healthPort }}/healthz
+- --image={{ include "updatestream-operator.image" . }}
+- --service-account={{ include "updatestream-operator.spark.serviceAccountName" . }}
+- --state-dir=/tmp/updatestream-operator
+{{- if .Values.operator.verbose }}
+- --verbose
+{{- end }}
 {{- with .Values.operator.extraArgs }}
 {{ toYaml . }}
 {{- end }}

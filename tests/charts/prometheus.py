@@ -1,0 +1,135 @@
+"""A real Prometheus (Debian's /usr/bin/prometheus) on loopback, scraping given targets.
+
+Started with a one-second scrape interval and its own TSDB directory; stopped by pid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.support.kube import free_port
+
+PROMETHEUS = "/usr/bin/prometheus"
+_STARTS = 3  # attempts when the picked port was taken meanwhile
+
+
+class PrometheusError(Exception):
+    """Prometheus did not start, or a query was refused."""
+
+
+@dataclass
+class Prometheus:
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        """An instant query's result vector; PrometheusError if it is refused (bad PromQL)."""
+        params = urllib.parse.urlencode({"query": expr})
+        try:
+            with urllib.request.urlopen(f"{self.url}/api/v1/query?{params}", timeout=10) as r:
+                body = json.load(r)
+        except urllib.error.HTTPError as exc:
+            body = json.load(exc)
+        if body.get("status") != "success":
+            raise PrometheusError(f"query {expr!r} refused: {body.get('error')}")
+        result = body["data"]["result"]
+        if body["data"]["resultType"] == "scalar":
+            return [{"metric": {}, "value": result}]
+        return list(result)
+
+    def wait_for_scrapes(self, job: str, count: int, timeout: float = 30.0) -> None:
+        """Wait until `job` has been scraped successfully at least `count` more times."""
+        start = self._scrapes(job)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._scrapes(job) >= start + count:
+                return
+            time.sleep(0.25)
+        raise PrometheusError(f"job {job} was not scraped {count} times within {timeout:.0f}s")
+
+    def _scrapes(self, job: str) -> int:
+        found = self.query(f'sum_over_time(up{{job="{job}"}}[10m])')  # successful scrapes
+        return int(float(found[0]["value"][1])) if found else 0
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.kill(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=10)
+
+
+def _ready(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as response:
+            return bool(response.status == 200)
+    except (OSError, urllib.error.URLError):
+        return False
+
+
+def start_prometheus(
+    workdir: Path, targets: dict[str, Sequence[str]], timeout: float = 60.0
+) -> Prometheus:
+    """Prometheus scraping each job's `host:port` targets every second."""
+    config = {
+        "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+        "scrape_configs": [
+            {"job_name": job, "static_configs": [{"targets": list(addresses)}]}
+            for job, addresses in targets.items()
+        ],
+    }
+    config_file = workdir / "prometheus.yml"
+    config_file.write_text(yaml.safe_dump(config))
+    log = workdir / "prometheus.log"
+    for _ in range(_STARTS):
+        url = f"http://127.0.0.1:{free_port()}"
+        with log.open("ab") as out:
+            process = subprocess.Popen(
+                [
+                    PROMETHEUS,
+                    f"--config.file={config_file}",
+                    f"--storage.tsdb.path={workdir / 'data'}",
+                    f"--web.listen-address={url.removeprefix('http://')}",
+                    "--storage.tsdb.retention.time=1h",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        prometheus = Prometheus(url, process, log)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and process.poll() is None:
+            if _ready(url):
+                return prometheus
+            time.sleep(0.2)
+        prometheus.stop()
+        if "address already in use" not in log.read_text(errors="replace"):
+            break
+    tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
+    raise PrometheusError(f"prometheus did not start; its log ends with:\n{tail}")
+
+
+@contextlib.contextmanager
+def running_prometheus(workdir: Path, targets: dict[str, Sequence[str]]) -> Iterator[Prometheus]:
+    prometheus = start_prometheus(workdir, targets)
+    try:
+        yield prometheus
+    finally:
+        prometheus.stop()

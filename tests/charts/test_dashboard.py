@@ -1,0 +1,293 @@
+"""The Grafana dashboard: valid JSON, PromQL that parses, only the project's metric names, and
+queries that return data from a real Prometheus scraping the project's own metrics endpoint."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.charts.conftest import CHART
+from tests.charts.prometheus import Prometheus, running_prometheus
+from tests.support.kube import free_port
+
+DASHBOARD = CHART / "dashboards" / "updatestream.json"
+METRICS = frozenset(
+    {
+        "updatestream_lag_seconds",
+        "updatestream_events_total",
+        "updatestream_duplicates_total",
+        "updatestream_duplicates_delivered_total",
+        "updatestream_hops_total",
+        "updatestream_hop_duration_seconds",
+        "updatestream_reconcile_errors_total",
+        "updatestream_job_phase",
+    }
+)
+HISTOGRAMS = frozenset({"updatestream_hop_duration_seconds"})
+ALLOWED = METRICS | {f"{h}{suffix}" for h in HISTOGRAMS for suffix in ("_bucket", "_sum", "_count")}
+# Grafana's variables, replaced by what they stand for when every value is selected.
+VARIABLES = {
+    "$__rate_interval": "1m",
+    "$__interval": "15s",
+    "$__range": "1h",
+    "$namespace": ".*",
+    "$stream": ".*",
+}
+
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
+_MATCHERS = re.compile(r"\{[^{}]*\}")
+_RANGES = re.compile(r"\[[^\]]*\]")
+_GROUPING = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
+_OFFSET = re.compile(r"\boffset\s+-?\w+")
+_NUMBERS = re.compile(r"(?<![\w:])\d[\d.]*(?:[eE][+-]?\d+)?")
+_IDENTIFIER = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
+_KEYWORDS = frozenset({"and", "or", "unless", "bool", "inf", "nan"})
+_LABEL_VALUES = re.compile(r"^label_values\((?P<expr>.*),\s*(?P<label>\w+)\)$")
+
+
+def load() -> dict[str, Any]:
+    return dict(json.loads(DASHBOARD.read_text()))
+
+
+def panels(dashboard: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every panel that shows data (rows are containers, also when collapsed)."""
+    for panel in dashboard["panels"]:
+        if panel["type"] == "row":
+            yield from panel.get("panels", [])
+        else:
+            yield panel
+
+
+def queries(dashboard: dict[str, Any]) -> list[tuple[str, str]]:
+    """(panel title/refId, PromQL) of every panel target."""
+    return [
+        (f"{panel['title']}/{target['refId']}", target["expr"])
+        for panel in panels(dashboard)
+        for target in panel["targets"]
+    ]
+
+
+def concrete(expr: str) -> str:
+    """The expression with Grafana's variables replaced, as Grafana would send it."""
+    for name in sorted(VARIABLES, key=len, reverse=True):
+        expr = expr.replace(name, VARIABLES[name])
+    return expr
+
+
+def metric_names(expr: str) -> set[str]:
+    """The metric names an expression selects (identifiers that are not functions, label
+    names, keywords, durations or numbers)."""
+    text = _STRINGS.sub('""', expr)
+    text = _MATCHERS.sub(" ", text)
+    text = _RANGES.sub(" ", text)
+    text = _GROUPING.sub(" ", text)
+    text = _OFFSET.sub(" ", text)
+    text = _NUMBERS.sub(" ", text)
+    names = set()
+    for match in _IDENTIFIER.finditer(text):
+        if text[match.end() :].lstrip().startswith("("):
+            continue  # a function call
+        if match.group().lower() not in _KEYWORDS:
+            names.add(match.group())
+    return names
+
+
+def variable_queries(dashboard: dict[str, Any]) -> list[tuple[str, str]]:
+    """(variable, the PromQL inside its label_values(...)) of every query variable."""
+    found = []
+    for variable in dashboard["templating"]["list"]:
+        if variable["type"] != "query":
+            continue
+        query = variable["query"]
+        text = query["query"] if isinstance(query, dict) else query
+        match = _LABEL_VALUES.match(text.strip())
+        assert match, f"variable {variable['name']}: expected label_values(...), got {text!r}"
+        found.append((variable["name"], match.group("expr")))
+    return found
+
+
+# -- static checks ---------------------------------------------------------------------------
+
+
+def test_the_dashboard_is_valid_json_with_panels_that_all_have_promql() -> None:
+    dashboard = load()
+    assert dashboard["uid"] == "updatestream" and dashboard["title"] == "UpdateStream"
+    shown = list(panels(dashboard))
+    assert len(shown) >= 10
+    ids = [p["id"] for p in dashboard["panels"]] + [p["id"] for p in shown]
+    assert len(set(ids)) == len(set(ids)) and len({p["id"] for p in shown}) == len(shown)
+    for panel in shown:
+        assert panel["targets"], f"panel {panel['title']!r} has no query"
+        assert panel["datasource"]["uid"] == "${datasource}"
+        for target in panel["targets"]:
+            assert target["expr"].strip(), f"panel {panel['title']!r} has an empty query"
+
+
+def test_every_expression_parses(tmp_path: Path) -> None:
+    """promtool parses each query (as a recording rule) with Prometheus' own parser."""
+    exprs = [concrete(e) for _, e in queries(load())]
+    exprs += [concrete(e) for _, e in variable_queries(load())]
+    rules = {
+        "groups": [
+            {
+                "name": "dashboard",
+                "rules": [
+                    {"record": f"dashboard:query_{i}", "expr": expr} for i, expr in enumerate(exprs)
+                ],
+            }
+        ]
+    }
+    path = tmp_path / "dashboard-rules.yaml"
+    path.write_text(yaml.safe_dump(rules))
+    result = subprocess.run(
+        ["promtool", "check", "rules", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"SUCCESS: {len(exprs)} rules found" in result.stdout
+
+
+def test_the_metric_name_extraction_finds_names_and_ignores_the_rest() -> None:
+    expr = (
+        'sum by (stream, le) (rate(updatestream_events_total{op="insert", x=~"a|b"}[5m]))'
+        " / on (stream) group_left (shard) updatestream_lag_seconds offset 5m > 1e3"
+        ' or vector(0) and bogus_metric{le="0.5"}'
+    )
+    assert metric_names(expr) == {
+        "updatestream_events_total",
+        "updatestream_lag_seconds",
+        "bogus_metric",
+    }
+
+
+def test_queries_use_only_the_projects_metrics_and_cover_all_of_them() -> None:
+    used: set[str] = set()
+    for where, expr in queries(load()) + variable_queries(load()):
+        names = metric_names(concrete(expr))
+        assert names, f"{where}: selects no metric: {expr}"
+        assert names <= ALLOWED, f"{where}: unknown metrics {sorted(names - ALLOWED)}"
+        used |= names
+    families = {next((h for h in HISTOGRAMS if n.startswith(h)), n) for n in used}
+    assert families == METRICS
+
+
+def test_duplicates_delivered_has_a_panel_that_reads_zero_when_nothing_was_delivered() -> None:
+    titles = {
+        panel["title"]: panel
+        for panel in panels(load())
+        if any("updatestream_duplicates_delivered_total" in t["expr"] for t in panel["targets"])
+    }
+    stat = next(p for title, p in titles.items() if p["type"] == "stat")
+    assert "must be 0" in stat["title"]
+    assert stat["targets"][0]["expr"].endswith("or vector(0)")
+    steps = stat["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    assert [s["color"] for s in steps] == ["green", "red"] and steps[1]["value"] == 1
+
+
+# -- against a Prometheus scraping the project's metrics ---------------------------------------
+
+# Metrics the dashboard shows that no project module exports yet; the test below fails when
+# one of them starts to be exported (remove it here then) or when any other query is empty.
+NOT_EXPORTED_YET = frozenset({"updatestream_duplicates_delivered_total", "updatestream_job_phase"})
+
+
+@pytest.fixture(scope="module")
+def scraped_operator_metrics(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
+    """The operator's real metrics (`MetricsBook`, fed real stream statuses) served over HTTP
+    and scraped by a real Prometheus; the statuses advance between scrapes."""
+    from prometheus_client import CollectorRegistry, start_http_server
+    from updatestream_operator.metrics import MetricsBook
+    from updatestream_operator.models import (
+        KeyRangeStatus,
+        ShardPosition,
+        StreamRef,
+        StreamStatus,
+    )
+
+    def status(events: int, hops: int) -> StreamStatus:
+        shards = [
+            ShardPosition(
+                name=shard,
+                lag_seconds=2.5 * (i + 1),
+                events={"insert": events, "update": events // 2, "delete": 1},
+            )
+            for i, shard in enumerate(("-80", "80-"))
+        ]
+        return StreamStatus(
+            key_ranges=[
+                KeyRangeStatus(
+                    key_range="-",
+                    phase="Running",
+                    shards=shards,
+                    duplicates={"hop": events // 10, "unknown": 0},
+                )
+            ],
+            hop_count=hops,
+            hop_seconds_total=12.5 * hops,
+        )
+
+    book = MetricsBook()
+    stream = StreamRef(namespace="shop", name="orders", uid="0c5c3b5e-uid")
+    book.update(stream, status(events=100, hops=1))
+    registry = CollectorRegistry()
+    registry.register(book)
+    port = free_port()
+    server, thread = start_http_server(port, addr="127.0.0.1", registry=registry)
+    workdir = tmp_path_factory.mktemp("prometheus")
+    try:
+        with running_prometheus(workdir, {"operator": [f"127.0.0.1:{port}"]}) as prometheus:
+            prometheus.wait_for_scrapes("operator", 2)
+            book.update(stream, status(events=250, hops=2))
+            book.count_error()
+            prometheus.wait_for_scrapes("operator", 3)
+            yield prometheus
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def test_every_query_returns_data_from_the_scraped_operator(
+    scraped_operator_metrics: Prometheus,
+) -> None:
+    empty: dict[str, set[str]] = {}
+    for where, expr in queries(load()):
+        result = scraped_operator_metrics.query(concrete(expr))
+        values = [float(sample["value"][1]) for sample in result]
+        if not values or all(math.isnan(v) for v in values):
+            empty[where] = metric_names(concrete(expr))
+    unexplained = {w: n for w, n in empty.items() if not n & NOT_EXPORTED_YET}
+    assert not unexplained, f"queries without data: {unexplained}"
+    still_missing = set().union(*empty.values()) & NOT_EXPORTED_YET if empty else set()
+    assert still_missing == NOT_EXPORTED_YET, (
+        f"{sorted(NOT_EXPORTED_YET - still_missing)} are exported now: "
+        "remove them from NOT_EXPORTED_YET"
+    )
+
+
+def test_the_queries_see_the_values_the_operator_exported(
+    scraped_operator_metrics: Prometheus,
+) -> None:
+    def value(expr: str) -> float:
+        result = scraped_operator_metrics.query(concrete(expr))
+        assert len(result) == 1, result
+        return float(result[0]["value"][1])
+
+    dashboard = {title: expr for title, expr in queries(load())}
+    assert value(dashboard["Highest lag/A"]) == 5.0
+    assert value(dashboard["Hops/A"]) == 2
+    assert value(dashboard["Duplicates delivered (must be 0)/A"]) == 0
+    # one more hop of 12.5s between the scrapes: the mean hop duration is 12.5s
+    assert value(dashboard["Mean hop duration (last hour)/A"]) == pytest.approx(12.5)
+    assert value(dashboard["Events/s/A"]) > 0
+    by_op = scraped_operator_metrics.query(concrete(dashboard["Events/s by operation/A"]))
+    assert {s["metric"]["op"] for s in by_op} == {"insert", "update", "delete"}
+    assert {s["metric"]["stream"] for s in by_op} == {"orders"}
+    assert {s["metric"]["namespace"] for s in by_op} == {"shop"}
