@@ -19,6 +19,7 @@ from updatestream.core.errors import UpdateStreamError
 _COMMANDS: tuple[tuple[str, str], ...] = (
     ("updatestream.commands.keys", "keyspace_id"),
     ("updatestream.commands.keys", "shard_for"),
+    ("updatestream.devcluster.cli", "devcluster"),
     ("updatestream_operator.cli", "operator_command"),
     ("updatestream_operator.cli", "publish_progress"),
 )

@@ -58,7 +58,24 @@ CREATE TABLE IF NOT EXISTS events (
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
 }
 
-# Primary-key columns and the column each table's primary vindex hashes.
+# Columns in table order (the order of a binlog row image).
+COLUMNS: dict[str, tuple[str, ...]] = {
+    "users": (
+        "id", "name", "email", "balance", "visits", "status", "flags", "profile",
+        "created_at", "updated_at",
+    ),
+    "orders": (
+        "order_id", "user_id", "sku", "quantity", "price", "note", "state", "placed_at",
+    ),
+    "events": ("event_key", "kind", "seq", "payload", "attrs", "tags", "occurred_at"),
+}  # fmt: skip
+SET_COLUMNS: dict[str, frozenset[str]] = {
+    "users": frozenset({"flags"}),
+    "orders": frozenset(),
+    "events": frozenset({"tags"}),
+}
+
+# Primary-key columns of each table.
 PRIMARY_KEYS: dict[str, tuple[str, ...]] = {
     "users": ("id",),
     "orders": ("order_id",),

@@ -1,0 +1,189 @@
+"""`updatestream devcluster ...`: local shards, traffic with a ledger, resharding."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from updatestream.devcluster.cluster import DEFAULT_DIR, DEFAULT_KEYSPACE, DevCluster
+
+console = Console(stderr=True)
+out = Console()
+
+_dir_option = click.option(
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=DEFAULT_DIR,
+    show_default=True,
+    help="Cluster directory (manifest, secrets, state, datadirs).",
+)
+
+
+@click.group("devcluster")
+def devcluster() -> None:
+    """Local MariaDB shards, live traffic with a ledger, and Vitess-style resharding."""
+
+
+@devcluster.command()
+@click.option("--shards", default=None, help="Serving shards of a new cluster [default: -80,80-].")
+@click.option("--keyspace", default=DEFAULT_KEYSPACE, show_default=True)
+@_dir_option
+def up(shards: str | None, keyspace: str, directory: Path) -> None:
+    """Start one mariadbd per shard and write the Keyspace manifest (idempotent)."""
+    cluster = DevCluster(directory, keyspace)
+    with console.status("starting shards..."):
+        started = cluster.up(shards)
+    if started:
+        console.print(f"started shard(s) {', '.join(started)}")
+    else:
+        console.print("all shards already running; nothing changed")
+    _print_status(cluster.status())
+
+
+@devcluster.command()
+@click.option("--purge", is_flag=True, help="Also delete the cluster directory.")
+@_dir_option
+def down(purge: bool, directory: Path) -> None:
+    """Stop the servers this directory started (by recorded pid)."""
+    cluster = DevCluster(directory)
+    stopped = cluster.down()
+    console.print(f"stopped {', '.join(stopped) if stopped else 'nothing'}")
+    if purge:
+        import shutil
+
+        shutil.rmtree(cluster.dir, ignore_errors=True)
+        console.print(f"removed {cluster.dir}")
+
+
+@devcluster.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@_dir_option
+def status(as_json: bool, directory: Path) -> None:
+    """Serving shard map, and each shard's address, GTID position and binlog files."""
+    report = DevCluster(directory).status()
+    if as_json:
+        out.print_json(json.dumps(report))
+    else:
+        _print_status(report)
+
+
+def _print_status(report: dict[str, Any]) -> None:
+    out.print(
+        f"keyspace [bold]{report['keyspace']}[/]  serving: {','.join(report['serving_shards'])}"
+        f"  manifest: {report['manifest']}"
+    )
+    table = Table("shard", "serving", "address", "pid", "read_only", "GTID position", "binlogs")
+    for shard in report["shards"]:
+        binlogs = shard.get("binlog_files", [])
+        table.add_row(
+            shard["shard"],
+            "yes" if shard["serving"] else "no",
+            shard["address"],
+            str(shard["pid"] or "-") if shard["running"] else "stopped",
+            "yes" if shard.get("read_only") else "no",
+            shard.get("gtid_position", "-") or "(empty)",
+            f"{len(binlogs)} ({binlogs[-1]['name']})" if binlogs else "-",
+        )
+    out.print(table)
+
+
+@devcluster.command()
+@click.option(
+    "--rate",
+    type=float,
+    default=100.0,
+    show_default=True,
+    help="Row changes per second (0: unthrottled).",
+)
+@click.option(
+    "--duration", type=float, default=None, help="Seconds to run [default: until Ctrl-C]."
+)
+@click.option(
+    "--ledger",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="JSON-lines ledger of committed changes.",
+)
+@click.option("--seed", type=int, default=None)
+@click.option("--preload", type=int, default=0, help="First insert this many rows in batches.")
+@click.option("--max-tx-rows", type=int, default=5, show_default=True)
+@click.option(
+    "--large-tx-rows",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Rows of an occasional large transaction (0: none).",
+)
+@click.option(
+    "--large-tx-every",
+    type=float,
+    default=30.0,
+    show_default=True,
+    help="Seconds between large transactions.",
+)
+@_dir_option
+def traffic(
+    rate: float,
+    duration: float | None,
+    ledger: Path | None,
+    seed: int | None,
+    preload: int,
+    max_tx_rows: int,
+    large_tx_rows: int,
+    large_tx_every: float,
+    directory: Path,
+) -> None:
+    """Write inserts, updates and deletes through the vindex and the serving shard map."""
+    from updatestream.devcluster.traffic import TrafficGenerator, TrafficOptions
+
+    cluster = DevCluster(directory)
+    options = TrafficOptions(
+        rate=rate,
+        duration=duration,
+        seed=seed,
+        max_tx_rows=max_tx_rows,
+        large_tx_rows=large_tx_rows,
+        large_tx_every=large_tx_every,
+    )
+    gen = TrafficGenerator(cluster.manifest_path, cluster.secrets_dir, ledger, options)
+    signal.signal(signal.SIGTERM, lambda *_: gen._stop.set())
+    began = time.monotonic()
+    try:
+        if preload:
+            with console.status(f"preloading {preload} rows..."):
+                gen.preload(preload)
+            console.print(f"preloaded {gen.stats.rows} rows in {time.monotonic() - began:.1f}s")
+        last = [0.0]
+
+        def progress(stats: Any) -> None:
+            now = time.monotonic()
+            if now - last[0] >= 1.0:
+                last[0] = now
+                shards = " ".join(f"{k}={v}" for k, v in sorted(stats.by_shard.items()))
+                console.print(
+                    f"[{now - began:6.1f}s] tx={stats.transactions} rows={stats.rows} "
+                    f"frozen-retries={stats.frozen_waits} {shards}",
+                    highlight=False,
+                )
+
+        gen.run(progress)
+    except KeyboardInterrupt:
+        console.print("stopping")
+    finally:
+        gen.close()
+    stats = gen.stats
+    elapsed = time.monotonic() - began
+    console.print(
+        f"committed {stats.transactions} transactions, {stats.rows} row changes "
+        f"({stats.by_op}) in {elapsed:.1f}s; per shard {stats.by_shard}; "
+        f"retries after a frozen shard: {stats.frozen_waits}"
+        + (f"; ledger {ledger}" if ledger else "")
+    )
