@@ -185,6 +185,7 @@ def test_the_operator_may_run_streams_in_its_namespace_only(
         ("watch", "updatestreams.updatestream.io"),
         ("list", "keyspaces.updatestream.io"),
         ("patch", "updatestreams.updatestream.io/status"),
+        ("update", "updatestreams.updatestream.io/finalizers"),
         ("create", "events"),
         ("create", "pods"),
         ("delete", "pods"),
