@@ -16,9 +16,13 @@ that fresh (conservative: the value may be fresher than its token says).
 seconds. The reader stamps its token with
 
 * the cached token's timestamp when the cached token is from the same shard: the comparison is
-  then decided by GTID positions alone, exactly;
-* otherwise the server's clock ``slack`` seconds before the snapshot, so changes committed
-  after the snapshot order after the token (see :mod:`updatestream.cache.client`).
+  then decided by GTID positions alone, exactly, whatever the server and its lag;
+* otherwise, on a primary, the server's clock ``slack`` seconds before the snapshot, so changes
+  committed after the snapshot order after the token (see :mod:`updatestream.cache.client`);
+* otherwise, on a replica (``replica=True``), 0: a replica's lag has no bound, so a change the
+  snapshot missed may be older than any clock reading. A value read there with no entry in the
+  cache is still cached, but the next change of the row invalidates it whatever its age, and
+  an entry invalidated from another shard is not populated from a replica.
 """
 
 from __future__ import annotations
@@ -40,13 +44,19 @@ Rows = list[tuple[Any, ...]]
 
 
 def stamp(
-    shard: str, position: str, now: int, cached: EventToken | None, slack: int, flavor: Flavor
+    shard: str,
+    position: str,
+    now: int | None,
+    cached: EventToken | None,
+    slack: int,
+    flavor: Flavor,
 ) -> EventToken:
-    """The token of data read at ``position`` of ``shard`` at server time ``now``."""
+    """The token of data read at ``position`` of ``shard`` at server time ``now`` (None: no
+    bound on how old the data may be, as on a replica)."""
     parsed = parse_position(position, flavor)
     if cached is not None and cached.shard == shard:
         return EventToken(cached.timestamp, shard, parsed)
-    return EventToken(max(0, now - slack), shard, parsed)
+    return EventToken(0 if now is None else max(0, now - slack), shard, parsed)
 
 
 class SnapshotReader:
@@ -59,11 +69,13 @@ class SnapshotReader:
         *,
         flavor: Flavor = Flavor.MARIADB,
         slack: int = 2,
+        replica: bool = False,
     ) -> None:
         self._connect = connect
         self.shard = shard
         self.flavor = flavor
         self.slack = slack
+        self.replica = replica
         self._pool: queue.LifoQueue[Connection[Any]] = queue.LifoQueue()
 
     @contextlib.contextmanager
@@ -106,7 +118,8 @@ class SnapshotReader:
                 )
                 position = (cur.fetchone() or ("",))[0]
             cur.execute("COMMIT")
-        token = stamp(self.shard, str(position or ""), int(now), cached, self.slack, self.flavor)
+        clock = None if self.replica else int(now)
+        token = stamp(self.shard, str(position or ""), clock, cached, self.slack, self.flavor)
         return rows, token
 
     def loader(self, sql: str, args: Sequence[Any], convert: Callable[[Rows], V]) -> Loader[V]:
