@@ -20,7 +20,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pymysql
-from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import (
     GtidEvent,
     MariadbGtidEvent,
@@ -44,6 +43,7 @@ from updatestream_jobs.source.errors import (
 from updatestream_jobs.source.options import ShardEndpoint, SourceConfig
 from updatestream_jobs.source.rows import RowConverter, Transaction
 from updatestream_jobs.source.session import (
+    BinlogStream,
     SilentReconnect,
     advance,
     connection_settings,
@@ -158,7 +158,7 @@ class BinlogRangeReader:
             f"{describe(exc)}"
         )
 
-    def _open(self) -> BinLogStreamReader:
+    def _open(self) -> BinlogStream:
         if self._settings is None:
             self._settings = connection_settings(self.endpoint, self._config)
         if self.flavor is Flavor.MYSQL and self.position.is_empty():
@@ -167,7 +167,7 @@ class BinlogRangeReader:
                 "set; start from earliest or a position"
             )
         self.connections.append(str(self.position))
-        return BinLogStreamReader(
+        return BinlogStream(
             connection_settings=dict(self._settings),
             server_id=server_id(),
             blocking=False,

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pymysql
+from pymysql.constants.COMMAND import COM_BINLOG_DUMP
+from pymysqlreplication import BinLogStreamReader
 
 from updatestream.core.gtid import (
     Flavor,
@@ -53,7 +55,7 @@ def connection_settings(endpoint: ShardEndpoint, config: SourceConfig) -> dict[s
         "host": endpoint.host,
         "port": endpoint.port,
         "user": credentials.username,
-        "passwd": credentials.password,
+        "password": credentials.password,
         "charset": "utf8mb4",
         "connect_timeout": config.retry.connect_timeout,
         "read_timeout": config.retry.read_timeout,
@@ -220,6 +222,29 @@ class ShardSession:
 def server_id() -> int:
     # A replica connecting with the server id of another one kicks it off: pick a fresh one.
     return random.randint(1_000_000_000, 4_000_000_000)
+
+
+class BinlogStream(BinLogStreamReader):  # type: ignore[misc]
+    """python-mysql-replication's stream with a well-formed MariaDB GTID dump request.
+
+    The library's MariaDB `COM_BINLOG_DUMP` packet declares 14 payload bytes and sends 15; the
+    stray byte waits in the server's socket buffer until the dump thread next reads from the
+    client, and the server then resets the connection mid-stream. This override sends the same
+    request (start from `@slave_connect_state`, strict GTID mode) with the right length.
+    """
+
+    def _BinLogStreamReader__set_mariadb_settings(self) -> bytes:
+        cursor = self._stream_connection.cursor()
+        if self.auto_position is not None:
+            cursor.execute("SET @slave_connect_state = %s", (self.auto_position,))
+        cursor.execute("SET @slave_gtid_strict_mode = 1")
+        cursor.execute("SET @slave_gtid_ignore_duplicates = 0")
+        cursor.close()
+        non_block = 0 if self._BinLogStreamReader__blocking else 0x01
+        payload = struct.pack(
+            "<BIHI", COM_BINLOG_DUMP, 4, non_block, self._BinLogStreamReader__server_id
+        )  # binlog position 4, flags, our server id, then an empty file name
+        return struct.pack("<i", len(payload)) + payload
 
 
 def gtid_of(event: Any, flavor: Flavor) -> tuple[str, Callable[[GTIDPosition], bool], Any]:
