@@ -146,7 +146,7 @@ class BinlogInvalidator(threading.Thread):
                 "host": self.server.host,
                 "port": self.server.port,
                 "user": self.server.admin.username,
-                "passwd": self.server.admin.password,
+                "password": self.server.admin.password,
             },
             server_id=random.randrange(10_000, 2**31),
             blocking=True,
