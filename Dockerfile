@@ -1,0 +1,62 @@
+# syntax=docker/dockerfile:1.7
+# One image for the UpdateStream operator, the Spark driver and the Spark executors.
+#
+#   docker build -t ghcr.io/updatestream/updatestream:0.1.0 .
+#
+# Stages: `jre` (a pinned Temurin Java 17 runtime, only copied from), `builder` (wheels of the
+# project and of exactly the locked versions of its runtime dependencies), and the final image:
+# Python 3.11, the JRE and the installed wheels, running as UID 10001, with no compiler, no pip
+# and no wheel files left in it. No HEALTHCHECK: Kubernetes probes the operator (see the chart).
+
+FROM eclipse-temurin:17.0.15_6-jre-jammy AS jre
+
+FROM python:3.11.13-slim-bookworm AS builder
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1
+WORKDIR /src
+COPY pyproject.toml README.md requirements.lock ./
+COPY updatestream ./updatestream
+COPY jobs ./jobs
+COPY operator ./operator
+# The project's wheel, then a wheel of every runtime dependency at its locked version (pyspark
+# is published as a source archive: its wheel is built here, not in the final image).
+RUN pip wheel --no-deps --wheel-dir /wheels . \
+ && pip wheel --wheel-dir /wheels --constraint requirements.lock /wheels/updatestream-*.whl
+
+FROM python:3.11.13-slim-bookworm
+ENV JAVA_HOME=/opt/java/openjdk \
+    VIRTUAL_ENV=/opt/updatestream/venv \
+    SPARK_HOME=/opt/updatestream/venv/lib/python3.11/site-packages/pyspark \
+    PYSPARK_PYTHON=/opt/updatestream/venv/bin/python \
+    PYSPARK_DRIVER_PYTHON=/opt/updatestream/venv/bin/python \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    HOME=/tmp
+ENV PATH=/opt/updatestream/venv/bin:/opt/java/openjdk/bin:/usr/local/bin:/usr/bin:/bin
+# tini reaps the Python workers Spark forks; the user owns nothing but its scratch space.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends tini \
+ && rm -rf /var/lib/apt/lists/* \
+ && groupadd --system --gid 10001 updatestream \
+ && useradd --system --uid 10001 --gid 10001 --home-dir /tmp --no-create-home \
+      --shell /usr/sbin/nologin updatestream
+COPY --from=jre /opt/java/openjdk /opt/java/openjdk
+# Install the wheels (bind-mounted from the builder, so none stays in a layer) into a venv
+# without pip, then remove pip, setuptools and wheel from the base Python as well. The Spark
+# main file is reachable where the operator's spark-submit points drivers at
+# (local:///opt/updatestream/jobs/updatestream_jobs/main.py).
+RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
+    --mount=type=bind,source=requirements.lock,target=/run/requirements.lock \
+    python -m venv --without-pip /opt/updatestream/venv \
+ && python -m pip --python /opt/updatestream/venv/bin/python install --no-cache-dir \
+      --no-index --find-links=/wheels --constraint /run/requirements.lock updatestream \
+ && python -m pip uninstall --yes pip setuptools wheel \
+ && mkdir -p /opt/updatestream/jobs \
+ && ln -s /opt/updatestream/venv/lib/python3.11/site-packages/updatestream_jobs \
+      /opt/updatestream/jobs/updatestream_jobs \
+ && /opt/updatestream/venv/bin/updatestream --version
+COPY --chmod=0755 docker/entrypoint.sh /opt/entrypoint.sh
+USER 10001:10001
+WORKDIR /tmp
+ENTRYPOINT ["/usr/bin/tini", "--", "/opt/entrypoint.sh"]
+CMD ["operator"]
