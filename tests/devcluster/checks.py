@@ -6,10 +6,13 @@ from typing import Any
 
 import pymysql.cursors
 
+from tests.devcluster.binlog_reader import BinlogTransaction, read_transactions
+from updatestream.core.gtid import MariaDBPosition
+from updatestream.core.keyrange import KeyRange
 from updatestream.core.vschema import VSchema
 from updatestream.devcluster import schema
 from updatestream.devcluster.cluster import DevCluster
-from updatestream.devcluster.ledger import RowKey, table_state
+from updatestream.devcluster.ledger import RowKey, pk_json, table_state
 
 
 def shard_rows(cluster: DevCluster, shard: str) -> list[tuple[str, dict[str, Any]]]:
@@ -32,10 +35,84 @@ def shard_state(cluster: DevCluster, shard: str) -> dict[RowKey, str]:
 def assert_rows_on_their_shard(cluster: DevCluster, shards: list[str]) -> None:
     """Every row sits on the shard its primary vindex maps it to."""
     vschema = VSchema.from_dict(cluster.keyspace().spec.vschema)
-    from updatestream.core.keyrange import KeyRange
-
     for shard in shards:
         key_range = KeyRange.parse(shard)
         for table, row in shard_rows(cluster, shard):
             ksid = vschema.keyspace_id_for(table, row)
             assert ksid is not None and key_range.contains(ksid), (shard, table, row)
+
+
+def replicated_transactions(
+    cluster: DevCluster, target: str, workflow: str
+) -> list[tuple[BinlogTransaction, dict[str, Any]]]:
+    """Destination transactions written by filtered replication, with their vreplication row."""
+    server = cluster.server(target)
+    found = []
+    for tx in read_transactions(server.host, server.port or 0, cluster.credentials("reader")):
+        vrep = [r for r in tx.rows if r.schema == "_vt" and r.table == "vreplication"]
+        if not vrep:
+            continue
+        after = vrep[0].after
+        assert after is not None
+        decoded = {k: v.decode() if isinstance(v, bytes) else v for k, v in after.items()}
+        if decoded["workflow"] == workflow:
+            found.append((tx, decoded))
+    return found
+
+
+def assert_filtered_replication_exact(
+    cluster: DevCluster, workflow: dict[str, Any], target: str
+) -> int:
+    """Every source transaction with rows for `target` (after its copy, up to the final source
+    position) was applied exactly once, first row the vreplication row, with the source
+    timestamp on every event; returns how many were checked."""
+    target_range = KeyRange.parse(target)
+    vschema = VSchema.from_dict(cluster.keyspace().spec.vschema)
+    applied: dict[str, list[BinlogTransaction]] = {}
+    for tx, vrep in replicated_transactions(cluster, target, workflow["name"]):
+        assert tx.rows[0].schema == "_vt" and tx.rows[0].table == "vreplication", tx.gtid
+        source_gtid = MariaDBPosition.parse(vrep["pos"])
+        ts = int(vrep["transaction_timestamp"])
+        assert tx.timestamp == ts and tx.xid_timestamp == ts
+        assert all(row.timestamp == ts for row in tx.rows)
+        if len(tx.rows) > 1:
+            (gtid,) = [g for g in source_gtid if g.domain == _domain(cluster, vrep["source_shard"])]
+            applied.setdefault(f"{vrep['source_shard']}/{gtid}", []).append(tx)
+    checked = 0
+    for source, copy_pos in workflow["copy_positions"][target].items():
+        server = cluster.server(source)
+        # The source is frozen: its binlog ends at the workflow's final position.
+        assert server.gtid_position() == workflow["final_positions"][source]
+        for stx in read_transactions(
+            server.host, server.port or 0, cluster.credentials("reader"), start=copy_pos
+        ):
+            rows = [
+                r
+                for r in stx.rows
+                if r.schema == "commerce"
+                and target_range.contains(
+                    vschema.keyspace_id_for(r.table, r.after or r.before or {}) or b""
+                )
+            ]
+            copies = applied.pop(f"{source}/{stx.gtid}", [])
+            if not rows:
+                assert not copies, stx.gtid
+                continue
+            assert len(copies) == 1, f"{source} {stx.gtid} applied {len(copies)} times"
+            assert copies[0].timestamp == stx.timestamp
+            expected = sorted(
+                (r.table, pk_json(r.table, r.after or r.before or {}), r.op == "delete")
+                for r in rows
+            )
+            got = sorted(
+                (r.table, pk_json(r.table, r.after or r.before or {}), r.op == "delete")
+                for r in copies[0].rows[1:]
+            )
+            assert got == expected, stx.gtid
+            checked += 1
+    assert not applied, f"applied transactions with no source: {sorted(applied)[:5]}"
+    return checked
+
+
+def _domain(cluster: DevCluster, shard: str) -> int:
+    return int(cluster.server(shard).domain_id or 0)

@@ -187,3 +187,102 @@ def traffic(
         f"retries after a frozen shard: {stats.frozen_waits}"
         + (f"; ledger {ledger}" if ledger else "")
     )
+
+
+class _RichReporter:
+    """Phases as lines, copy progress and replication lag as live progress rows."""
+
+    def __init__(self, progress: Any) -> None:
+        self.progress = progress
+        self.began = time.monotonic()
+        self.phase_began = self.began
+        self.copy_tasks: dict[tuple[str, str], Any] = {}
+        self.lag_task: Any = None
+
+    def phase(self, name: str, detail: str = "") -> None:
+        now = time.monotonic()
+        self.progress.console.print(
+            f"[bold]{name}[/] {detail}  (+{now - self.began:.1f}s)", highlight=False
+        )
+        self.phase_began = now
+
+    def copied(self, source: str, target: str, rows: int) -> None:
+        key = (source, target)
+        if key not in self.copy_tasks:
+            self.copy_tasks[key] = self.progress.add_task(f"copy {source} -> {target}", total=None)
+        self.progress.update(self.copy_tasks[key], completed=rows)
+
+    def lag(self, report: list[dict[str, Any]]) -> None:
+        text = "  ".join(
+            f"{r['source']}->{r['destination']}: {r['transactions_behind']} tx, "
+            f"{r['seconds_behind']:.1f}s behind"
+            for r in report
+        )
+        if self.lag_task is None:
+            self.lag_task = self.progress.add_task("", total=None)
+        self.progress.update(self.lag_task, description=f"replication lag  {text}")
+
+
+@devcluster.command()
+@click.option("--from", "sources", required=True, help="Source shards, like -80 or 40-80,80-c0.")
+@click.option("--to", "targets", required=True, help="Target shards, like -40,40-80 or 40-c0.")
+@click.option("--copy-batch-size", type=int, default=1000, show_default=True)
+@click.option("--copy-throttle", type=float, default=0.0, hidden=True)
+@click.option(
+    "--min-replicate-seconds",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Keep filtered replication running at least this long before switching.",
+)
+@click.option("--catchup-seconds", type=float, default=2.0, show_default=True)
+@_dir_option
+def reshard(
+    sources: str,
+    targets: str,
+    copy_batch_size: int,
+    copy_throttle: float,
+    min_replicate_seconds: float,
+    catchup_seconds: float,
+    directory: Path,
+) -> None:
+    """Split or merge shards: create, copy, filtered replication, switch reads then writes."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from updatestream.devcluster.reshard import ReshardOptions, ReshardWorkflow, plan_reshard
+
+    cluster = DevCluster(directory)
+    plan = plan_reshard(cluster, sources, targets)
+    options = ReshardOptions(
+        copy_batch_size=copy_batch_size,
+        copy_throttle=copy_throttle,
+        min_replicate_seconds=min_replicate_seconds,
+        catchup_seconds=catchup_seconds,
+    )
+    columns = (
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TextColumn("{task.completed:>9.0f} rows"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console, transient=False) as progress:
+        progress.console.print(
+            f"reshard {','.join(plan.sources)} -> {','.join(plan.targets)} (workflow {plan.name})"
+        )
+        workflow = ReshardWorkflow(cluster, plan, options, _RichReporter(progress))
+        state = workflow.run()
+    for phase, span in state["timings"].items():
+        if "start" in span and "end" in span:
+            console.print(f"  {phase:<14} {span['end'] - span['start']:8.2f}s", highlight=False)
+    console.print(f"serving shards now: {','.join(cluster.keyspace().spec.serving_shards)}")
+
+
+@devcluster.command()
+@click.option("--shards", required=True, help="Non-serving shards to stop and drop, like -80.")
+@_dir_option
+def retire(shards: str, directory: Path) -> None:
+    """Stop old source shards and remove them from the manifest (its history stays)."""
+    cluster = DevCluster(directory)
+    names = [s.strip() for s in shards.split(",") if s.strip()]
+    cluster.retire(names)
+    console.print(f"retired {', '.join(names)}")

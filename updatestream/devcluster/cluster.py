@@ -345,6 +345,11 @@ class DevCluster:
             for name in names:
                 state["servers"].pop(name, None)
                 state.setdefault("retired", []).append(name)
+                # Keep the data for inspection, out of the way of a future shard of that name.
+                folder = self.dir / "shards" / shard_dir_name(name)
+                if folder.exists():
+                    (self.dir / "retired").mkdir(exist_ok=True)
+                    folder.rename(self.dir / "retired" / f"{folder.name}.{int(time.time())}")
             self._write_state(state)
             kept = [s.name for s in keyspace.spec.shards if s.name not in names]
             self.write_manifest(shards=kept)
