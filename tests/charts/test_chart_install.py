@@ -33,7 +33,7 @@ RESTRICTED = "pod-security.kubernetes.io/enforce=restricted"
 
 
 def apply_crds(api: KubeApi, path: Path) -> None:
-    api.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
+    api.kubectl("apply", "-f", str(path))
     names = [d["metadata"]["name"] for d in load_yaml_docs(path)]
     api.kubectl(
         "wait", "--for=condition=Established", "--timeout=60s", *[f"crd/{n}" for n in names]
