@@ -236,6 +236,7 @@ class _RichReporter:
     help="Keep filtered replication running at least this long before switching.",
 )
 @click.option("--catchup-seconds", type=float, default=2.0, show_default=True)
+@click.option("--hold-after-freeze", type=float, default=0.0, hidden=True)
 @_dir_option
 def reshard(
     sources: str,
@@ -244,6 +245,7 @@ def reshard(
     copy_throttle: float,
     min_replicate_seconds: float,
     catchup_seconds: float,
+    hold_after_freeze: float,
     directory: Path,
 ) -> None:
     """Split or merge shards: create, copy, filtered replication, switch reads then writes."""
@@ -258,6 +260,7 @@ def reshard(
         copy_throttle=copy_throttle,
         min_replicate_seconds=min_replicate_seconds,
         catchup_seconds=catchup_seconds,
+        hold_after_freeze=hold_after_freeze,
     )
     columns = (
         SpinnerColumn(),

@@ -74,6 +74,7 @@ class ReshardOptions:
     cutover_timeout: float = 120.0
     advance_every: float = 1.0
     heartbeat: float = 0.25  # source heartbeat while idle: bounds the cut-over pause
+    hold_after_freeze: float = 0.0  # tests: pause with the sources frozen, before the switch
 
 
 @dataclass
@@ -295,6 +296,10 @@ class ReshardWorkflow:
             rows = self._vrep_rows(target)
             sources = self.plan.overlaps(target)
             if all(rows.get(s, {}).get("copy_done") for s in sources):
+                # Replication has not started yet, so `pos` is still the copy's snapshot.
+                copied = self.state.setdefault("copy_positions", {}).setdefault(target, {})
+                for source in sources:
+                    copied.setdefault(source, rows[source]["pos"])
                 continue
             if rows or self._has_rows(target):
                 with self.cluster.connect(target, "admin", autocommit=False) as conn:
@@ -452,6 +457,7 @@ class ReshardWorkflow:
             if self.state["phase"] == "freeze":
                 self._finish("freeze")
                 self._enter("switch_writes")
+                time.sleep(self.options.hold_after_freeze)
         if self.state["phase"] == "switch_writes":
             finals = self.state["final_positions"]
             for replication in self.replications:
