@@ -64,6 +64,10 @@ format: $(STAMP) ## apply ruff's formatting and safe fixes
 demo: system-deps $(STAMP) ## the whole system on local MariaDB shards through a live split
 	$(BIN)/updatestream demo
 
+.PHONY: bench-sinks
+bench-sinks: $(STAMP) ## sink throughput (memcached, Version Stream vs single-row appends) into bench/results
+	$(BIN)/python bench/sinks_bench.py
+
 .PHONY: clean
 clean: ## remove the virtual environment and local cluster state
 	rm -rf $(VENV) .updatestream

@@ -36,6 +36,8 @@ class KeyTemplateError(UpdateStreamError):
 
 
 def render_value(value: Any) -> str:
+    if type(value) is int:  # the common case, and never unsafe
+        return str(value)
     if isinstance(value, str):
         text = value
     elif isinstance(value, bool) or value is None or not isinstance(value, int | float):
@@ -137,6 +139,10 @@ class KeyTemplates:
         """The composite-object keys of a row image."""
         return [t.render(row, table) for t in self._extra.get(table, ())]
 
+    def needs_images(self, table: str) -> bool:
+        """Do the keys of this table's changes depend on more than the primary keys?"""
+        return table in self._extra
+
     def keys_of_change(
         self, table: str, pk: Mapping[str, Any], images: Iterable[Mapping[str, Any] | None]
     ) -> list[str]:
@@ -146,7 +152,9 @@ class KeyTemplates:
         for image in images:
             if image is None:
                 continue
-            keys[self.key(table, {c: image.get(c, v) for c, v in pk.items()})] = None
+            image_pk = {c: image.get(c, v) for c, v in pk.items()}
+            if image_pk != pk:
+                keys[self.key(table, image_pk)] = None
             for key in self.extra_keys(table, image):
                 keys[key] = None
         return list(keys)

@@ -7,7 +7,8 @@ the next version number of its stream, and a version is never changed afterwards
     version  BIGINT       0, 1, 2, ... per stream, without gaps, committed in order
     entity   VARCHAR      what changed; for a change stream "<table>:<primary key JSON>"
     data     LONGTEXT     the entity's state at this version (JSON), NULL for a deletion
-    origin_* (optional)   where the version came from: origin shard, GTID position, row index
+    origin   (optional)   where the version came from: "<shard> <GTID position> <row index>"
+    origin_hash           16 bytes of BLAKE2b of the origin, NULL without one
 
     PRIMARY KEY (stream, version, entity)       fetch by version, find the last version
     KEY (stream, entity, version)               an entity's history
@@ -74,10 +75,12 @@ class Origin:
     index: int
     part: int = 0  # one change may write two versions (a key change: old key's tombstone)
 
+    def text(self) -> str:
+        suffix = f" part {self.part}" if self.part else ""
+        return f"{self.shard} {self.gtid} {self.index}{suffix}"
+
     def digest(self) -> bytes:
-        fields = [self.shard, self.gtid, self.index] + ([self.part] if self.part else [])
-        text = json.dumps(fields, separators=(",", ":"))
-        return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
+        return hashlib.blake2b(self.text().encode("utf-8"), digest_size=16).digest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,8 +109,9 @@ class Entry:
 
 
 def entity_name(table: str, pk: dict[str, Any]) -> str:
-    """The entity of a row: ``<table>:<primary key as compact JSON, columns in key order>``."""
-    return f"{table}:{json.dumps(pk, separators=(',', ':'), ensure_ascii=False)}"
+    """The entity of a row: ``<table>:<primary key as compact JSON, columns in key order>``
+    (the text of ``ChangeEvent.pk``: ``json.dumps`` with ``(",", ":")`` separators)."""
+    return f"{table}:{json.dumps(pk, separators=(',', ':'))}"
 
 
 class VersionStreamRepository:
@@ -178,9 +182,7 @@ class VersionStreamRepository:
                   version BIGINT NOT NULL,
                   entity VARCHAR({ENTITY_MAX}) NOT NULL,
                   data LONGTEXT NULL,
-                  origin_shard VARCHAR(64) NULL,
-                  origin_gtid TEXT NULL,
-                  origin_index INT NULL,
+                  origin TEXT NULL,
                   origin_hash BINARY(16) NULL,
                   PRIMARY KEY (stream, version, entity),
                   KEY idx_entity_version (stream, entity, version),
@@ -234,16 +236,14 @@ class VersionStreamRepository:
                         last + 1 + len(rows),
                         record.entity,
                         record.data,
-                        None if origin is None else origin.shard,
-                        None if origin is None else origin.gtid,
-                        None if origin is None else origin.index,
+                        None if origin is None else origin.text(),
                         digest,
                     )
                 )
             if rows:
                 cur.executemany(
-                    f"INSERT INTO {self.table} (stream, version, entity, data, origin_shard, "
-                    "origin_gtid, origin_index, origin_hash) VALUES (%s,%s,%s,%s,%s,%s,%s,%s)",
+                    f"INSERT INTO {self.table} (stream, version, entity, data, origin, "
+                    "origin_hash) VALUES (%s,%s,%s,%s,%s,%s)",
                     rows,
                 )
             conn.commit()

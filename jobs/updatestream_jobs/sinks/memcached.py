@@ -14,6 +14,7 @@ keys already held the same or a newer token.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from updatestream import spec
 from updatestream.cache.invalidator import CacheConflictError, CacheServerError, Invalidator
@@ -21,7 +22,11 @@ from updatestream.cache.keys import KeyTemplateError, KeyTemplates
 from updatestream.cache.transport import CacheAddressError
 from updatestream_jobs.events import ChangeEvent
 from updatestream_jobs.sinks.base import BatchContext, SinkError, SinkResult
-from updatestream_jobs.sinks.common import row_images
+from updatestream_jobs.sinks.common import loads_object
+
+
+def _image(text: str | None, event: ChangeEvent) -> dict[str, Any] | None:
+    return None if text is None else loads_object(text, "row image", event)
 
 
 class MemcachedSink:
@@ -48,8 +53,13 @@ class MemcachedSink:
         for event in events:
             if event.op == "heartbeat" or event.table is None:
                 continue
-            pk, before, after = row_images(event)
-            for key in self.templates.keys_of_change(event.table, pk, (before, after)):
+            pk = loads_object(event.pk, "pk", event)
+            images: list[dict[str, Any] | None] = []
+            if self.templates.needs_images(event.table):
+                images = [_image(event.before, event), _image(event.after, event)]
+            elif event.before is not None and event.after is not None:
+                images = [loads_object(event.before, "before", event)]  # a key change?
+            for key in self.templates.keys_of_change(event.table, pk, images):
                 tokens = changes.setdefault(key, [])
                 if not tokens or tokens[-1] != event.token:
                     tokens.append(event.token)

@@ -27,21 +27,25 @@ from updatestream.versionstream.repository import (
 )
 from updatestream_jobs.events import ChangeEvent
 from updatestream_jobs.sinks.base import BatchContext, SinkError, SinkResult
-from updatestream_jobs.sinks.common import identity, pk_of, row_images
+from updatestream_jobs.sinks.common import identity, loads_object, pk_of
 
 
 def records_of(event: ChangeEvent) -> list[Record]:
     """The versions one row change appends."""
-    pk, before, after = row_images(event)
     origin = Origin(*identity(event))
     table = event.table or ""
-    if after is None:
-        return [Record(entity_name(table, pk_of(before or pk, pk)), None, origin)]
-    records = [Record(entity_name(table, pk_of(after, pk)), event.after, origin)]
-    if before is not None and pk_of(before, pk) != pk_of(after, pk):
-        tombstone = Origin(origin.shard, origin.gtid, origin.index, part=1)
-        records.insert(0, Record(entity_name(table, pk_of(before, pk)), None, tombstone))
-    return records
+    entity = f"{table}:{event.pk}"  # the pk of the after image, or of the before for a delete
+    if event.after is None:
+        return [Record(entity, None, origin)]
+    record = Record(entity, event.after, origin)
+    if event.before is None:
+        return [record]
+    pk = loads_object(event.pk, "pk", event)
+    old_pk = pk_of(loads_object(event.before, "before", event), pk)
+    if old_pk == pk:
+        return [record]
+    tombstone = Origin(origin.shard, origin.gtid, origin.index, part=1)
+    return [Record(entity_name(table, old_pk), None, tombstone), record]
 
 
 def _describe(exc: BaseException) -> str:

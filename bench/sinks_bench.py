@@ -1,0 +1,158 @@
+"""Throughput of the sinks against local servers it starts itself (and stops).
+
+- memcached invalidation: change events through the memcached sink into one local memcached
+  (first pass: keys absent, ``add``; second pass: newer tokens, ``cas``), batches of 5000;
+- Version Stream appends: change events through the Version Stream sink into one local MariaDB
+  with durable commits (one locked multi-row INSERT per batch of 5000), and the single-row
+  append (one INSERT with a MAX subquery per version, one transaction each) in the same run
+  against the same server, with the ratio.
+
+Figures are printed and merged into ``bench/results/summary.json`` (other keys are kept).
+Run it with ``make bench-sinks`` or ``python bench/sinks_bench.py [--events N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the test helpers start the servers
+
+from updatestream_jobs.events import ChangeEvent  # noqa: E402
+from updatestream_jobs.sinks.base import BatchContext  # noqa: E402
+from updatestream_jobs.sinks.memcached import MemcachedSink  # noqa: E402
+from updatestream_jobs.sinks.versionstream import VersionStreamSink  # noqa: E402
+
+from tests.jobs.memcached_server import MemcachedServer  # noqa: E402
+from tests.jobs.sink_events import ShardLog  # noqa: E402
+from updatestream import spec  # noqa: E402
+from updatestream.devcluster.server import MariaDBServer  # noqa: E402
+from updatestream.versionstream.repository import VersionStreamRepository  # noqa: E402
+
+SUMMARY = REPO / "bench" / "results" / "summary.json"
+BATCH = 5000
+# A durable server, as in production (the development servers relax both): each commit is
+# flushed to disk, which is what makes a transaction per version slow.
+DURABLE = ("--innodb-flush-log-at-trx-commit=1", "--sync-binlog=1")
+
+
+def change_events(count: int, first_ts: int, rows_per_tx: int = 4) -> list[ChangeEvent]:
+    """`count` row updates over two shards, `rows_per_tx` rows per transaction, distinct rows."""
+    logs = [ShardLog("-80", 1), ShardLog("80-", 2)]
+    events: list[ChangeEvent] = []
+    uid = 0
+    while len(events) < count:
+        log = logs[uid % 2]
+        rows = []
+        for _ in range(rows_per_tx):
+            before = {"id": uid, "name": f"user{uid}", "visits": 0}
+            rows.append(("update", "users", before, {**before, "visits": first_ts}))
+            uid += 1
+        events += log.transaction(first_ts + len(events) // 2000, rows)
+    return events[:count]
+
+
+def batches(events: list[ChangeEvent]) -> list[list[ChangeEvent]]:
+    return [events[i : i + BATCH] for i in range(0, len(events), BATCH)]
+
+
+def bench_memcached(events: int) -> dict[str, Any]:
+    server = MemcachedServer(memory_mb=256).start()
+    try:
+        config = spec.MemcachedSink(type="memcached", servers=[server.address])
+        sink = MemcachedSink(config, keyspace="bench")
+        sink.open()
+        rates = []
+        for npass, first_ts in enumerate((1_700_000_000, 1_700_100_000)):
+            work = batches(change_events(events, first_ts))
+            started = time.perf_counter()
+            written = 0
+            for i, batch in enumerate(work):
+                written += sink.write_batch(batch, BatchContext("bench", "-", i)).written
+            elapsed = time.perf_counter() - started
+            assert written == events, (written, events)
+            rates.append(events / elapsed)
+            print(f"memcached pass {npass + 1}: {events} invalidations in {elapsed:.2f}s")
+        sink.close()
+    finally:
+        server.stop()
+    return {"memcached_invalidations_per_s": round(min(rates))}
+
+
+def bench_versionstream(events: int, naive: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="sinks-bench-") as tmp:
+        server = MariaDBServer(base_dir=Path(tmp) / "mariadb", server_id=4242, extra_args=DURABLE)
+        server.start()
+        try:
+            secrets = Path(tmp) / "secrets"
+            (secrets / "bench").mkdir(parents=True)
+            with server.root_connect() as conn, conn.cursor() as cur:
+                cur.execute("CREATE USER 'bench'@'127.0.0.1' IDENTIFIED BY 'bench-pw'")
+                cur.execute("GRANT ALL PRIVILEGES ON *.* TO 'bench'@'127.0.0.1'")
+            (secrets / "bench" / "username").write_text("bench")
+            (secrets / "bench" / "password").write_text("bench-pw")
+            config = spec.VersionStreamSink.model_validate(
+                {
+                    "type": "versionStream",
+                    "mysql": {"host": server.host, "port": server.port},
+                    "credentialsSecret": {"name": "bench"},
+                }
+            )
+            sink = VersionStreamSink(config, keyspace="bench", secrets_dir=secrets)
+            sink.open()
+            work = batches(change_events(events, 1_700_000_000))
+            started = time.perf_counter()
+            for i, batch in enumerate(work):
+                sink.write_batch(batch, BatchContext("bench", "-", i))
+            batched = events / (time.perf_counter() - started)
+            sink.close()
+            print(f"versionstream: {events} versions appended at {batched:.0f}/s")
+
+            repo = VersionStreamRepository(
+                server.root_connect, table="versionstream", database="updatestream", stream=1
+            )
+            started = time.perf_counter()
+            for n in range(naive):
+                repo.append_naive(f'users:{{"id":{n}}}', json.dumps({"id": n}))
+            single = naive / (time.perf_counter() - started)
+            repo.close()
+            print(f"naive single-row append: {naive} versions at {single:.0f}/s")
+        finally:
+            server.stop()
+    return {
+        "versionstream_appends_per_s": round(batched),
+        "naive_append_per_s": round(single),
+        "versionstream_vs_naive_ratio": round(batched / single, 1),
+    }
+
+
+def merge_summary(figures: dict[str, Any]) -> None:
+    SUMMARY.parent.mkdir(parents=True, exist_ok=True)
+    summary: dict[str, Any] = {}
+    if SUMMARY.exists():
+        summary = json.loads(SUMMARY.read_text(encoding="utf-8"))
+    summary.update(figures)
+    tmp = SUMMARY.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    tmp.replace(SUMMARY)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=100_000, help="events per measurement")
+    parser.add_argument("--naive", type=int, default=2_000, help="single-row appends")
+    args = parser.parse_args()
+    figures = bench_memcached(args.events)
+    figures |= bench_versionstream(args.events, args.naive)
+    print(json.dumps(figures, indent=2))
+    merge_summary(figures)
+
+
+if __name__ == "__main__":
+    main()
