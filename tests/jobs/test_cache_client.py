@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from pymemcache.client.base import Client
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import MariadbGtidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
@@ -19,6 +20,7 @@ from updatestream_jobs.sinks.memcached import MemcachedSink
 
 from tests.conftest import MariaDBFixture
 from tests.jobs.memcached_server import MemcachedServer
+from tests.jobs.sink_events import ShardLog
 from updatestream import spec
 from updatestream.cache import CacheClient, SnapshotReader
 from updatestream.core.gtid import MariaDBGTID, MariaDBPosition
@@ -331,3 +333,33 @@ def test_snapshot_position_is_that_of_the_rows_read(
     assert token.shard == SHARD
     now = int(sql(mariadb_server, "SELECT UNIX_TIMESTAMP()")[0][0])
     assert now - 4 <= token.timestamp <= now - 2  # no cached token: the conservative stamp
+
+
+def test_sink_and_client_agree_on_the_server_of_each_key(memcached: MemcachedServer) -> None:
+    second = MemcachedServer().start()
+    try:
+        servers = [memcached.address, second.address]
+        keyspace = f"k{uuid.uuid4().hex[:6]}"
+        sink = MemcachedSink(
+            spec.MemcachedSink.model_validate({"type": "memcached", "servers": servers}),
+            keyspace=keyspace,
+        )
+        log = ShardLog("-80", 1)
+        events = []
+        for uid in range(40):
+            row = {"id": uid, "name": "n", "visits": 0}
+            events += log.transaction(500, [("insert", "users", None, row)])
+        sink.write_batch(events, BatchContext("t", "-", 0))
+        sink.close()
+        cache: CacheClient[Any] = CacheClient(servers)
+        for uid in range(40):
+            found = cache.lookup(f"{keyspace}:users:{uid}")
+            assert found is not None and found[0] == EventToken.loads(events[uid].token)
+        with Client(("127.0.0.1", second.port)) as only_second:
+            on_second = sum(
+                only_second.get(f"{keyspace}:users:{uid}") is not None for uid in range(40)
+            )
+        assert 0 < on_second < 40  # the keys are spread over both servers
+        cache.close()
+    finally:
+        second.stop()

@@ -19,6 +19,7 @@ from tests.jobs.sink_events import ShardLog, two_shard_workload
 from updatestream import spec
 from updatestream.cache.entry import decode, encode
 from updatestream.cache.invalidator import Invalidator
+from updatestream.cache.keys import KeyTemplateError, KeyTemplates
 from updatestream.cache.transport import StoreOp
 from updatestream.core.gtid import MariaDBPosition
 from updatestream.core.token import EventToken
@@ -230,3 +231,17 @@ def test_bad_templates_are_refused(keyspace: str) -> None:
         make_sink(["127.0.0.1:1"], keyspace, {"users": "u:{id.__class__}"})
     with pytest.raises(SinkError, match="whitespace"):
         make_sink(["127.0.0.1:1"], keyspace, {"users": "u {id}"})
+
+
+def test_keys_are_memcached_safe() -> None:
+    templates = KeyTemplates("commerce", {"events": "ev:{event_key}"}, {"orders": ["o:{a}:{b}"]})
+    assert templates.key("events", {"event_key": "a b%c\n"}) == "ev:a%20b%25c%0A"
+    assert templates.key("users", {"id": 5}) == "commerce:users:5"
+    assert templates.key("pairs", {"a": "x", "b": None}) == "commerce:pairs:x:null"
+    assert templates.extra_keys("orders", {"a": 1.5, "b": True}) == ["o:1.5:true"]
+    long = templates.key("events", {"event_key": "é" * 300})
+    assert len(long.encode()) <= 250 and "#" in long
+    assert long == templates.key("events", {"event_key": "é" * 300})  # stable
+    assert long != templates.key("events", {"event_key": "é" * 299 + "e"})
+    with pytest.raises(KeyTemplateError, match="names column 'event_key'"):
+        templates.key("events", {"id": 1})
