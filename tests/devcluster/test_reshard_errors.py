@@ -1,0 +1,103 @@
+"""Bad reshard requests: each a typed error, and nothing changed."""
+
+from __future__ import annotations
+
+import fcntl
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from updatestream.devcluster.cluster import DevCluster
+from updatestream.devcluster.errors import (
+    ReshardInProgressError,
+    ReshardInputError,
+    ShardNotServingError,
+)
+from updatestream.devcluster.reshard import ReshardWorkflow, plan_reshard
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
+    cluster = DevCluster(tmp_path_factory.mktemp("errors"))
+    try:
+        cluster.up("-80,80-")
+        yield cluster
+    finally:
+        cluster.down()
+
+
+def _snapshot(cluster: DevCluster) -> tuple[bytes, bytes, list[str]]:
+    folder = cluster.workflows_dir
+    workflows = sorted(p.name for p in folder.glob("*")) if folder.exists() else []
+    return cluster.manifest_path.read_bytes(), cluster.state_path.read_bytes(), workflows
+
+
+@pytest.mark.parametrize(
+    ("sources", "targets", "error", "message"),
+    [
+        ("-80", "-40", ReshardInputError, "do not exactly cover"),
+        ("-80", "-40,40-c0", ReshardInputError, "do not exactly cover"),
+        ("-80", "-20,40-80", ReshardInputError, "do not exactly cover"),
+        ("-80", "-40,20-80", ReshardInputError, "overlap"),
+        ("-40", "-20,20-40", ShardNotServingError, "not serving"),
+        ("-80", "-80", ReshardInputError, "nothing to reshard"),
+        ("-80", "zz-80", ReshardInputError, "not hex"),
+    ],
+)
+def test_bad_input_is_a_typed_error_and_changes_nothing(
+    cluster: DevCluster, sources: str, targets: str, error: type[Exception], message: str
+) -> None:
+    before = _snapshot(cluster)
+    with pytest.raises(error, match=message):
+        plan = plan_reshard(cluster, sources, targets)
+        ReshardWorkflow(cluster, plan).run()
+    assert _snapshot(cluster) == before
+    assert cluster.shard_names() == ["-80", "80-"]
+
+
+def test_cli_reports_bad_input_on_one_line(cluster: DevCluster) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "updatestream", "devcluster", "reshard", "--dir", str(cluster.dir),
+         "--from=-80", "--to=-40"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("error: target shards -40 do not exactly cover")
+
+
+class _Interrupt(Exception):
+    pass
+
+
+class _StopAtReplicate:
+    def phase(self, name: str, detail: str = "") -> None:
+        if name == "replicate":
+            raise _Interrupt
+
+    def copied(self, source: str, target: str, rows: int) -> None:
+        pass
+
+    def lag(self, report: list[dict[str, object]]) -> None:
+        pass
+
+
+def test_second_reshard_of_a_resharding_shard_is_refused(cluster: DevCluster) -> None:
+    plan = plan_reshard(cluster, "-80", "-40,40-80")
+    with pytest.raises(_Interrupt):
+        ReshardWorkflow(cluster, plan, reporter=_StopAtReplicate()).run()
+    before = _snapshot(cluster)
+    for sources, targets in [("-80", "-20,20-80"), ("-80,80-", "-")]:
+        with pytest.raises(ReshardInProgressError, match=r"unfinished workflow x-80\.to"):
+            ReshardWorkflow(cluster, plan_reshard(cluster, sources, targets)).run()
+    assert _snapshot(cluster) == before
+    # The same workflow while another process runs it: refused too.
+    lock = cluster.workflows_dir / f"{plan.name}.lock"
+    with lock.open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        with pytest.raises(ReshardInProgressError, match="running in another process"):
+            ReshardWorkflow(cluster, plan_reshard(cluster, "-80", "-40,40-80")).run()
+    assert cluster.keyspace().spec.serving_shards == ["-80", "80-"]
