@@ -1,45 +1,31 @@
-"""Assertions over a development cluster's data shared by the tests (test helper)."""
+"""Assertions over a development cluster's data shared by the tests (test helper).
+
+`shard_state` is re-exported from `updatestream.devcluster.verify` for the test modules.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-import pymysql.cursors
-
 from tests.devcluster.binlog_reader import BinlogTransaction, read_transactions
 from updatestream.core.gtid import MariaDBPosition
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.vschema import VSchema
-from updatestream.devcluster import schema
 from updatestream.devcluster.cluster import DevCluster
-from updatestream.devcluster.ledger import RowKey, pk_json, table_state
+from updatestream.devcluster.ledger import pk_json
+from updatestream.devcluster.verify import misplaced_rows, shard_state
 
-
-def shard_rows(cluster: DevCluster, shard: str) -> list[tuple[str, dict[str, Any]]]:
-    """Every row of the sample tables on one shard, as (table, row dict)."""
-    found: list[tuple[str, dict[str, Any]]] = []
-    with (
-        cluster.connect(shard, "admin", schema.DATABASE) as conn,
-        conn.cursor(pymysql.cursors.DictCursor) as cur,
-    ):
-        for table in schema.COLUMNS:
-            cur.execute(f"SELECT * FROM `{table}`")
-            found += [(table, row) for row in cur.fetchall()]
-    return found
-
-
-def shard_state(cluster: DevCluster, shard: str) -> dict[RowKey, str]:
-    return table_state(shard_rows(cluster, shard))
+__all__ = [
+    "assert_filtered_replication_exact",
+    "assert_rows_on_their_shard",
+    "replicated_transactions",
+    "shard_state",
+]
 
 
 def assert_rows_on_their_shard(cluster: DevCluster, shards: list[str]) -> None:
     """Every row sits on the shard its primary vindex maps it to."""
-    vschema = VSchema.from_dict(cluster.keyspace().spec.vschema)
-    for shard in shards:
-        key_range = KeyRange.parse(shard)
-        for table, row in shard_rows(cluster, shard):
-            ksid = vschema.keyspace_id_for(table, row)
-            assert ksid is not None and key_range.contains(ksid), (shard, table, row)
+    assert misplaced_rows(cluster, shards) == []
 
 
 def replicated_transactions(

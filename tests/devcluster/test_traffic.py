@@ -17,6 +17,7 @@ from updatestream.devcluster.ledger import (
     row_digest,
 )
 from updatestream.devcluster.traffic import TrafficGenerator, TrafficOptions
+from updatestream.devcluster.verify import check_ledger
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +42,8 @@ def test_ledger_matches_final_database_state(fresh_cluster: DevCluster, traffic_
     orders = [e.order for e in entries]
     assert orders == sorted(orders) and len(set(orders)) == len(orders)
     assert max(Counter(e.tx for e in entries).values()) >= 500  # a large transaction
+    report = check_ledger(fresh_cluster, traffic_run)
+    assert report.ok and report.database_rows == len(expected)
 
 
 def test_ledger_digests_and_gtids_match_the_binlog(

@@ -157,6 +157,10 @@ def traffic(
     signal.signal(signal.SIGTERM, lambda *_: gen._stop.set())
     began = time.monotonic()
     try:
+        with console.status("reading the rows already on the serving shards..."):
+            adopted = gen.adopt_existing_rows()
+        if adopted:
+            console.print(f"found {adopted} existing rows to update and delete")
         if preload:
             with console.status(f"preloading {preload} rows..."):
                 gen.preload(preload)
@@ -289,3 +293,27 @@ def retire(shards: str, directory: Path) -> None:
     names = [s.strip() for s in shards.split(",") if s.strip()]
     cluster.retire(names)
     console.print(f"retired {', '.join(names)}")
+
+
+@devcluster.command("check")
+@click.option(
+    "--ledger", type=click.Path(dir_okay=False, exists=True, path_type=Path), required=True
+)
+@_dir_option
+def check(ledger: Path, directory: Path) -> None:
+    """Compare a traffic ledger with the serving shards' rows; check every row's shard."""
+    from updatestream.devcluster.errors import DevClusterError
+    from updatestream.devcluster.verify import check_ledger
+
+    with console.status("reading every row of the serving shards..."):
+        result = check_ledger(DevCluster(directory), ledger)
+    console.print(
+        f"ledger rows alive: {result.ledger_rows}  database rows: {result.database_rows}  "
+        f"missing: {len(result.missing)}  unexpected: {len(result.unexpected)}  "
+        f"different: {len(result.different)}  on two shards: {len(result.duplicated)}  "
+        f"on the wrong shard: {result.misplaced}",
+        highlight=False,
+    )
+    if not result.ok:
+        raise DevClusterError(f"the database does not match the ledger {ledger}")
+    console.print("OK: the serving shards hold exactly the ledger's rows, each on its shard")

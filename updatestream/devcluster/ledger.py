@@ -107,6 +107,19 @@ class LedgerWriter:
                 self._fh = None
 
 
+def last_entry(path: Path | str) -> LedgerEntry | None:
+    """The last entry of a ledger file (to continue its numbering), or None."""
+    try:
+        with Path(path).open("rb") as fh:
+            fh.seek(0, 2)
+            size = fh.tell()
+            fh.seek(max(0, size - 65536))
+            lines = [line for line in fh.read().splitlines() if line.strip()]
+    except FileNotFoundError:
+        return None
+    return LedgerEntry.from_json(lines[-1].decode("utf-8")) if lines else None
+
+
 def read_ledger(path: Path | str) -> Iterator[LedgerEntry]:
     with Path(path).open(encoding="utf-8") as fh:
         for line in fh:

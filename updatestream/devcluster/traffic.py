@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pymysql
+import pymysql.cursors
 
 from updatestream import spec
 from updatestream.core.keyrange import KeyRange
@@ -35,6 +36,8 @@ from updatestream.devcluster.ledger import (
     LedgerEntry,
     LedgerOp,
     LedgerWriter,
+    binlog_image,
+    last_entry,
     pk_json,
     row_digest,
 )
@@ -169,8 +172,9 @@ class TrafficGenerator:
         self.tables = {t: _Rows() for t in schema.COLUMNS}
         self.stats = TrafficStats()
         self._conns: dict[tuple[str, int], Connection] = {}
-        self._order = itertools.count(1)
-        self._tx = itertools.count(1)
+        last = last_entry(self.ledger.path) if self.ledger.path is not None else None
+        self._order = itertools.count(last.order + 1 if last else 1)
+        self._tx = itertools.count(last.tx + 1 if last else 1)
         start = int(time.time() * 1000) % 10**9 * 1000 + self.rng.randrange(1000)
         self._ids = itertools.count(start)
         self._stop = threading.Event()
@@ -234,6 +238,20 @@ class TrafficGenerator:
                        for _ in range(size)]  # fmt: skip
             self.commit(changes)
             made += size
+
+    def adopt_existing_rows(self) -> int:
+        """Learn the rows already on the serving shards, so updates and deletes reach them."""
+        adopted = 0
+        for shard in self.router.shard_map.names:
+            conn = self._connection(shard)
+            for table in schema.COLUMNS:
+                with conn.cursor(pymysql.cursors.SSDictCursor) as cur:
+                    cur.execute(f"SELECT * FROM `{table}`")
+                    for row in cur:
+                        self.tables[table].put(pk_json(table, row), binlog_image(table, row))
+                        adopted += 1
+            conn.rollback()
+        return adopted
 
     def close(self) -> None:
         for conn in self._conns.values():
