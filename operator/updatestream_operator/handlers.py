@@ -20,7 +20,7 @@ from updatestream_operator import config, metrics, scrub
 from updatestream_operator.kopfext import ScrubbingProgressStorage
 from updatestream_operator.reconcile import keyspace_status
 from updatestream_operator.service import StreamService
-from updatestream_operator.storage import VERSION, KubeStore
+from updatestream_operator.storage import VERSION, KubeStore, connection_info
 
 STREAMS = (API_GROUP, VERSION, "updatestreams")
 KEYSPACES = (API_GROUP, VERSION, "keyspaces")
@@ -71,6 +71,15 @@ def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
         f"namespace {cfg.namespace}" if cfg.namespace else "every namespace",
         cfg.default_launcher,
     )
+
+
+@kopf.on.login()
+def login(**_: Any) -> kopf.ConnectionInfo:
+    """kopf authenticates exactly as the operator's own client (and spark-submit) does."""
+    try:
+        return connection_info(config.current().kubeconfig)
+    except Exception as exc:
+        raise kopf.LoginError(scrub.SCRUBBER.scrub(f"cannot authenticate: {exc}")) from None
 
 
 @kopf.on.cleanup()

@@ -13,6 +13,7 @@ import dataclasses
 import datetime as dt
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -30,6 +31,7 @@ from updatestream_operator.storage import KubeStore
 log = logging.getLogger(__name__)
 
 MAX_STEPS = 6  # a hop takes three steps (stop, plan and launch, complete)
+LAUNCH_BACKOFF = (20.0, 300.0)  # seconds before retrying a failed launch: first, at most
 
 
 class StreamGone(Exception):
@@ -74,6 +76,16 @@ class StreamService:
         self.clock = clock
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._locks_guard = threading.Lock()
+        self._backoff: dict[tuple[str, str], tuple[float, float]] = {}
+
+    def _backing_off(self, namespace: str, name: str) -> bool:
+        until, _ = self._backoff.get((namespace, name), (0.0, 0.0))
+        return time.monotonic() < until
+
+    def _back_off(self, namespace: str, name: str) -> None:
+        _, delay = self._backoff.get((namespace, name), (0.0, 0.0))
+        delay = min(max(delay * 2, LAUNCH_BACKOFF[0]), LAUNCH_BACKOFF[1])
+        self._backoff[(namespace, name)] = (time.monotonic() + delay, delay)
 
     def _lock(self, namespace: str, name: str) -> threading.Lock:
         with self._locks_guard:
@@ -178,6 +190,10 @@ class StreamService:
                 )
                 settings = rec.Settings(launcher=launcher_name, max_restarts=self.max_restarts)
                 decision = rec.reconcile(observed, settings)
+                if self._backing_off(namespace, name) and any(
+                    isinstance(a, rec.Launch) for a in decision.actions
+                ):
+                    break  # a launch failed moments ago: try again after the backoff
                 patch = _status_patch(decision.status)
                 if SCRUBBER.scrub_any(patch) != {k: raw_status.get(k) for k in patch}:
                     self.store.patch_stream_status(namespace, name, patch)
@@ -186,7 +202,12 @@ class StreamService:
                     self.store.post_event(ref, note)
                 if not decision.actions:
                     break
-                self._execute(ref, decision.actions, launcher_name)
+                try:
+                    self._execute(ref, decision.actions, launcher_name)
+                except LaunchError:
+                    self._back_off(namespace, name)
+                    raise
+                self._backoff.pop((namespace, name), None)
             if decision is not None and ref is not None:
                 self.metrics.update(ref, decision.status)
                 return decision.status

@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -24,6 +24,9 @@ from updatestream.spec import API_GROUP
 from updatestream_operator.models import StreamRef
 from updatestream_operator.reconcile import Note
 from updatestream_operator.scrub import SCRUBBER
+
+if TYPE_CHECKING:
+    import kopf
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +81,24 @@ def load_client_configuration(kubeconfig: str | None = None) -> client.Configura
             client_configuration=configuration,
         )
     return configuration
+
+
+def connection_info(kubeconfig: str | None = None) -> kopf.ConnectionInfo:
+    """The operator's credentials as a `kopf.ConnectionInfo` (kopf imported lazily)."""
+    import kopf
+
+    c = load_client_configuration(kubeconfig)
+    header = str(c.api_key.get("BearerToken") or c.api_key.get("authorization") or "")
+    scheme, _, token = header.partition(" ")
+    return kopf.ConnectionInfo(
+        server=str(c.host),
+        ca_path=c.ssl_ca_cert or None,
+        insecure=not c.verify_ssl,
+        certificate_path=c.cert_file or None,
+        private_key_path=c.key_file or None,
+        scheme=scheme or None,
+        token=token or None,
+    )
 
 
 def owner_reference(ref: StreamRef) -> dict[str, Any]:
@@ -275,26 +296,35 @@ class KubeStore:
                 raise
 
     def delete_owned(self, namespace: str, owner_uid: str) -> list[str]:
-        """Delete the ConfigMaps and Services owned by `owner_uid` (what spark-submit made for
-        a driver). A cluster's garbage collector does the same; doing it here leaves nothing
-        behind even where none runs."""
+        """Delete the ConfigMaps, Services and NetworkPolicies owned by `owner_uid` (what
+        spark-submit made for a driver). A cluster's garbage collector does the same; doing
+        it here leaves nothing behind even where none runs."""
+        networking: Any = client.NetworkingV1Api(self.api)
+        kinds: list[tuple[str, Any, Any]] = [
+            (
+                "ConfigMap",
+                self.core.list_namespaced_config_map,
+                self.core.delete_namespaced_config_map,
+            ),
+            ("Service", self.core.list_namespaced_service, self.core.delete_namespaced_service),
+            (
+                "NetworkPolicy",
+                networking.list_namespaced_network_policy,
+                networking.delete_namespaced_network_policy,
+            ),
+        ]
         deleted = []
-        with _calling(f"listing ConfigMaps in {namespace}"):
-            maps = self.core.list_namespaced_config_map(namespace).items
-        with _calling(f"listing Services in {namespace}"):
-            services = self.core.list_namespaced_service(namespace).items
-        for kind, items in (("ConfigMap", maps), ("Service", services)):
-            for item in items:
+        for kind, list_call, delete_call in kinds:
+            with _calling(f"listing {kind}s in {namespace}"):
+                found = list_call(namespace).items
+            for item in found:
                 owners = item.metadata.owner_references or []
                 if not any(o.uid == owner_uid for o in owners):
                     continue
                 name = item.metadata.name
                 try:
                     with _calling(f"deleting {kind} {namespace}/{name}"):
-                        if kind == "ConfigMap":
-                            self.core.delete_namespaced_config_map(name, namespace)
-                        else:
-                            self.core.delete_namespaced_service(name, namespace)
+                        delete_call(name, namespace)
                     deleted.append(f"{kind}/{name}")
                 except KubeError as exc:
                     if not _absent(exc):

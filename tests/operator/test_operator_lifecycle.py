@@ -1,0 +1,441 @@
+"""The operator under kopf's KopfRunner against a real API server, as its own ServiceAccount,
+launching jobs with spark-submit (driver Pods stay Pending: no kubelet runs here).
+
+One UpdateStream goes through create, progress, update, suspend, resume, a serving-shard
+change (one hop) and deletion; a second one uses the spark-operator launcher. The whole time,
+every status, Event and log line is checked never to show the Secret's value.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kopf.testing import KopfRunner
+from updatestream_operator import config
+from updatestream_operator.naming import LABEL_STREAM_UID
+from updatestream_operator.publisher import publish_once
+from updatestream_operator.storage import KubeStore
+
+from tests.operator.fixtures_operator import (
+    SECRET_VALUE,
+    SPARK_ACCOUNT,
+    apply,
+    apply_crds,
+    get,
+    install_operator_identity,
+    items,
+    keyspace_manifest,
+    prepare_namespace,
+    stream_manifest,
+    wait_for,
+)
+from tests.support.kube import KubeApi, free_port
+
+NS = "us-life"
+T0 = 1_700_000_100
+SPARK_APPLICATION_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {
+        "name": "sparkapplications.sparkoperator.k8s.io",
+        # *.k8s.io groups need this; the spark-operator's own CRD carries it too
+        "annotations": {"api-approved.kubernetes.io": "unapproved, test-only"},
+    },
+    "spec": {
+        "group": "sparkoperator.k8s.io",
+        "scope": "Namespaced",
+        "names": {"kind": "SparkApplication", "plural": "sparkapplications"},
+        "versions": [
+            {
+                "name": "v1beta2",
+                "served": True,
+                "storage": True,
+                "subresources": {"status": {}},
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "x-kubernetes-preserve-unknown-fields": True,
+                    }
+                },
+            }
+        ],
+    },
+}
+
+
+class _Capture(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+
+
+@dataclass
+class Operator:
+    api: KubeApi
+    runner: KopfRunner
+    metrics_port: int
+    logs: _Capture
+    seen: list[str] = field(default_factory=list)  # every status and Event text read
+
+    def stream(self, name: str) -> dict[str, Any] | None:
+        found = get(self.api, NS, "updatestream", name)
+        if found is not None:
+            self.seen.append(json.dumps(found))
+        return found
+
+    def status(self, name: str) -> dict[str, Any]:
+        found = self.stream(name)
+        return (found or {}).get("status") or {}
+
+    def condition(self, name: str, type_: str) -> tuple[str, str] | None:
+        for c in self.status(name).get("conditions", []):
+            if c["type"] == type_:
+                return c["status"], c.get("reason", "")
+        return None
+
+    def events(self) -> list[dict[str, Any]]:
+        found = items(self.api, NS, "events")
+        self.seen.extend(json.dumps(e) for e in found)
+        return found
+
+    def reasons(self, name: str) -> list[str]:
+        return [e["reason"] for e in self.events() if e["involvedObject"]["name"] == name]
+
+
+@pytest.fixture(scope="module")
+def operator(kube_api: KubeApi, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
+    apply_crds(kube_api)
+    workdir = tmp_path_factory.mktemp("operator")
+    kubeconfig = install_operator_identity(kube_api, workdir)
+    prepare_namespace(kube_api, NS)
+    port = free_port()
+    config.configure(
+        config.OperatorConfig(
+            namespace=NS,
+            launcher="spark-submit",
+            metrics_port=port,
+            metrics_address="127.0.0.1",
+            timer_interval=2.0,
+            kubeconfig=str(kubeconfig),
+            cluster=config.ClusterSettings(
+                image="registry.invalid/updatestream:test", service_account=SPARK_ACCOUNT
+            ),
+        )
+    )
+    capture = _Capture()
+    root = logging.getLogger()
+    root.addHandler(capture)
+    previous = os.environ.get("KUBECONFIG")
+    os.environ["KUBECONFIG"] = str(kubeconfig)  # kopf's own login and spark-submit's
+    args = ["run", "--standalone", "--verbose", "-n", NS, "-m", "updatestream_operator.handlers"]
+    try:
+        with KopfRunner(args, timeout=60) as runner:
+            yield Operator(kube_api, runner, port, capture)
+        capture.lines.append(runner.output)
+    finally:
+        root.removeHandler(capture)
+        if previous is None:
+            os.environ.pop("KUBECONFIG", None)
+        else:
+            os.environ["KUBECONFIG"] = previous
+    assert SECRET_VALUE not in "\n".join(capture.lines)
+
+
+def _driver_pods(op: Operator, uid: str) -> list[dict[str, Any]]:
+    return [
+        p
+        for p in items(op.api, NS, "pods", f"{LABEL_STREAM_UID}={uid}")
+        if p["metadata"].get("labels", {}).get("updatestream.io/role") == "driver"
+    ]
+
+
+def _publish(op: Operator, job: str, launch_id: int, report: dict[str, Any], tmp: Path) -> None:
+    """Do what the driver's sidecar does: copy a status file into the progress ConfigMap."""
+    path = tmp / "status.json"
+    path.write_text(json.dumps(report))
+    store = KubeStore.connect(str(op.api.kubeconfig))
+    publish_once(
+        store,
+        status_file=path,
+        namespace=NS,
+        config_map=f"{job}-progress",
+        launch_id=launch_id,
+    )
+
+
+def _token(shard: str, ts: int, seq: int) -> dict[str, Any]:
+    return {"ts": ts, "shard": shard, "pos": f"0-1-{seq}", "flavor": "mariadb"}
+
+
+def _launch_of(pod: dict[str, Any]) -> int:
+    return int(pod["metadata"]["annotations"]["updatestream.io/launch-id"])
+
+
+def _stream_yaml(op: Operator, job: str) -> dict[str, Any]:
+    config_map = get(op.api, NS, "configmap", f"{job}-config")
+    assert config_map is not None
+    document: dict[str, Any] = yaml.safe_load(config_map["data"]["stream.yaml"])
+    return document
+
+
+class TestLifecycle:
+    """Ordered steps of one stream's life; each step starts from where the previous ended."""
+
+    uid = ""
+    job = ""
+
+    def test_create_launches_one_driver_pod_owned_by_the_stream(self, operator: Operator) -> None:
+        op = operator
+        apply(op.api, NS, keyspace_manifest("commerce"))
+        apply(op.api, NS, stream_manifest("orders", "commerce"))
+        stream = wait_for(lambda: op.stream("orders"), "the UpdateStream")
+        TestLifecycle.uid = uid = stream["metadata"]["uid"]
+        pods = wait_for(lambda: _driver_pods(op, uid), "the driver Pod", timeout=240)
+        assert len(pods) == 1
+        pod = pods[0]
+        TestLifecycle.job = job = pod["metadata"]["name"]
+        assert pod["status"]["phase"] == "Pending"
+        owners = pod["metadata"]["ownerReferences"]
+        assert [(o["kind"], o["uid"]) for o in owners] == [("UpdateStream", uid)]
+        volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+        assert volumes["job-config"]["configMap"]["name"] == f"{job}-config"
+        assert any(v.get("secret", {}).get("secretName") == "reader" for v in volumes.values())
+        assert pod["spec"]["serviceAccountName"] == SPARK_ACCOUNT
+        containers = {c["name"] for c in pod["spec"]["containers"]}
+        assert containers == {"spark-kubernetes-driver", "progress-publisher"}
+
+        config_map = get(op.api, NS, "configmap", f"{job}-config")
+        assert config_map is not None
+        assert config_map["metadata"]["ownerReferences"][0]["uid"] == uid
+        start = _stream_yaml(op, job)["spec"]["start"]
+        assert start == {"mode": "timestamp", "timestamp": 1_700_000_000}
+        assert "reader" in config_map["data"]["keyspace.yaml"]
+
+        wait_for(lambda: op.condition("orders", "Ready") == ("True", "Launched"), "Ready")
+        status = op.status("orders")
+        assert status["observedGeneration"] == stream["metadata"]["generation"]
+        assert status["keyRanges"][0]["job"] == job
+        assert status["shards"] == "-80,80-"
+        assert op.condition("orders", "Degraded") == ("False", "AsExpected")
+        assert "Launched" in op.reasons("orders")
+        printed = op.api.kubectl("get", "-n", NS, "updatestream", "orders").stdout
+        assert "Launched" not in printed and "True" in printed and "-80,80-" in printed
+
+    def test_progress_reaches_status_and_metrics(self, operator: Operator, tmp_path: Path) -> None:
+        op, job = operator, TestLifecycle.job
+        report = {
+            "shards": {
+                "-80": {"token": _token("-80", T0, 10), "events": {"insert": 4}, "lagSeconds": 3},
+                "80-": {"token": _token("80-", T0 + 2, 20), "events": {"update": 1}, "lag": 1.5},
+            },
+            "duplicates": {},
+        }
+        _publish(op, job, 1, report, tmp_path)
+
+        def folded() -> dict[str, Any] | None:
+            status = op.status("orders")
+            return status if status.get("maxLagSeconds") == 3 else None
+
+        status = wait_for(folded, "progress folded into status")
+        shards = {s["name"]: s for s in status["keyRanges"][0]["shards"]}
+        assert shards["-80"]["token"]["pos"] == "0-1-10"
+        assert shards["80-"]["events"] == {"update": 1}
+        with urllib.request.urlopen(f"http://127.0.0.1:{op.metrics_port}/metrics") as r:
+            text = r.read().decode()
+        assert (
+            'updatestream_lag_seconds{namespace="us-life",shard="-80",stream="orders"} 3.0' in text
+        )
+        labels = 'namespace="us-life",op="insert",shard="-80",stream="orders"'
+        assert f"updatestream_events_total{{{labels}}} 4.0" in text
+        assert 'updatestream_hops_total{namespace="us-life",stream="orders"} 0.0' in text
+
+        # a job error quoting a password reaches status scrubbed
+        _publish(
+            op, job, 1, {**report, "error": f"login failed: password={SECRET_VALUE}"}, tmp_path
+        )
+        wait_for(lambda: op.condition("orders", "Degraded") == ("True", "JobError"), "Degraded")
+        degraded = next(c for c in op.status("orders")["conditions"] if c["type"] == "Degraded")
+        assert "password=***" in degraded["message"]
+        _publish(op, job, 1, report, tmp_path)
+        wait_for(lambda: op.condition("orders", "Degraded") == ("False", "AsExpected"), "recovery")
+
+    def test_update_relaunches_from_the_recorded_positions(self, operator: Operator) -> None:
+        op, job = operator, TestLifecycle.job
+        patch = {"spec": {"sinks": [{"type": "cdcv2", "path": "/data/other"}]}}
+        op.api.kubectl(
+            "patch", "-n", NS, "updatestream", "orders", "--type=merge", "-p", json.dumps(patch)
+        )
+        pods = wait_for(
+            lambda: [p for p in _driver_pods(op, TestLifecycle.uid) if _launch_of(p) == 2],
+            "the relaunched driver",
+            timeout=240,
+        )
+        assert pods[0]["metadata"]["name"] == job
+        start = _stream_yaml(op, job)["spec"]["start"]
+        assert start["mode"] == "resume"
+        assert start["tokens"]["-80"]["pos"] == "0-1-10"
+        assert start["tokens"]["80-"]["pos"] == "0-1-20"
+        assert len(_driver_pods(op, TestLifecycle.uid)) == 1
+        assert "Reconfiguring" in op.reasons("orders")
+
+    def test_suspend_removes_the_job_and_keeps_positions(self, operator: Operator) -> None:
+        op, job = operator, TestLifecycle.job
+        op.api.kubectl(
+            "patch",
+            "-n",
+            NS,
+            "updatestream",
+            "orders",
+            "--type=merge",
+            "-p",
+            '{"spec":{"suspend":true}}',
+        )
+        wait_for(lambda: op.condition("orders", "Ready") == ("False", "Suspended"), "Suspended")
+        assert _driver_pods(op, TestLifecycle.uid) == []
+        assert get(op.api, NS, "configmap", f"{job}-config") is None
+        leftovers = [
+            s["metadata"]["name"]
+            for s in items(op.api, NS, "services")
+            if job in s["metadata"]["name"]
+        ]
+        assert leftovers == []
+        shards = {s["name"]: s for s in op.status("orders")["keyRanges"][0]["shards"]}
+        assert shards["-80"]["token"]["pos"] == "0-1-10"
+
+    def test_resume_continues_from_the_positions(self, operator: Operator, tmp_path: Path) -> None:
+        op, job = operator, TestLifecycle.job
+        op.api.kubectl(
+            "patch",
+            "-n",
+            NS,
+            "updatestream",
+            "orders",
+            "--type=merge",
+            "-p",
+            '{"spec":{"suspend":false}}',
+        )
+        pods = wait_for(
+            lambda: _driver_pods(op, TestLifecycle.uid), "the resumed driver", timeout=240
+        )
+        assert _launch_of(pods[0]) == 3
+        assert _stream_yaml(op, job)["spec"]["start"]["tokens"]["80-"]["pos"] == "0-1-20"
+        wait_for(lambda: op.condition("orders", "Ready") == ("True", "Launched"), "Ready again")
+        # the resumed job delivers more before the split
+        report = {
+            "shards": {
+                "-80": {"token": _token("-80", T0 + 50, 15), "lagSeconds": 1},
+                "80-": {"token": _token("80-", T0 + 60, 25), "lagSeconds": 1},
+            }
+        }
+        _publish(op, job, 3, report, tmp_path)
+
+        def moved() -> bool:
+            shards = {s["name"]: s for s in op.status("orders")["keyRanges"][0]["shards"]}
+            return shards["-80"].get("token", {}).get("pos") == "0-1-15"
+
+        wait_for(moved, "the new positions in status")
+
+    def test_a_split_hops_exactly_once(self, operator: Operator) -> None:
+        op, job = operator, TestLifecycle.job
+        apply(op.api, NS, keyspace_manifest("commerce", serving=["-40", "40-80", "80-"]))
+        pods = wait_for(
+            lambda: [p for p in _driver_pods(op, TestLifecycle.uid) if _launch_of(p) == 4],
+            "the driver relaunched after the hop",
+            timeout=240,
+        )
+        assert pods[0]["metadata"]["annotations"]["updatestream.io/shard-map"] == "-40,40-80,80-"
+        start = _stream_yaml(op, job)["spec"]["start"]
+        assert start["mode"] == "resume"
+        assert start["tokens"] == {"80-": _token("80-", T0 + 60, 25)}
+        assert start["timestamps"] == {"-40": T0 + 50, "40-80": T0 + 50}
+        assert start["hop"]["fromShards"] == "-80,80-"
+        assert start["hop"]["lastDelivered"]["-80"]["pos"] == "0-1-15"
+
+        wait_for(lambda: op.condition("orders", "Hopping") == ("False", "HopCompleted"), "hop done")
+        wait_for(lambda: op.condition("orders", "Ready") == ("True", "Launched"), "Ready after hop")
+        time.sleep(6)  # a few more timer folds: still one hop, still launch 4
+        status = op.status("orders")
+        assert status["hopCount"] == 1
+        (hop,) = status["hops"]
+        assert hop["fromShards"] == ["-80", "80-"]
+        assert hop["toShards"] == ["-40", "40-80", "80-"]
+        assert hop["watermarks"] == {"-80": "0-1-15"}
+        assert hop["durationSeconds"] >= 0 and hop["completedAt"]
+        assert status["shards"] == "-40,40-80,80-"
+        assert [_launch_of(p) for p in _driver_pods(op, TestLifecycle.uid)] == [4]
+        reasons = op.reasons("orders")
+        assert reasons.count("HopStarted") == 1 and reasons.count("HopCompleted") == 1
+
+    def test_delete_leaves_nothing_behind(self, operator: Operator) -> None:
+        op, uid = operator, TestLifecycle.uid
+        op.api.kubectl("delete", "-n", NS, "updatestream", "orders", "--wait=false")
+        wait_for(lambda: op.stream("orders") is None, "the stream to be deleted")
+        assert _driver_pods(op, uid) == []
+        assert items(op.api, NS, "configmaps", f"{LABEL_STREAM_UID}={uid}") == []
+        owned = [
+            obj["metadata"]["name"]
+            for kind in ("configmaps", "services", "pods")
+            for obj in items(op.api, NS, kind)
+            if any(o["uid"] == uid for o in obj["metadata"].get("ownerReferences", []))
+            or TestLifecycle.job in obj["metadata"]["name"]
+        ]
+        assert owned == []
+
+
+def test_the_spark_operator_launcher_creates_an_owned_spark_application(
+    operator: Operator,
+) -> None:
+    op = operator
+    apply(op.api, "default", SPARK_APPLICATION_CRD)
+    op.api.kubectl(
+        "wait", "--for=condition=Established", "crd/sparkapplications.sparkoperator.k8s.io"
+    )
+    apply(op.api, NS, stream_manifest("audit", "commerce", spark={"launcher": "spark-operator"}))
+    uid = wait_for(lambda: op.stream("audit"), "the stream")["metadata"]["uid"]
+    apps = wait_for(
+        lambda: items(op.api, NS, "sparkapplications", f"{LABEL_STREAM_UID}={uid}"),
+        "the SparkApplication",
+    )
+    (app,) = apps
+    assert app["metadata"]["ownerReferences"][0]["uid"] == uid
+    spec = app["spec"]
+    assert spec["type"] == "Python" and spec["mode"] == "cluster"
+    assert spec["driver"]["secrets"][0]["name"] == "reader"
+    assert spec["driver"]["sidecars"][0]["name"] == "progress-publisher"
+    assert "--status-file" in spec["arguments"]
+    wait_for(lambda: op.condition("audit", "Ready") == ("True", "Launched"), "Ready")
+    op.api.kubectl("delete", "-n", NS, "updatestream", "audit", "--wait=false")
+    wait_for(lambda: op.stream("audit") is None, "the stream to be deleted")
+    assert items(op.api, NS, "sparkapplications") == []
+    assert items(op.api, NS, "configmaps", f"{LABEL_STREAM_UID}={uid}") == []
+
+
+def test_a_missing_keyspace_is_reported_as_degraded(operator: Operator) -> None:
+    op = operator
+    apply(op.api, NS, stream_manifest("lost", "nowhere"))
+    wait_for(lambda: op.condition("lost", "Degraded") == ("True", "KeyspaceNotFound"), "Degraded")
+    assert op.condition("lost", "Ready") == ("False", "KeyspaceNotFound")
+    op.api.kubectl("delete", "-n", NS, "updatestream", "lost", "--wait=false")
+    wait_for(lambda: op.stream("lost") is None, "the stream to be deleted")
+
+
+def test_no_secret_value_in_any_status_or_event(operator: Operator) -> None:
+    op = operator
+    op.events()
+    everything = "\n".join(op.seen)
+    assert op.seen and SECRET_VALUE not in everything
+    assert SECRET_VALUE not in "\n".join(op.logs.lines)
+    assert any("launching job" in line for line in op.logs.lines)
