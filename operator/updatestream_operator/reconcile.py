@@ -530,6 +530,10 @@ def _key_range_step(
                 ],
             }
         )
+    elif job.launch_id != entry.launch_id:
+        # Two launches raced (an operator killed while launching, restarted, launching again):
+        # the API server kept one job; it is the launch that runs, so its reports count.
+        entry = entry.model_copy(update={"launch_id": job.launch_id})
     entry = entry.model_copy(update={"job": job.job_id, "phase": job.phase.value})
     entry = _complete_hop(step, entry, job)
     if job.phase is JobPhase.TERMINATING:

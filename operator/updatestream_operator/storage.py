@@ -252,6 +252,12 @@ class KubeStore:
         with _calling(f"updating ConfigMap {namespace}/{name}"):
             self.core.patch_namespaced_config_map(name, namespace, {"data": data})
 
+    def annotate_config_map(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+        with _calling(f"annotating ConfigMap {namespace}/{name}"):
+            self.core.patch_namespaced_config_map(
+                name, namespace, {"metadata": {"annotations": annotations}}
+            )
+
     def list_config_maps(self, namespace: str | None, selector: str) -> list[dict[str, Any]]:
         with _calling(f"listing ConfigMaps ({selector})"):
             if namespace is None:

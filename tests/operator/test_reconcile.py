@@ -391,3 +391,16 @@ def test_status_round_trips_through_the_api_shape() -> None:
     assert dumped["keyRanges"][0]["shards"][0]["token"]["pos"] == "0-1-7"
     assert dumped["maxLagSeconds"] == 1.5
     assert StreamStatus.parse(dumped) == world.status
+
+
+def test_a_job_of_an_earlier_launch_that_won_a_race_is_adopted() -> None:
+    world = World()
+    world.settle()
+    (job,) = world.jobs
+    world.status.key_ranges[0].launch_id = 2  # the intent of a launch that found the job there
+    decision = world.step()
+    assert decision.actions == ()
+    assert decision.status.key_ranges[0].launch_id == job.launch_id == 1
+    world.report("-", a=token("-80", T0 + 10, 7))
+    world.step()
+    assert world.status.key_ranges[0].shard("-80").token["pos"] == "0-1-7"  # type: ignore[union-attr]

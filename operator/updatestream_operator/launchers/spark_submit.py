@@ -194,8 +194,17 @@ class SparkSubmitLauncher:
             time.monotonic() - started,
         )
         if result.returncode != 0:
-            if self.store.get_pod(namespace, job.job_id) is not None:
-                return  # a concurrent submission created it: still exactly one
+            existing = self.store.get_pod(namespace, job.job_id)
+            if existing is not None:
+                # A concurrent submission (e.g. by an operator killed meanwhile) created the
+                # driver: still exactly one. Its launch's reports are the ones to read.
+                annotations = existing["metadata"].get("annotations") or {}
+                self.store.annotate_config_map(
+                    namespace,
+                    naming.progress_map_name(job.job_id),
+                    {naming.ANNOTATION_LAUNCH_ID: annotations.get(naming.ANNOTATION_LAUNCH_ID, "")},
+                )
+                return
             raise LaunchError(
                 f"spark-submit for job {namespace}/{job.job_id} failed with exit "
                 f"{result.returncode}: {_error_lines(result.stderr)}"
