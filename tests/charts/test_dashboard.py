@@ -13,6 +13,9 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry, start_http_server
+from updatestream_operator.metrics import MetricsBook
+from updatestream_operator.models import KeyRangeStatus, ShardPosition, StreamRef, StreamStatus
 
 from tests.charts.conftest import CHART
 from tests.charts.prometheus import Prometheus, running_prometheus
@@ -122,8 +125,10 @@ def test_the_dashboard_is_valid_json_with_panels_that_all_have_promql() -> None:
     assert dashboard["uid"] == "updatestream" and dashboard["title"] == "UpdateStream"
     shown = list(panels(dashboard))
     assert len(shown) >= 10
-    ids = [p["id"] for p in dashboard["panels"]] + [p["id"] for p in shown]
-    assert len(set(ids)) == len(set(ids)) and len({p["id"] for p in shown}) == len(shown)
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(set(ids)) == len(ids), "panel ids are unique"
+    titles = [p["title"] for p in shown]
+    assert len(set(titles)) == len(titles), "panel titles are unique"
     for panel in shown:
         assert panel["targets"], f"panel {panel['title']!r} has no query"
         assert panel["datasource"]["uid"] == "${datasource}"
@@ -199,67 +204,80 @@ NOT_EXPORTED_YET = frozenset({"updatestream_duplicates_delivered_total", "update
 
 
 @pytest.fixture(scope="module")
-def scraped_operator_metrics(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
-    """The operator's real metrics (`MetricsBook`, fed real stream statuses) served over HTTP
-    and scraped by a real Prometheus; the statuses advance between scrapes."""
-    from prometheus_client import CollectorRegistry, start_http_server
-    from updatestream_operator.metrics import MetricsBook
-    from updatestream_operator.models import (
-        KeyRangeStatus,
-        ShardPosition,
-        StreamRef,
-        StreamStatus,
-    )
+def scraped_metrics(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
+    """The project's own metrics, served over HTTP and scraped by a real Prometheus:
 
-    def status(events: int, hops: int) -> StreamStatus:
-        shards = [
-            ShardPosition(
-                name=shard,
-                lag_seconds=2.5 * (i + 1),
-                events={"insert": events, "update": events // 2, "delete": 1},
-            )
-            for i, shard in enumerate(("-80", "80-"))
-        ]
-        return StreamStatus(
-            key_ranges=[
-                KeyRangeStatus(
-                    key_range="-",
-                    phase="Running",
-                    shards=shards,
-                    duplicates={"hop": events // 10, "unknown": 0},
-                )
-            ],
-            hop_count=hops,
-            hop_seconds_total=12.5 * hops,
-        )
+    - the operator's (`updatestream_operator.metrics.MetricsBook`), fed real stream statuses
+      of stream shop/orders;
+    - a job's (`updatestream_jobs.metrics.StreamMetrics`) for stream `users`, moved through
+      the calls the job makes on them (events, lag, duplicates, a hop).
+
+    Both advance between scrapes, so rates and increases have something to show.
+    """
+    from updatestream_jobs.metrics import StreamMetrics
 
     book = MetricsBook()
     stream = StreamRef(namespace="shop", name="orders", uid="0c5c3b5e-uid")
-    book.update(stream, status(events=100, hops=1))
+    book.update(stream, operator_status(events=100, hops=1))
     registry = CollectorRegistry()
     registry.register(book)
-    port = free_port()
-    server, thread = start_http_server(port, addr="127.0.0.1", registry=registry)
+    operator_port = free_port()
+    server, thread = start_http_server(operator_port, addr="127.0.0.1", registry=registry)
+    job = StreamMetrics("users")
+    job_port = job.serve(0)
+    job.lag.labels("users", "-80").set(1.5)
+    # A histogram child exists from its first labels() call; created only at the first hop,
+    # increase() could not see that hop (a new series has no earlier sample).
+    job.hop_duration.labels("users")
+    job.events.labels("users", "-80", "insert").inc(10)
     workdir = tmp_path_factory.mktemp("prometheus")
+    targets = {"operator": [f"127.0.0.1:{operator_port}"], "job": [f"127.0.0.1:{job_port}"]}
     try:
-        with running_prometheus(workdir, {"operator": [f"127.0.0.1:{port}"]}) as prometheus:
+        with running_prometheus(workdir, targets) as prometheus:
             prometheus.wait_for_scrapes("operator", 2)
-            book.update(stream, status(events=250, hops=2))
+            prometheus.wait_for_scrapes("job", 1)
+            book.update(stream, operator_status(events=250, hops=2))
             book.count_error()
+            job.events.labels("users", "-80", "insert").inc(5)
+            job.events.labels("users", "-80", "delete").inc(1)
+            job.duplicates.labels("users", "hop").inc(3)
+            job.hops.labels("users").inc()
+            job.hop_duration.labels("users").observe(30.0)
             prometheus.wait_for_scrapes("operator", 3)
+            prometheus.wait_for_scrapes("job", 1)
             yield prometheus
     finally:
+        job.stop()
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
 
 
-def test_every_query_returns_data_from_the_scraped_operator(
-    scraped_operator_metrics: Prometheus,
+def operator_status(events: int, hops: int) -> StreamStatus:
+    """A status as the operator folds job progress into it: two shards of one key range."""
+    shards = [
+        ShardPosition(
+            name=shard,
+            lag_seconds=2.5 * (i + 1),
+            events={"insert": events, "update": events // 2, "delete": 1},
+        )
+        for i, shard in enumerate(("-80", "80-"))
+    ]
+    key_range = KeyRangeStatus(
+        key_range="-",
+        phase="Running",
+        shards=shards,
+        duplicates={"hop": events // 10, "unknown": 0},
+    )
+    return StreamStatus(key_ranges=[key_range], hop_count=hops, hop_seconds_total=12.5 * hops)
+
+
+def test_every_query_returns_data_from_the_scraped_operator_and_job(
+    scraped_metrics: Prometheus,
 ) -> None:
     empty: dict[str, set[str]] = {}
     for where, expr in queries(load()):
-        result = scraped_operator_metrics.query(concrete(expr))
+        result = scraped_metrics.query(concrete(expr))
         values = [float(sample["value"][1]) for sample in result]
         if not values or all(math.isnan(v) for v in values):
             empty[where] = metric_names(concrete(expr))
@@ -272,22 +290,29 @@ def test_every_query_returns_data_from_the_scraped_operator(
     )
 
 
-def test_the_queries_see_the_values_the_operator_exported(
-    scraped_operator_metrics: Prometheus,
+def test_the_queries_see_the_values_the_operator_and_the_job_exported(
+    scraped_metrics: Prometheus,
 ) -> None:
-    def value(expr: str) -> float:
-        result = scraped_operator_metrics.query(concrete(expr))
-        assert len(result) == 1, result
-        return float(result[0]["value"][1])
+    def values(title: str) -> dict[str, float]:
+        result = scraped_metrics.query(concrete(dashboard[title]))
+        return {s["metric"].get("stream", ""): float(s["value"][1]) for s in result}
 
     dashboard = {title: expr for title, expr in queries(load())}
-    assert value(dashboard["Highest lag/A"]) == 5.0
-    assert value(dashboard["Hops/A"]) == 2
-    assert value(dashboard["Duplicates delivered (must be 0)/A"]) == 0
-    # one more hop of 12.5s between the scrapes: the mean hop duration is 12.5s
-    assert value(dashboard["Mean hop duration (last hour)/A"]) == pytest.approx(12.5)
-    assert value(dashboard["Events/s/A"]) > 0
-    by_op = scraped_operator_metrics.query(concrete(dashboard["Events/s by operation/A"]))
-    assert {s["metric"]["op"] for s in by_op} == {"insert", "update", "delete"}
-    assert {s["metric"]["stream"] for s in by_op} == {"orders"}
-    assert {s["metric"]["namespace"] for s in by_op} == {"shop"}
+    assert values("Highest lag/A") == {"": 5.0}
+    assert values("Lag per stream/A") == {"orders": 5.0, "users": 1.5}
+    assert values("Hops/A") == {"": 3}
+    assert values("Duplicates delivered (must be 0)/A") == {"": 0}
+    # one more hop of 12.5s (orders) and one of 30s (users) between the scrapes
+    mean = values("Mean hop duration (last hour)/A")
+    assert mean == {"orders": pytest.approx(12.5), "users": pytest.approx(30.0)}
+    assert values("Events/s/A")[""] > 0
+    by_op = scraped_metrics.query(concrete(dashboard["Events/s by operation/A"]))
+    assert {(s["metric"]["stream"], s["metric"]["op"]) for s in by_op} == {
+        ("orders", "insert"),
+        ("orders", "update"),
+        ("orders", "delete"),
+        ("users", "insert"),
+        ("users", "delete"),
+    }
+    namespaces = {s["metric"].get("namespace") for s in by_op}
+    assert namespaces == {"shop", None}, "the job's own metrics carry no namespace"
