@@ -320,7 +320,7 @@ def run_entrypoint(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_entrypoint_runs_updatestream_and_the_operator_command() -> None:
+def test_entrypoint_runs_updatestream_the_operator_and_the_job_commands() -> None:
     from updatestream import __version__
 
     version = run_entrypoint("updatestream", "--version")
@@ -329,6 +329,9 @@ def test_entrypoint_runs_updatestream_and_the_operator_command() -> None:
     operator = run_entrypoint("operator", "--help")
     assert operator.returncode == 0, operator.stderr
     assert "--namespace" in operator.stdout and "--metrics-port" in operator.stdout
+    job = run_entrypoint("job", "--help")
+    assert job.returncode == 0, job.stderr
+    assert "--stream" in job.stdout and "--metrics-port" in job.stdout
     other = run_entrypoint("echo", "as", "given")
     assert other.stdout == "as given\n"
 
