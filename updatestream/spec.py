@@ -106,26 +106,13 @@ class Keyspace(_Model):
 # -- UpdateStream -------------------------------------------------------------------------------
 
 
-class HopStart(_Model):
-    """The inputs of the hop a relaunched job starts after (written by the operator).
-
-    `core.hop.plan_hop` is pure: planning again from `fromShards`, `toShards`, `lastDelivered`
-    (shard name -> EventToken JSON) and `keyRange` gives the operator's plan, hence its dedup
-    watermarks (`DedupFilter.from_plan`).
-    """
-
-    from_shards: str = Field(alias="fromShards")  # old serving shard map, like "-80,80-"
-    to_shards: str = Field(alias="toShards")  # new serving shard map
-    key_range: str = Field(alias="keyRange")
-    last_delivered: dict[str, dict[str, Any]] = Field(alias="lastDelivered")
-
-
 class StartPosition(_Model):
     """Where a stream starts: exactly one of the forms.
 
-    `resume` is written by the operator, never by users (the CRD does not accept it): each shard
-    starts from `tokens[shard]` if present, else `gtid[shard]`, else `timestamps[shard]`
-    (seconds); `hop`, when present, is the hop whose duplicates the job must drop.
+    `resume` is written by the operator, never by users (the CRD does not accept it), when the
+    shards of one launch start in different forms (after a hop: the unchanged shards from their
+    last delivered tokens, the new ones from a timestamp): each shard starts from
+    `tokens[shard]` if present, else `gtid[shard]`, else `timestamps[shard]` (seconds).
     """
 
     mode: Literal["now", "earliest", "timestamp", "gtid", "tokens", "resume"] = "now"
@@ -133,7 +120,6 @@ class StartPosition(_Model):
     gtid: dict[str, str] | None = None  # shard name -> GTID position
     tokens: dict[str, dict[str, Any]] | None = None  # shard name -> EventToken JSON
     timestamps: dict[str, int] | None = None  # shard name -> start timestamp (mode resume)
-    hop: HopStart | None = None  # mode resume, after a hop
 
 
 class MemcachedSink(_Model):

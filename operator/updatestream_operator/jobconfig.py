@@ -1,13 +1,14 @@
 """The configuration files a streaming job is started with, and its command line.
 
 A job reads two manifests: the UpdateStream (with `spec.start` rewritten by the operator to
-where this launch starts: the user's start on the first launch, recorded positions and the
-hop's inputs afterwards) and its Keyspace. In a cluster both are keys of one ConfigMap
-mounted into the driver; the local launcher writes them as files.
+where this launch starts: the user's start on the first launch, the recorded positions
+afterwards) and its Keyspace; after a hop also the hop's dedup filter. In a cluster they are
+keys of one ConfigMap mounted into the driver; the local launcher writes them as files.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 import yaml
@@ -17,6 +18,7 @@ from updatestream_operator.models import JobSpec
 
 STREAM_FILE = "stream.yaml"
 KEYSPACE_FILE = "keyspace.yaml"
+DEDUP_FILE = "dedup.json"  # the dedup filter of the hops the job starts after
 
 
 def stream_manifest(job: JobSpec) -> str:
@@ -36,10 +38,14 @@ def keyspace_manifest(job: JobSpec) -> str:
 
 def config_files(job: JobSpec) -> dict[str, str]:
     """File name -> content, for the ConfigMap or the local state directory."""
-    return {STREAM_FILE: stream_manifest(job), KEYSPACE_FILE: keyspace_manifest(job)}
+    files = {STREAM_FILE: stream_manifest(job), KEYSPACE_FILE: keyspace_manifest(job)}
+    if job.dedup is not None:
+        files[DEDUP_FILE] = json.dumps(job.dedup, sort_keys=True)
+    return files
 
 
 def run_arguments(
+    job: JobSpec,
     *,
     config_dir: str,
     secrets_dir: str,
@@ -48,12 +54,14 @@ def run_arguments(
     status_file: str,
 ) -> list[str]:
     """Arguments of `updatestream run` (after the program or the Spark main file)."""
-    return [
+    arguments = [
         "run",
         "--stream",
         f"{config_dir}/{STREAM_FILE}",
         "--keyspace",
         f"{config_dir}/{KEYSPACE_FILE}",
+        "--key-range",
+        job.key_range,
         "--secrets-dir",
         secrets_dir,
         "--checkpoint",
@@ -63,6 +71,11 @@ def run_arguments(
         "--status-file",
         status_file,
     ]
+    if job.dedup is not None:
+        arguments += ["--dedup", f"{config_dir}/{DEDUP_FILE}"]
+    if job.hop_started_at is not None:
+        arguments += ["--hop-started-at", f"{job.hop_started_at:.3f}"]
+    return arguments
 
 
 def spark_resource_conf(prefix: str, resources: dict[str, str]) -> dict[str, str]:

@@ -108,6 +108,9 @@ class JobSpec:
     spec: UpdateStreamSpec  # with `start` rewritten to where this launch starts
     keyspace: Keyspace
     secret_names: tuple[str, ...]
+    # after a hop: the dedup filter (DedupFilter JSON) and when the hop began (unix seconds)
+    dedup: dict[str, Any] | None = None
+    hop_started_at: float | None = None
 
     @property
     def spark(self) -> SparkSpec:

@@ -19,15 +19,16 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
+from updatestream.core.dedup import DedupFilter
 from updatestream.core.errors import UpdateStreamError
 from updatestream.core.gtid import Comparison, Flavor, MariaDBPosition, MySQLGTIDSet
 from updatestream.core.hop import HopPlanningError, plan_hop
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.shardmap import ShardMap
 from updatestream.core.token import EventToken, compare
-from updatestream.spec import HopStart, Keyspace, StartPosition, UpdateStreamSpec
+from updatestream.spec import Keyspace, StartPosition, UpdateStreamSpec
 from updatestream_operator import conditions as cond
 from updatestream_operator.models import (
     HopRecord,
@@ -247,28 +248,42 @@ def initial_positions(
     return positions
 
 
-def resume_start(entry: KeyRangeStatus, hop: HopRecord | None) -> StartPosition:
-    """The start of a relaunch: every shard from its recorded position."""
+def resume_start(entry: KeyRangeStatus) -> StartPosition:
+    """The start of a relaunch: every shard from its recorded position, in the simplest form
+    that says it (`tokens` when every shard has a token, one `timestamp` or `gtid` for all;
+    `resume`, per shard, when the forms differ, as after a hop)."""
     tokens = {p.name: p.token for p in entry.shards if p.token is not None}
     gtids = {p.name: p.gtid for p in entry.shards if p.token is None and p.gtid}
     stamps = {
         p.name: p.start_timestamp or 0 for p in entry.shards if p.token is None and not p.gtid
     }
-    hop_start = None
-    if hop is not None:
-        hop_start = HopStart(
-            from_shards=hop.from_map,
-            to_shards=hop.to_map,
-            key_range=hop.key_range,
-            last_delivered=hop.last_delivered,
-        )
+    if tokens and not gtids and not stamps:
+        return StartPosition(mode="tokens", tokens=tokens)
+    if gtids and not tokens and not stamps:
+        return StartPosition(mode="gtid", gtid=gtids)
+    if stamps and not tokens and not gtids and len(set(stamps.values())) == 1:
+        (only,) = set(stamps.values())
+        return StartPosition(mode="timestamp", timestamp=only)
     return StartPosition(
-        mode="resume",
-        tokens=tokens or None,
-        gtid=gtids or None,
-        timestamps=stamps or None,
-        hop=hop_start,
+        mode="resume", tokens=tokens or None, gtid=gtids or None, timestamps=stamps or None
     )
+
+
+def dedup_filter(hops: Sequence[HopRecord]) -> dict[str, Any] | None:
+    """The dedup filter (JSON) of a key range's hops, oldest first, merged (later ones win)."""
+    merged: DedupFilter | None = None
+    for hop in hops:
+        if not hop.last_delivered:
+            continue
+        plan = plan_hop(
+            ShardMap.parse(hop.from_map),
+            ShardMap.parse(hop.to_map),
+            {name: EventToken.from_json(t) for name, t in hop.last_delivered.items()},
+            KeyRange.parse(hop.key_range),
+        )
+        found = DedupFilter.from_plan(plan)
+        merged = found if merged is None else merged.merged(found)
+    return merged.to_json() if merged is not None and not merged.is_empty() else None
 
 
 def fold_progress(entry: KeyRangeStatus, progress: JobProgress | None) -> KeyRangeStatus:
@@ -364,6 +379,15 @@ def _launch(
 ) -> KeyRangeStatus:
     serving = ",".join(ShardMap.parse(",".join(keyspace.spec.serving_shards)).names)
     launch_id = entry.launch_id + 1
+    hops = [
+        h for h in step.status.hops if h.key_range == entry.key_range and h.phase == "Completed"
+    ]
+    pending = entry.hop if entry.hop is not None and entry.hop.phase == "Launching" else None
+    if pending is not None:
+        hops.append(pending)
+    hop_started_at = (
+        cond.parse_rfc3339(pending.started_at).timestamp() if pending is not None else None
+    )
     job = JobSpec(
         job_id=job_name(step.obs.stream, entry.key_range),
         stream=step.obs.stream,
@@ -374,6 +398,8 @@ def _launch(
         spec=spec.model_copy(update={"start": start, "suspend": False}),
         keyspace=keyspace,
         secret_names=secret_names(spec, keyspace),
+        dedup=dedup_filter(hops[-step.settings.hops_kept :]),
+        hop_started_at=hop_started_at,
     )
     step.actions.append(Launch(job))
     step.note(
@@ -472,15 +498,6 @@ def _complete_hop(step: _Step, entry: KeyRangeStatus, job: JobInfo) -> KeyRangeS
     return entry.model_copy(update={"hop": None})
 
 
-def _last_hop(status: StreamStatus, entry: KeyRangeStatus) -> HopRecord | None:
-    if entry.hop is not None and entry.hop.phase == "Launching":
-        return entry.hop
-    for hop in reversed(status.hops):
-        if hop.key_range == entry.key_range and hop.to_map == entry.shard_map:
-            return hop
-    return None
-
-
 def _count_hop_duplicates(status: StreamStatus, entry: KeyRangeStatus) -> None:
     """Attribute the duplicates the job of a hop dropped to that hop's record."""
     for index, hop in enumerate(status.hops):
@@ -515,9 +532,7 @@ def _key_range_step(
             except HopPlanningError as exc:
                 step.degraded.append(Problem("HopPlanningFailed", str(exc)))
                 return entry.model_copy(update={"phase": "Degraded", "message": str(exc)})
-        return _launch(
-            step, entry, spec, keyspace, resume_start(entry, _last_hop(step.status, entry))
-        )
+        return _launch(step, entry, spec, keyspace, resume_start(entry))
 
     if entry.launch_id == 0:  # the status was lost: adopt the job, positions unknown
         entry = entry.model_copy(

@@ -214,6 +214,13 @@ class TestLifecycle:
         assert volumes["job-config"]["configMap"]["name"] == f"{job}-config"
         assert any(v.get("secret", {}).get("secretName") == "reader" for v in volumes.values())
         assert pod["spec"]["serviceAccountName"] == SPARK_ACCOUNT
+        driver = next(
+            c for c in pod["spec"]["containers"] if c["name"] == "spark-kubernetes-driver"
+        )
+        args = driver["args"]
+        assert args[args.index("--key-range") + 1] == "-"
+        assert args[args.index("--status-file") + 1] == "/var/run/updatestream/status.json"
+        assert "--dedup" not in args
         containers = {c["name"] for c in pod["spec"]["containers"]}
         assert containers == {"spark-kubernetes-driver", "progress-publisher"}
 
@@ -285,7 +292,7 @@ class TestLifecycle:
         )
         assert pods[0]["metadata"]["name"] == job
         start = _stream_yaml(op, job)["spec"]["start"]
-        assert start["mode"] == "resume"
+        assert start["mode"] == "tokens"
         assert start["tokens"]["-80"]["pos"] == "0-1-10"
         assert start["tokens"]["80-"]["pos"] == "0-1-20"
         assert len(_driver_pods(op, TestLifecycle.uid)) == 1
@@ -361,8 +368,18 @@ class TestLifecycle:
         assert start["mode"] == "resume"
         assert start["tokens"] == {"80-": _token("80-", T0 + 60, 25)}
         assert start["timestamps"] == {"-40": T0 + 50, "40-80": T0 + 50}
-        assert start["hop"]["fromShards"] == "-80,80-"
-        assert start["hop"]["lastDelivered"]["-80"]["pos"] == "0-1-15"
+        config_map = get(op.api, NS, "configmap", f"{job}-config")
+        assert config_map is not None
+        assert json.loads(config_map["data"]["dedup.json"]) == {
+            "watermarks": {"-80": {"pos": "0-1-15", "flavor": "mariadb"}},
+            "overlap_until": {"-40": T0 + 50, "40-80": T0 + 50},
+        }
+        driver = next(
+            c for c in pods[0]["spec"]["containers"] if c["name"] == "spark-kubernetes-driver"
+        )
+        args = driver["args"]
+        assert args[args.index("--dedup") + 1] == "/etc/updatestream/job/dedup.json"
+        assert float(args[args.index("--hop-started-at") + 1]) > T0
 
         wait_for(lambda: op.condition("orders", "Hopping") == ("False", "HopCompleted"), "hop done")
         wait_for(lambda: op.condition("orders", "Ready") == ("True", "Launched"), "Ready after hop")

@@ -12,6 +12,7 @@ from updatestream_operator.models import (
     JobInfo,
     JobPhase,
     JobProgress,
+    KeyRangeStatus,
     ShardProgress,
     StreamRef,
     StreamStatus,
@@ -216,7 +217,8 @@ def test_suspend_stops_jobs_keeping_positions_and_resume_continues_from_them() -
     world.settle()
     relaunch = world.launches()[-1].job
     assert relaunch.launch_id == 2
-    assert relaunch.spec.start.mode == "resume"
+    assert relaunch.spec.start.mode == "tokens"
+    assert relaunch.dedup is None and relaunch.hop_started_at is None
     assert relaunch.spec.start.tokens is not None
     assert relaunch.spec.start.tokens["-80"]["pos"] == "0-1-7"
     assert condition(world.status, "Ready") == ("True", "Launched")
@@ -245,8 +247,11 @@ def test_a_split_hops_once_from_the_planned_positions() -> None:
     assert start.tokens is not None and set(start.tokens) == {"80-"}
     assert start.tokens["80-"]["pos"] == "0-1-10"
     assert start.timestamps == {"-40": T0 + 20, "40-80": T0 + 20}
-    assert start.hop is not None and start.hop.from_shards == "-80,80-"
-    assert start.hop.last_delivered["-80"]["pos"] == "0-1-8"
+    assert launch.job.dedup == {
+        "watermarks": {"-80": {"pos": "0-1-8", "flavor": "mariadb"}},
+        "overlap_until": {"-40": T0 + 20, "40-80": T0 + 20},
+    }
+    assert launch.job.hop_started_at == NOW.timestamp() + 6
     entry = relaunching.status.key_range("-")
     assert entry is not None and entry.hop is not None
     assert entry.hop.watermarks == {"-80": "0-1-8"}
@@ -292,7 +297,8 @@ def test_a_source_without_a_delivered_token_hops_from_its_start() -> None:
     world.keyspace = keyspace(["-40", "40-80", "80-"])
     world.settle()
     start = world.launches()[-1].job.spec.start
-    assert start.timestamps == {"-40": T0, "40-80": T0, "80-": T0}
+    assert (start.mode, start.timestamp) == ("timestamp", T0)
+    assert world.launches()[-1].job.dedup is not None  # empty watermarks, an overlap window
 
 
 @pytest.mark.parametrize(
@@ -404,3 +410,37 @@ def test_a_job_of_an_earlier_launch_that_won_a_race_is_adopted() -> None:
     world.report("-", a=token("-80", T0 + 10, 7))
     world.step()
     assert world.status.key_ranges[0].shard("-80").token["pos"] == "0-1-7"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("positions", "expected"),
+    [
+        (
+            [{"name": "-80", "token": {"ts": 1}}, {"name": "80-", "token": {"ts": 2}}],
+            {"mode": "tokens", "tokens": {"-80": {"ts": 1}, "80-": {"ts": 2}}},
+        ),
+        (
+            [{"name": "-80", "gtid": "0-1-5"}, {"name": "80-", "gtid": "0-2-6"}],
+            {"mode": "gtid", "gtid": {"-80": "0-1-5", "80-": "0-2-6"}},
+        ),
+        (
+            [{"name": "-80", "startTimestamp": 7}, {"name": "80-", "startTimestamp": 7}],
+            {"mode": "timestamp", "timestamp": 7},
+        ),
+        (
+            [{"name": "-80", "startTimestamp": 7}, {"name": "80-", "startTimestamp": 9}],
+            {"mode": "resume", "timestamps": {"-80": 7, "80-": 9}},
+        ),
+        (
+            [{"name": "-40", "startTimestamp": 7}, {"name": "80-", "token": {"ts": 2}}],
+            {"mode": "resume", "tokens": {"80-": {"ts": 2}}, "timestamps": {"-40": 7}},
+        ),
+    ],
+    ids=["tokens", "gtid", "one-timestamp", "timestamps", "mixed"],
+)
+def test_a_relaunch_starts_in_the_simplest_form_that_says_where(
+    positions: list[dict[str, Any]], expected: dict[str, Any]
+) -> None:
+    entry = KeyRangeStatus.model_validate({"keyRange": "-", "shards": positions})
+    start = rec.resume_start(entry)
+    assert start.model_dump(exclude_none=True) == expected

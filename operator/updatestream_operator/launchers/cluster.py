@@ -52,6 +52,7 @@ def driver_arguments(job: JobSpec, settings: ClusterSettings) -> list[str]:
         f"{settings.checkpoint_root}/{job.stream.namespace}/{job.job_id}/launch-{job.launch_id}"
     )
     return run_arguments(
+        job,
         config_dir=naming.CONFIG_MOUNT,
         secrets_dir=naming.SECRETS_MOUNT,
         checkpoint=checkpoint,

@@ -162,6 +162,7 @@ class LocalLauncher:
             launch_dir = directory / f"launch-{job.launch_id}"
             launch_dir.mkdir(exist_ok=True)
             arguments = run_arguments(
+                job,
                 config_dir=str(directory),
                 secrets_dir=str(secrets),
                 checkpoint=str(launch_dir / "checkpoint"),
