@@ -1,13 +1,16 @@
 """Throughput of the sinks against local servers it starts itself (and stops).
 
 - memcached invalidation: change events through the memcached sink into one local memcached
-  (first pass: keys absent, ``add``; second pass: newer tokens, ``cas``), batches of 5000;
+  (first pass: keys absent, ``add``; second pass: newer tokens, ``cas``), batches of 5000,
+  counting both passes;
 - Version Stream appends: change events through the Version Stream sink into one local MariaDB
   with durable commits (one locked multi-row INSERT per batch of 5000), and the single-row
   append (one INSERT with a MAX subquery per version, one transaction each) in the same run
   against the same server, with the ratio.
 
-Figures are printed and merged into ``bench/results/summary.json`` (other keys are kept).
+Each figure is the best of ``--rounds`` rounds (default 3): the machine may be shared, and the
+best round is the one least disturbed. Figures are printed and merged into
+``bench/results/summary.json`` (other keys are kept).
 Run it with ``make bench-sinks`` or ``python bench/sinks_bench.py [--events N]``.
 """
 
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -62,30 +66,37 @@ def batches(events: list[ChangeEvent]) -> list[list[ChangeEvent]]:
     return [events[i : i + BATCH] for i in range(0, len(events), BATCH)]
 
 
-def bench_memcached(events: int) -> dict[str, Any]:
+def bench_memcached(events: int, rounds: int) -> dict[str, Any]:
+    """Best of `rounds`: each round invalidates `events` absent keys (`add`), then the same
+    keys again with newer tokens (`cas`); the rate counts both passes."""
     server = MemcachedServer(memory_mb=256).start()
+    best = 0.0
     try:
-        config = spec.MemcachedSink(type="memcached", servers=[server.address])
-        sink = MemcachedSink(config, keyspace="bench")
-        sink.open()
-        rates = []
-        for npass, first_ts in enumerate((1_700_000_000, 1_700_100_000)):
-            work = batches(change_events(events, first_ts))
-            started = time.perf_counter()
-            written = 0
-            for i, batch in enumerate(work):
-                written += sink.write_batch(batch, BatchContext("bench", "-", i)).written
-            elapsed = time.perf_counter() - started
-            assert written == events, (written, events)
-            rates.append(events / elapsed)
-            print(f"memcached pass {npass + 1}: {events} invalidations in {elapsed:.2f}s")
-        sink.close()
+        for round_no in range(rounds):
+            config = spec.MemcachedSink(type="memcached", servers=[server.address])
+            sink = MemcachedSink(config, keyspace=f"bench{round_no}")
+            sink.open()
+            elapsed = 0.0
+            for first_ts in (1_700_000_000, 1_700_100_000):
+                work = batches(change_events(events, first_ts))
+                started = time.perf_counter()
+                written = 0
+                for i, batch in enumerate(work):
+                    written += sink.write_batch(batch, BatchContext("bench", "-", i)).written
+                elapsed += time.perf_counter() - started
+                assert written == events, (written, events)
+            sink.close()
+            rate = 2 * events / elapsed
+            best = max(best, rate)
+            print(f"memcached round {round_no + 1}: {2 * events} invalidations at {rate:.0f}/s")
     finally:
         server.stop()
-    return {"memcached_invalidations_per_s": round(min(rates))}
+    return {"memcached_invalidations_per_s": round(best)}
 
 
-def bench_versionstream(events: int, naive: int) -> dict[str, Any]:
+def bench_versionstream(events: int, naive: int, rounds: int) -> dict[str, Any]:
+    """Best of `rounds` for each: `events` versions through the sink (batches of 5000) into
+    stream `round`, and `naive` single-row appends into another stream of the same table."""
     with tempfile.TemporaryDirectory(prefix="sinks-bench-") as tmp:
         server = MariaDBServer(base_dir=Path(tmp) / "mariadb", server_id=4242, extra_args=DURABLE)
         server.start()
@@ -97,32 +108,40 @@ def bench_versionstream(events: int, naive: int) -> dict[str, Any]:
                 cur.execute("GRANT ALL PRIVILEGES ON *.* TO 'bench'@'127.0.0.1'")
             (secrets / "bench" / "username").write_text("bench")
             (secrets / "bench" / "password").write_text("bench-pw")
-            config = spec.VersionStreamSink.model_validate(
-                {
-                    "type": "versionStream",
-                    "mysql": {"host": server.host, "port": server.port},
-                    "credentialsSecret": {"name": "bench"},
-                }
-            )
-            sink = VersionStreamSink(config, keyspace="bench", secrets_dir=secrets)
-            sink.open()
-            work = batches(change_events(events, 1_700_000_000))
-            started = time.perf_counter()
-            for i, batch in enumerate(work):
-                sink.write_batch(batch, BatchContext("bench", "-", i))
-            batched = events / (time.perf_counter() - started)
-            sink.close()
-            print(f"versionstream: {events} versions appended at {batched:.0f}/s")
+            batched = single = 0.0
+            for round_no in range(rounds):
+                config = spec.VersionStreamSink.model_validate(
+                    {
+                        "type": "versionStream",
+                        "mysql": {"host": server.host, "port": server.port},
+                        "credentialsSecret": {"name": "bench"},
+                        "stream": round_no,
+                    }
+                )
+                sink = VersionStreamSink(config, keyspace="bench", secrets_dir=secrets)
+                sink.open()
+                work = batches(change_events(events, 1_700_000_000))
+                started = time.perf_counter()
+                for i, batch in enumerate(work):
+                    sink.write_batch(batch, BatchContext("bench", "-", i))
+                rate = events / (time.perf_counter() - started)
+                batched = max(batched, rate)
+                sink.close()
+                print(f"versionstream round {round_no + 1}: {events} versions at {rate:.0f}/s")
 
-            repo = VersionStreamRepository(
-                server.root_connect, table="versionstream", database="updatestream", stream=1
-            )
-            started = time.perf_counter()
-            for n in range(naive):
-                repo.append_naive(f'users:{{"id":{n}}}', json.dumps({"id": n}))
-            single = naive / (time.perf_counter() - started)
-            repo.close()
-            print(f"naive single-row append: {naive} versions at {single:.0f}/s")
+                repo = VersionStreamRepository(
+                    server.root_connect,
+                    table="versionstream",
+                    database="updatestream",
+                    stream=1000 + round_no,
+                )
+                started = time.perf_counter()
+                for n in range(naive):
+                    repo.append_naive(f'users:{{"id":{n}}}', json.dumps({"id": n}))
+                rate = naive / (time.perf_counter() - started)
+                single = max(single, rate)
+                repo.close()
+                print(f"naive round {round_no + 1}: {naive} single-row appends at {rate:.0f}/s")
         finally:
             server.stop()
     return {
@@ -146,10 +165,12 @@ def merge_summary(figures: dict[str, Any]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=100_000, help="events per measurement")
-    parser.add_argument("--naive", type=int, default=2_000, help="single-row appends")
+    parser.add_argument("--naive", type=int, default=1_000, help="single-row appends")
+    parser.add_argument("--rounds", type=int, default=3, help="report the best round")
     args = parser.parse_args()
-    figures = bench_memcached(args.events)
-    figures |= bench_versionstream(args.events, args.naive)
+    print(f"load average: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
+    figures = bench_memcached(args.events, args.rounds)
+    figures |= bench_versionstream(args.events, args.naive, args.rounds)
     print(json.dumps(figures, indent=2))
     merge_summary(figures)
 

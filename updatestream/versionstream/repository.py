@@ -39,7 +39,7 @@ import queue
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import pymysql
 import pymysql.cursors
@@ -66,25 +66,23 @@ class VersionNotFound(VersionStreamError, KeyError):
         return str(self.args[0])
 
 
-@dataclass(frozen=True, slots=True)
-class Origin:
+class Origin(NamedTuple):
     """Where a version comes from; equal origins are one change."""
 
     shard: str
     gtid: str
-    index: int
+    row_index: int  # the row's index in its transaction
     part: int = 0  # one change may write two versions (a key change: old key's tombstone)
 
     def text(self) -> str:
         suffix = f" part {self.part}" if self.part else ""
-        return f"{self.shard} {self.gtid} {self.index}{suffix}"
+        return f"{self.shard} {self.gtid} {self.row_index}{suffix}"
 
     def digest(self) -> bytes:
         return hashlib.blake2b(self.text().encode("utf-8"), digest_size=16).digest()
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
+class Record(NamedTuple):
     """One version to append: the entity, its state as JSON text (None: deleted), its origin."""
 
     entity: str

@@ -44,7 +44,7 @@ def records_of(event: ChangeEvent) -> list[Record]:
     old_pk = pk_of(loads_object(event.before, "before", event), pk)
     if old_pk == pk:
         return [record]
-    tombstone = Origin(origin.shard, origin.gtid, origin.index, part=1)
+    tombstone = origin._replace(part=1)
     return [Record(entity_name(table, old_pk), None, tombstone), record]
 
 
