@@ -16,6 +16,11 @@ Pods stay Pending.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +30,7 @@ import pytest
 import yaml
 
 from tests.charts.conftest import CHART, FULL_VALUES, REPO_ROOT, Helm
-from tests.support.kube import KubeApi
+from tests.support.kube import KubeApi, free_port
 
 MONITORING_CRDS = Path(__file__).with_name("monitoring-crds.yaml")
 CRD_NAMES = ("keyspaces.updatestream.io", "updatestreams.updatestream.io")
@@ -262,6 +267,93 @@ def test_the_api_servers_pod_security_admission_accepts_every_pod_of_the_chart(
     )  # fmt: skip
     assert refused.returncode != 0
     assert "violates PodSecurity" in refused.stderr
+
+
+def service_account_kubeconfig(api: KubeApi, namespace: str, account: str, path: Path) -> Path:
+    """A kubeconfig authenticating as a ServiceAccount with a bound token (TokenRequest)."""
+    token = api.kubectl("create", "token", account, "-n", namespace, "--duration=1h").stdout.strip()
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "test",
+                "cluster": {"server": api.server, "certificate-authority": str(api.pki.ca_cert)},
+            }
+        ],
+        "users": [{"name": account, "user": {"token": token}}],
+        "contexts": [{"name": account, "context": {"cluster": "test", "user": account}}],
+        "current-context": account,
+    }
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return path
+
+
+def http_get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, ""
+    except OSError:
+        return 0, ""
+
+
+def test_the_operator_starts_with_the_charts_arguments_and_identity(
+    kube_api: KubeApi, default_release: Release, tmp_path: Path
+) -> None:
+    """The operator process started with the Deployment's exact arguments (the entrypoint
+    runs `updatestream <args>`), as the chart's ServiceAccount: kopf's health endpoint answers
+    on the probed port and the metrics endpoint on the metrics port. Addresses are moved to
+    loopback and the ports to free ones."""
+    deployment = next(d for d in default_release.manifests if d["kind"] == "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    health, metrics = free_port(), free_port()
+    args = [
+        a.replace("0.0.0.0", "127.0.0.1")
+        .replace(f":{ports['health']}/", f":{health}/")
+        .replace(f"--metrics-port={ports['metrics']}", f"--metrics-port={metrics}")
+        for a in container["args"]
+    ]
+    assert args[0] == "operator"
+    account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+    kubeconfig = service_account_kubeconfig(
+        kube_api, default_release.namespace, account, tmp_path / "operator.kubeconfig"
+    )
+    env = {
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "KUBECONFIG": str(kubeconfig),
+    }
+    log = tmp_path / "operator.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            ["updatestream", *args, "--metrics-address=127.0.0.1"],
+            env=env, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        status = 0
+        while time.monotonic() < deadline and process.poll() is None:
+            status, _ = http_get(f"http://127.0.0.1:{health}/healthz")
+            if status == 200:
+                break
+            time.sleep(0.5)
+        output = log.read_text(errors="replace")
+        assert status == 200, f"no healthy /healthz (exit {process.poll()}):\n{output[-3000:]}"
+        code, body = http_get(f"http://127.0.0.1:{metrics}/metrics")
+        assert code == 200 and "updatestream_reconcile_errors_total" in body
+        # the chart's RBAC lets it start without a refused request or a permission fallback
+        assert " 403" not in output and "Not enough permissions" not in output, output[-3000:]
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
 
 
 def test_uninstall_removes_the_release_and_keeps_the_crds(
