@@ -1,9 +1,10 @@
 """Reading a job's progress report: the JSON status file the streaming job writes.
 
-The job writes, per shard, the last delivered Event Token, event counts by op and the lag; and
-counts of dropped duplicates by cause. The reader accepts camelCase and snake_case keys, shards
-as a mapping or a list, and tokens as JSON text or objects, so it does not break when the job
-adds fields. A report that cannot be read gives a `ProgressError` naming what was wrong.
+The job writes, per shard, the last delivered Event Token, event counts by op (`byOp`) and the
+lag; and counts of dropped duplicates by cause (`duplicates`). The reader accepts camelCase and
+snake_case keys, shards as a mapping or a list, and tokens as JSON text or objects, and ignores
+fields it does not know, so it does not break when the job adds some. A report that cannot be
+read gives a `ProgressError` naming what was wrong.
 """
 
 from __future__ import annotations
@@ -90,9 +91,15 @@ def parse_progress(data: Any, *, launch_id: int | None) -> JobProgress:
     shards: dict[str, ShardProgress] = {}
     for name, item in _shard_entries(data.get("shards")):
         token = _token(_first(item, "token", "lastToken", "last_token"), name)
+        by_op = _first(item, "byOp", "by_op")
+        raw_events = by_op if by_op is not None else item.get("events")
+        if isinstance(raw_events, int) and not isinstance(raw_events, bool):
+            raw_events = None  # a total without the split by op
+        events = _counts(raw_events, f"shards.{name}.{'byOp' if by_op is not None else 'events'}")
+        events.pop("heartbeat", None)  # progress markers, not changes
         shards[name] = ShardProgress(
             token=token,
-            events=_counts(item.get("events"), f"shards.{name}.events"),
+            events=events,
             lag_seconds=_lag(_first(item, "lagSeconds", "lag_seconds", "lag"), name),
         )
     updated = _first(data, "updatedAt", "updated_at", "time")
