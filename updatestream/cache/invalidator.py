@@ -17,20 +17,23 @@ added meanwhile, ``cas`` if someone changed it (an application populating it, an
 invalidator). Those keys are read again and decided again, at most ``max_attempts`` times.
 
 All keys of a batch are read with pipelined ``gets`` and written with pipelined ``add``/``cas``
-commands, grouped per server, in chunks; the server's connection is kept between batches.
+commands, grouped per server, in chunks worked on by ``connections`` connections per server at
+once; the connections are kept between batches.
 Token comparison is :func:`updatestream.core.token.compare`.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from pymemcache.exceptions import MemcacheError
 
 from updatestream.cache.entry import EntryError, TokenCache, decode, encode
-from updatestream.cache.transport import STORED, Servers, StoreOp
+from updatestream.cache.transport import STORED, PipelinedClient, Servers, StoreOp
 from updatestream.core.errors import UpdateStreamError
 from updatestream.core.gtid import Comparison, PositionError
 from updatestream.core.token import compare
@@ -59,21 +62,35 @@ class InvalidationReport:
 
 
 class Invalidator:
+    """Applies batches of invalidations; ``connections`` per server work on chunks at once
+    (while one waits for memcached, another decides), each pipelining its commands."""
+
     def __init__(
         self,
         servers: Sequence[str],
         *,
         max_attempts: int = 10,
         chunk: int = 1000,
+        connections: int = 4,
         tokens: TokenCache | None = None,
     ) -> None:
+        if connections < 1:
+            raise ValueError(f"connections must be at least 1, got {connections}")
         self.servers = Servers(servers)
+        self._spare: queue.SimpleQueue[Servers] = queue.SimpleQueue()
+        self._spare.put(self.servers)
+        self._others = [Servers(servers) for _ in range(connections - 1)]
+        for other in self._others:
+            self._spare.put(other)
+        self._pool = ThreadPoolExecutor(connections, thread_name_prefix="invalidator")
         self.max_attempts = max_attempts
         self.chunk = chunk
         self.tokens = tokens or TokenCache()
 
     def close(self) -> None:
-        self.servers.close()
+        self._pool.shutdown(wait=True)
+        for servers in [self.servers, *self._others]:
+            servers.close()
 
     def replaces(self, cached_text: str, incoming_text: str) -> bool:
         """Does a change with token ``incoming_text`` replace an entry holding ``cached_text``?"""
@@ -117,14 +134,20 @@ class Invalidator:
             if not pending:
                 break
             retry: dict[str, Sequence[str]] = {}
-            for server, keys in self.servers.split(list(pending)).items():
-                for start in range(0, len(keys), self.chunk):
-                    part = keys[start : start + self.chunk]
-                    done, lost, kept = self._round(server, part, pending)
-                    changed += done
-                    unchanged += kept
-                    for key in lost:
-                        retry[key] = pending[key]
+            chunks = [
+                (server, keys[start : start + self.chunk])
+                for server, keys in self.servers.split(list(pending)).items()
+                for start in range(0, len(keys), self.chunk)
+            ]
+            futures = [
+                self._pool.submit(self._round, server, part, pending) for server, part in chunks
+            ]
+            for future in futures:
+                done, lost, kept = future.result()
+                changed += done
+                unchanged += kept
+                for key in lost:
+                    retry[key] = pending[key]
             conflicts += len(retry)
             pending = retry
         if pending:
@@ -139,7 +162,19 @@ class Invalidator:
     def _round(
         self, server: str, keys: list[str], pending: Mapping[str, Sequence[str]]
     ) -> tuple[int, list[str], int]:
-        client = self.servers.clients[server]
+        servers = self._spare.get()
+        try:
+            return self._round_on(servers.clients[server], server, keys, pending)
+        finally:
+            self._spare.put(servers)
+
+    def _round_on(
+        self,
+        client: PipelinedClient,
+        server: str,
+        keys: list[str],
+        pending: Mapping[str, Sequence[str]],
+    ) -> tuple[int, list[str], int]:
         try:
             found = client.gets_many(keys)
             ops: list[StoreOp] = []
