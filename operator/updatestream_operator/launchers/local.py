@@ -71,6 +71,18 @@ def _processes_using(directory: Path) -> list[int]:
     return found
 
 
+def _launch_dir_of(pid: int, directory: Path) -> Path | None:
+    """The `launch-<n>` directory a job process writes its status file into."""
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    except OSError:
+        return None
+    if "--status-file" not in args[:-1]:
+        return None
+    status_file = Path(args[args.index("--status-file") + 1])
+    return status_file.parent if status_file.parent.parent == directory else None
+
+
 def _write_json(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, sort_keys=True))
@@ -112,11 +124,24 @@ class LocalLauncher:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def _meta(self, directory: Path) -> dict[str, Any] | None:
+        """The job's record; rebuilt from its launch's record when the process runs but the
+        operator was killed before writing `job.json`."""
         try:
             data = json.loads((directory / "job.json").read_text())
+            return data if isinstance(data, dict) else None
         except (OSError, ValueError):
-            return None
-        return data if isinstance(data, dict) else None
+            pass
+        for pid in _processes_using(directory):
+            launch_dir = _launch_dir_of(pid, directory)
+            try:
+                data = json.loads((launch_dir / "meta.json").read_text()) if launch_dir else None
+            except (OSError, ValueError):
+                continue
+            if isinstance(data, dict):
+                data |= {"pid": pid, "pidStart": _process_start(pid)}
+                _write_json(directory / "job.json", data)
+                return data
+        return None
 
     def _alive(self, directory: Path, meta: dict[str, Any] | None) -> list[int]:
         for pid, child in list(self._children.items()):
@@ -169,6 +194,14 @@ class LocalLauncher:
                 metrics_port=_free_port(),
                 status_file=str(launch_dir / "status.json"),
             )
+            meta = {
+                "streamUid": job.stream.uid,
+                "keyRange": job.key_range,
+                "shardMap": job.shard_map,
+                "specHash": job.spec_hash,
+                "launchId": job.launch_id,
+            }
+            _write_json(launch_dir / "meta.json", meta)
             with (launch_dir / "job.log").open("ab") as out:
                 child = subprocess.Popen(
                     [*self.command, *arguments],
@@ -181,16 +214,7 @@ class LocalLauncher:
             self._children[child.pid] = child
             _write_json(
                 directory / "job.json",
-                {
-                    "streamUid": job.stream.uid,
-                    "keyRange": job.key_range,
-                    "shardMap": job.shard_map,
-                    "specHash": job.spec_hash,
-                    "launchId": job.launch_id,
-                    "pid": child.pid,
-                    "pidStart": _process_start(child.pid),
-                    "startedAt": time.time(),
-                },
+                meta | {"pid": child.pid, "pidStart": _process_start(child.pid)},
             )
             log.info("started job %s (launch %s) as pid %s", job.key, job.launch_id, child.pid)
 
