@@ -245,3 +245,18 @@ def test_keys_are_memcached_safe() -> None:
     assert long != templates.key("events", {"event_key": "é" * 299 + "e"})
     with pytest.raises(KeyTemplateError, match="names column 'event_key'"):
         templates.key("events", {"id": 1})
+
+
+def test_replay_of_unordered_tokens_writes_nothing(
+    memcached: MemcachedServer, raw: Client, keyspace: str
+) -> None:
+    sink = make_sink([memcached.address], keyspace)
+    key = f"{keyspace}:users:1"
+    # two shards, one second: each change invalidates over the other (UNKNOWN order)
+    events = [change(token(100, shard="80-", pos="2-2-3")), change(token(100))]
+    assert sink.write_batch(events, ctx()).written == 1
+    assert entry(raw, key) == (token(100), None)
+    before = raw.gets(key)
+    assert sink.write_batch(events, ctx()).written == 0
+    assert raw.gets(key) == before  # same bytes, same CAS unique: not even rewritten
+    sink.close()

@@ -105,26 +105,35 @@ class Invalidator:
     def _decide(
         self, key: str, found: tuple[bytes, bytes] | None, texts: Sequence[str]
     ) -> StoreOp | None:
+        """The write that applies ``texts`` to the entry read, or None if nothing changes.
+
+        An entry is rewritten only if its token changes, or if it holds a value and some
+        change displaced its token on the way (then the value goes, whatever token ends up
+        there): replaying a batch, with tokens already applied, writes nothing.
+        """
         if found is None:
-            state = texts[0]
-            for text in texts[1:]:
-                if self.replaces(state, text):
-                    state = text
+            state, _ = self._fold(texts[0], texts[1:])
             return (b"add", key, encode(state), None)
         raw, cas = found
         try:
-            state = decode(raw, key).token_text
-            self.tokens.get(state)
+            entry = decode(raw, key)
+            self.tokens.get(entry.token_text)
         except EntryError as exc:
             log.warning("replacing an unreadable cache entry: %s", exc)
-            state, changed = texts[0], True
-            texts = texts[1:]
-        else:
-            changed = False
+            state, _ = self._fold(texts[0], texts[1:])
+            return (b"cas", key, encode(state), cas)
+        state, moved = self._fold(entry.token_text, texts)
+        if state == entry.token_text and (entry.value is None or not moved):
+            return None
+        return (b"cas", key, encode(state), cas)
+
+    def _fold(self, state: str, texts: Sequence[str]) -> tuple[str, bool]:
+        """The token after applying the changes in order, and whether any replaced one."""
+        moved = False
         for text in texts:
             if self.replaces(state, text):
-                state, changed = text, True
-        return (b"cas", key, encode(state), cas) if changed else None
+                state, moved = text, True
+        return state, moved
 
     def invalidate(self, changes: Mapping[str, Sequence[str]]) -> InvalidationReport:
         """Apply one batch: ``changes`` maps each key to its changes' token texts in order."""
