@@ -109,8 +109,10 @@ def upsert_sql(table: str, columns: Sequence[str], rows: int) -> str:
     )
 
 
-def apply_rows(cur: Any, changes: Sequence[RowChange]) -> None:
-    """Apply row changes in order, batching consecutive runs of one op on one table."""
+def row_statements(changes: Sequence[RowChange]) -> list[tuple[str, list[Any]]]:
+    """Statements applying row changes in order; consecutive runs of one op on one table are
+    batched into one multi-row statement."""
+    statements: list[tuple[str, list[Any]]] = []
     start = 0
     while start < len(changes):
         first = changes[start]
@@ -127,11 +129,13 @@ def apply_rows(cur: Any, changes: Sequence[RowChange]) -> None:
         if first.op == "delete":
             one = "(" + ", ".join(["%s"] * len(keys)) + ")"
             cols = ", ".join(f"`{k}`" for k in keys)
-            cur.execute(
-                f"DELETE FROM `{schema.DATABASE}`.`{first.table}` WHERE ({cols}) IN ("
-                + ", ".join([one] * len(run))
-                + ")",
-                [c.values[k] for c in run for k in keys],
+            statements.append(
+                (
+                    f"DELETE FROM `{schema.DATABASE}`.`{first.table}` WHERE ({cols}) IN ("
+                    + ", ".join([one] * len(run))
+                    + ")",
+                    [c.values[k] for c in run for k in keys],
+                )
             )
         else:
             columns = [c for c in first.values if c != "none_sources"]
@@ -139,8 +143,32 @@ def apply_rows(cur: Any, changes: Sequence[RowChange]) -> None:
             for change in run:
                 sources = change.values.get("none_sources", {})
                 params += [sql_value(change.values[c], sources.get(c)) for c in columns]
-            cur.execute(upsert_sql(first.table, columns, len(run)), params)
+            statements.append((upsert_sql(first.table, columns, len(run)), params))
         start = end
+    return statements
+
+
+def execute_batched(cur: Any, statements: Sequence[tuple[str, Any]], limit: int = 4 << 20) -> None:
+    """Run statements as few multi-statement round trips (the connection needs the
+    MULTI_STATEMENTS client flag), in order, reading every result so errors surface."""
+    chunk: list[str] = []
+    size = 0
+
+    def send() -> None:
+        cur.execute(";\n".join(chunk))
+        while cur.nextset():
+            pass
+        chunk.clear()
+
+    for sql, params in statements:
+        text = cur.mogrify(sql, params) if params is not None else sql
+        if chunk and size + len(text) > limit:
+            send()
+            size = 0
+        chunk.append(text)
+        size += len(text) + 2
+    if chunk:
+        send()
 
 
 class FilteredReplication:
@@ -410,24 +438,28 @@ class FilteredReplication:
             dest.conn = dest.connect()
         conn = dest.conn
         try:
+            vreplication = (
+                dest.vrep_id,
+                self.workflow,
+                self.source_shard,
+                str(pos),
+                timestamp,
+                int(time.time()),
+                "Running",
+            )
             with conn.cursor() as cur:
-                conn.begin()
-                cur.execute("SET TIMESTAMP = %s", (timestamp,))
-                cur.execute(
-                    VREPLICATION_UPSERT,
-                    (
-                        dest.vrep_id,
-                        self.workflow,
-                        self.source_shard,
-                        str(pos),
-                        timestamp,
-                        int(time.time()),
-                        "Running",
-                    ),
+                # One destination transaction (autocommit is off): the source timestamp, the
+                # vreplication row first, then the rows, then COMMIT; sent in one round trip
+                # unless it is large.
+                execute_batched(
+                    cur,
+                    [
+                        ("SET TIMESTAMP = %s", (timestamp,)),
+                        (VREPLICATION_UPSERT, vreplication),
+                        *row_statements(rows),
+                        ("COMMIT", None),
+                    ],
                 )
-                apply_rows(cur, rows)
-                conn.commit()
-                cur.execute("SET TIMESTAMP = DEFAULT")
         except pymysql.err.MySQLError:
             with contextlib.suppress(Exception):
                 conn.close()

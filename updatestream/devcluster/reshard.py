@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import pymysql
+from pymysql.constants import CLIENT
 
 from updatestream.core.errors import UpdateStreamError
 from updatestream.core.gtid import MariaDBPosition
@@ -370,7 +371,11 @@ class ReshardWorkflow:
                         key_range=KeyRange.parse(target),
                         vrep_id=int(row["id"]),
                         connect=functools.partial(
-                            self.cluster.connect, target, "admin", autocommit=False
+                            self.cluster.connect,
+                            target,
+                            "admin",
+                            autocommit=False,
+                            client_flag=CLIENT.MULTI_STATEMENTS,
                         ),
                         pos=MariaDBPosition.parse(row["pos"]),
                         transaction_timestamp=int(row["transaction_timestamp"]),

@@ -25,6 +25,7 @@ from typing import Any
 
 import pymysql
 import pymysql.cursors
+from pymysql.constants import CLIENT
 
 from updatestream import spec
 from updatestream.core.keyrange import KeyRange
@@ -341,6 +342,7 @@ class TrafficGenerator:
                 autocommit=False,
                 charset="utf8mb4",
                 connect_timeout=10,
+                client_flag=CLIENT.MULTI_STATEMENTS,
             )
             self._conns[(host, port)] = conn
         return conn
@@ -357,11 +359,12 @@ class TrafficGenerator:
         try:
             conn = self._connection(shard)
             with conn.cursor() as cur:
-                conn.begin()
+                # autocommit is off: the first statement opens the transaction. COMMIT and
+                # reading its GTID share one round trip (same session, right after COMMIT).
                 self._apply(cur, changes)
-                conn.commit()
+                cur.execute("COMMIT; SELECT @@last_gtid")
                 committed_at = time.time()
-                cur.execute("SELECT @@last_gtid")
+                cur.nextset()
                 gtid = str(cur.fetchone()[0])  # type: ignore[index]
         except pymysql.err.MySQLError as exc:
             code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
