@@ -12,6 +12,7 @@ import yaml
 
 from tests.operator.fixtures_operator import (
     REPO_ROOT,
+    apply,
     apply_crds,
     keyspace_manifest,
     stream_manifest,
@@ -70,6 +71,17 @@ def test_the_crds_install_and_describe_their_printer_columns(api: KubeApi) -> No
     assert {"Ready", "Lag", "Shards"} <= columns
     assert crd["status"]["acceptedNames"]["kind"] == "UpdateStream"
     assert (REPO_ROOT / "crds" / "rbac").is_dir()
+
+
+def test_kubectl_finds_both_kinds_by_singular_and_short_names(api: KubeApi) -> None:
+    apply(api, NAMESPACE, keyspace_manifest("names"))
+    apply(api, NAMESPACE, stream_manifest("names", "names"))
+    for kind in ("keyspace", "ks", "updatestream", "us"):
+        result = api.kubectl("get", "-n", NAMESPACE, kind, "names", "-o", "name")
+        assert result.stdout.strip().endswith("/names"), kind
+    listed = api.kubectl("get", "-n", NAMESPACE, "updatestream-all", "-o", "name").stdout
+    assert "keyspace.updatestream.io/names" in listed
+    assert "updatestream.updatestream.io/names" in listed
 
 
 def test_valid_objects_are_accepted(api: KubeApi) -> None:
