@@ -160,3 +160,30 @@ def test_unwritable_path_raises_sink_error_naming_sink_and_path(tmp_path: Path) 
         sink.write_batch([ShardLog("-80", 1).heartbeat(5)], ctx(0))
     assert f"cdcv2({blocker})" in str(err.value)
     assert "batch 0" in str(err.value)
+
+
+def test_parquet_files_hold_the_same_stream(tmp_path: Path) -> None:
+    work = two_shard_workload()
+    as_json, as_parquet = tmp_path / "json", tmp_path / "parquet"
+    sinks = [make_sink(as_json)]
+    sinks.append(
+        CDCv2Sink(
+            spec.CDCv2Sink(type="cdcv2", path=str(as_parquet), format="parquet"),
+            keyspace="commerce",
+        )
+    )
+    for i, batch in enumerate([*work.batches, closing_batch(1_700_000_100)]):
+        for sink in sinks:
+            sink.write_batch(batch, ctx(i))
+        before = snapshot(as_parquet)
+        sinks[1].write_batch(batch, ctx(i))  # replayed: the same bytes
+        assert snapshot(as_parquet) == before
+    files = stream_files(stream_directory(as_parquet, ctx(0)))
+    assert [f.suffix for f in files] == [".parquet"] * 5
+    json_files = stream_files(stream_directory(as_json, ctx(0)))
+    for json_file, parquet_file in zip(json_files, files, strict=True):
+        assert list(read_file(parquet_file)) == list(read_file(json_file))
+    collection = Collection()
+    for completed in read_directory(stream_directory(as_parquet, ctx(0))):
+        collection.apply(completed)
+    assert collection.tables() == final_rows(work.unique)

@@ -22,7 +22,8 @@ Layout of a stream directory (``<path>/<stream>/range=<key range>/``)::
 
     batch-000000000042.jsonl   the statements of Spark batch 42, written to a temporary file
                                and renamed into place, so a replayed batch replaces the file
-                               with identical content
+                               with identical content (``.parquet`` in the Parquet format:
+                               one row per statement, see ``encode_parquet``)
     _state/                    the writer's carry-over state (not part of the stream)
 
 Files starting with ``.`` or ``_`` are not part of the stream. A reader may take the files in
@@ -44,6 +45,8 @@ from updatestream.core.errors import UpdateStreamError
 
 BATCH_PREFIX = "batch-"
 BATCH_SUFFIX = ".jsonl"
+PARQUET_SUFFIX = ".parquet"
+SUFFIXES = (BATCH_SUFFIX, PARQUET_SUFFIX)
 
 
 class CDCv2FormatError(UpdateStreamError):
@@ -137,16 +140,17 @@ def decode(line: str) -> Statement:
     raise CDCv2FormatError(f"CDCv2 line is neither an update nor a progress: {line[:200]!r}")
 
 
-def batch_file_name(batch_id: int) -> str:
-    return f"{BATCH_PREFIX}{batch_id:012d}{BATCH_SUFFIX}"
+def batch_file_name(batch_id: int, suffix: str = BATCH_SUFFIX) -> str:
+    return f"{BATCH_PREFIX}{batch_id:012d}{suffix}"
 
 
 def batch_id_of(path: Path) -> int | None:
     """The batch id in a stream file name, or None for files that are not batch files."""
     name = path.name
-    if not (name.startswith(BATCH_PREFIX) and name.endswith(BATCH_SUFFIX)):
+    suffix = next((x for x in SUFFIXES if name.endswith(x)), None)
+    if suffix is None or not name.startswith(BATCH_PREFIX):
         return None
-    digits = name[len(BATCH_PREFIX) : -len(BATCH_SUFFIX)]
+    digits = name[len(BATCH_PREFIX) : -len(suffix)]
     return int(digits) if digits.isdigit() else None
 
 
@@ -158,6 +162,9 @@ def stream_files(directory: Path) -> list[Path]:
 
 def read_file(path: Path) -> Iterator[Statement]:
     """The statements of one file, with errors naming the file and line."""
+    if path.name.endswith(PARQUET_SUFFIX):
+        yield from read_parquet(path)
+        return
     with path.open("r", encoding="utf-8") as fh:
         for number, line in enumerate(fh, start=1):
             if not line.strip():
@@ -170,13 +177,16 @@ def read_file(path: Path) -> Iterator[Statement]:
 
 def write_atomically(path: Path, lines: Iterable[str]) -> None:
     """Write lines to a temporary file beside ``path``, fsync, rename over ``path``."""
+    write_bytes_atomically(path, "".join(f"{line}\n" for line in lines).encode("utf-8"))
+
+
+def write_bytes_atomically(path: Path, data: bytes) -> None:
+    """Write ``data`` to a temporary file beside ``path``, fsync, rename over ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            for line in lines:
-                fh.write(line)
-                fh.write("\n")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -189,3 +199,61 @@ def write_atomically(path: Path, lines: Iterable[str]) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+# -- Parquet ------------------------------------------------------------------------------------
+# One row per statement: kind ("update" or "progress"); for updates data (canonical JSON text),
+# time and diff; for progress lower, upper (null: closed) and counts (list of {time, count}).
+
+
+def _parquet_schema() -> Any:
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("kind", pa.string()),
+            ("data", pa.string()),
+            ("time", pa.int64()),
+            ("diff", pa.int64()),
+            ("lower", pa.int64()),
+            ("upper", pa.int64()),
+            ("counts", pa.list_(pa.struct([("time", pa.int64()), ("count", pa.int64())]))),
+        ]
+    )
+
+
+def encode_parquet(updates: Iterable[tuple[str, int, int]], progress: Progress | None) -> bytes:
+    """A Parquet file of update statements ``(data text, time, diff)`` and one progress."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows: list[dict[str, Any]] = [
+        {"kind": "update", "data": d, "time": t, "diff": r} for d, t, r in updates
+    ]
+    if progress is not None:
+        counts = [{"time": t, "count": n} for t, n in progress.counts]
+        rows.append(
+            {"kind": "progress", "lower": progress.lower, "upper": progress.upper, "counts": counts}
+        )
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.Table.from_pylist(rows, schema=_parquet_schema()), sink)
+    data: bytes = sink.getvalue().to_pybytes()
+    return data
+
+
+def read_parquet(path: Path) -> Iterator[Statement]:
+    import pyarrow.parquet as pq
+
+    try:
+        rows = pq.read_table(path).to_pylist()
+    except Exception as exc:  # pyarrow raises several kinds for a damaged file
+        raise CDCv2FormatError(f"{path}: not a readable CDCv2 Parquet file: {exc}") from None
+    for number, row in enumerate(rows, start=1):
+        if row.get("kind") == "update" and row.get("time") is not None:
+            yield Update(json.loads(row["data"]), int(row["time"]), int(row["diff"]))
+        elif row.get("kind") == "progress" and row.get("lower") is not None:
+            counts = tuple((int(c["time"]), int(c["count"])) for c in row.get("counts") or ())
+            upper = row.get("upper")
+            yield Progress(int(row["lower"]), None if upper is None else int(upper), counts)
+        else:
+            raise CDCv2FormatError(f"{path}: row {number} is not a CDCv2 statement: {row}")

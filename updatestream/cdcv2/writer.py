@@ -41,14 +41,17 @@ from typing import Any
 
 from updatestream.cdcv2.format import (
     BATCH_SUFFIX,
+    PARQUET_SUFFIX,
     CDCv2FormatError,
     Progress,
     batch_file_name,
     batch_id_of,
     canonical,
     encode,
+    encode_parquet,
     encode_update,
     write_atomically,
+    write_bytes_atomically,
 )
 
 STATE_DIR = "_state"
@@ -114,11 +117,14 @@ class _State:
 class StreamWriter:
     """Writes one stream directory; see the module docstring for the rules."""
 
-    def __init__(self, directory: Path, *, lateness: int = 0) -> None:
+    def __init__(self, directory: Path, *, lateness: int = 0, file_format: str = "jsonl") -> None:
         if lateness < 0:
             raise ValueError(f"lateness must be >= 0 seconds, got {lateness}")
+        if file_format not in ("jsonl", "parquet"):
+            raise ValueError(f"file format must be 'jsonl' or 'parquet', got {file_format!r}")
         self.directory = directory
         self.lateness = lateness
+        self.file_format = file_format
 
     @property
     def state_dir(self) -> Path:
@@ -198,15 +204,20 @@ class StreamWriter:
         counts: dict[int, int] = {}
         for t, _, _ in done:
             counts[t] = counts.get(t, 0) + 1
-        lines = [encode_update(k, t, d) for t, k, d in done]
-        if new > old:
-            lines.append(encode(Progress(old, new, tuple(sorted(counts.items())))))
+        progress = Progress(old, new, tuple(sorted(counts.items()))) if new > old else None
         state.pending = {key: d for key, d in state.pending.items() if key[1] >= new}
         state.seen = {i: t for i, t in state.seen.items() if t >= new}
         state.late += late
 
         write_atomically(self._state_path(batch_id), [state.to_json(batch_id)])
-        write_atomically(self.directory / batch_file_name(batch_id), lines)
+        if self.file_format == "parquet":
+            data = encode_parquet(((k, t, d) for t, k, d in done), progress)
+            write_bytes_atomically(self.directory / batch_file_name(batch_id, PARQUET_SUFFIX), data)
+        else:
+            lines = [encode_update(k, t, d) for t, k, d in done]
+            if progress is not None:
+                lines.append(encode(progress))
+            write_atomically(self.directory / batch_file_name(batch_id), lines)
         for old_id in self._state_ids()[:-KEEP_STATES]:
             self._state_path(old_id).unlink(missing_ok=True)
         return BatchReport(taken, duplicates, late, len(done), new)

@@ -44,11 +44,8 @@ class CDCv2Sink:
     """Writes each batch into one file of the stream's directory (see the module docstring)."""
 
     def __init__(self, config: spec.CDCv2Sink, *, keyspace: str) -> None:
-        if config.format != "jsonl":
-            raise SinkError(
-                f"cdcv2({config.path}): format {config.format!r} is not supported; use 'jsonl'"
-            )
         self.root = Path(config.path)
+        self.file_format = config.format
         self.keyspace = keyspace
         self.lateness = config.allowed_lateness
         self.name = f"cdcv2({self.root})"
@@ -69,9 +66,8 @@ class CDCv2Sink:
             else:
                 changes.append(change_of(event))
         try:
-            report = StreamWriter(directory, lateness=self.lateness).write_batch(
-                ctx.batch_id, changes, heartbeats
-            )
+            writer = StreamWriter(directory, lateness=self.lateness, file_format=self.file_format)
+            report = writer.write_batch(ctx.batch_id, changes, heartbeats)
         except OSError as exc:
             raise SinkError(
                 f"{self.name}: cannot write batch {ctx.batch_id} into {directory}: "
