@@ -18,9 +18,9 @@ from updatestream.core.errors import UpdateStreamError
 from updatestream.spec import API_GROUP, SpecError, parse_keyspace, parse_update_stream
 from updatestream_operator import config, metrics, scrub
 from updatestream_operator.kopfext import ScrubbingProgressStorage
-from updatestream_operator.reconcile import keyspace_status
 from updatestream_operator.service import StreamService
 from updatestream_operator.storage import VERSION, KubeStore, connection_info
+from updatestream_operator.validation import keyspace_status
 
 STREAMS = (API_GROUP, VERSION, "updatestreams")
 KEYSPACES = (API_GROUP, VERSION, "keyspaces")

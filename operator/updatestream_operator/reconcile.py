@@ -15,19 +15,13 @@ No Kubernetes client and no kopf here: everything is data in, data out.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
-from updatestream.core.dedup import DedupFilter
-from updatestream.core.errors import UpdateStreamError
-from updatestream.core.gtid import Comparison, Flavor, MariaDBPosition, MySQLGTIDSet
 from updatestream.core.hop import HopPlanningError, plan_hop
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.shardmap import ShardMap
-from updatestream.core.token import EventToken, compare
 from updatestream.spec import Keyspace, StartPosition, UpdateStreamSpec
 from updatestream_operator import conditions as cond
 from updatestream_operator.models import (
@@ -42,6 +36,32 @@ from updatestream_operator.models import (
     StreamStatus,
 )
 from updatestream_operator.naming import job_name
+from updatestream_operator.positions import (
+    dedup_filter,
+    delivered_token,
+    flavor_of,
+    fold_progress,
+    initial_positions,
+    relevant_shards,
+    resume_start,
+    seconds_between,
+    secret_names,
+    spec_hash,
+)
+from updatestream_operator.validation import Problem, validate
+
+__all__ = [
+    "Action",
+    "Decision",
+    "Launch",
+    "Note",
+    "Observed",
+    "Settings",
+    "Stop",
+    "plan_cleanup",
+    "reconcile",
+    "resume_start",
+]
 
 
 @dataclass(frozen=True)
@@ -93,238 +113,6 @@ class Decision:
     status: StreamStatus
     actions: tuple[Action, ...] = ()
     notes: tuple[Note, ...] = ()
-
-
-@dataclass(frozen=True)
-class Problem:
-    reason: str
-    message: str
-
-
-# -- validation ----------------------------------------------------------------------------------
-
-
-def validate(
-    stream: StreamRef,
-    spec: UpdateStreamSpec,
-    keyspace: Keyspace | None,
-    keyspace_error: str | None = None,
-) -> list[Problem]:
-    """What makes the stream impossible to run against its Keyspace (empty when nothing)."""
-    if keyspace_error is not None:
-        return [Problem("InvalidKeyspace", keyspace_error)]
-    if keyspace is None:
-        return [
-            Problem(
-                "KeyspaceNotFound",
-                f"Keyspace {spec.keyspace!r} does not exist in namespace {stream.namespace}; "
-                "create it or correct spec.keyspace",
-            )
-        ]
-    problems: list[Problem] = []
-    try:
-        ShardMap.parse(",".join(keyspace.spec.serving_shards))
-    except UpdateStreamError as exc:
-        problems.append(Problem("InvalidShardMap", f"Keyspace {spec.keyspace}: {exc}"))
-    declared = {shard.name for shard in keyspace.spec.shards}
-    undeclared = [s for s in keyspace.spec.serving_shards if s not in declared]
-    if undeclared:
-        problems.append(
-            Problem(
-                "InvalidShardMap",
-                f"Keyspace {spec.keyspace}: serving shards {', '.join(undeclared)} are not "
-                "declared in spec.shards; declare them (name, mysql, credentialsSecret)",
-            )
-        )
-    sharded = bool(keyspace.spec.vschema.get("sharded", True))
-    ranges = [KeyRange.parse(k) for k in spec.key_ranges]
-    for key_range in ranges:
-        if not sharded and key_range.name != "-":
-            problems.append(
-                Problem(
-                    "KeyRangeOutsideKeyspace",
-                    f"key range {key_range} is outside Keyspace {spec.keyspace}: it is "
-                    "unsharded (its only shard is -); use keyRanges: ['-']",
-                )
-            )
-    for index, left in enumerate(ranges):
-        for right in ranges[index + 1 :]:
-            if left.intersects(right):
-                problems.append(
-                    Problem(
-                        "OverlappingKeyRanges",
-                        f"keyRanges {left} and {right} overlap, so their changes would be "
-                        "delivered twice; use non-overlapping key ranges",
-                    )
-                )
-    known = set((keyspace.spec.vschema.get("tables") or {}).keys())
-    unknown = [t for t in spec.tables if t not in known]
-    if unknown and (known or sharded):
-        listed = ", ".join(sorted(known)) or "none"
-        problems.append(
-            Problem(
-                "UnknownTable",
-                f"tables {', '.join(unknown)} are not in the VSchema of Keyspace "
-                f"{spec.keyspace} (tables there: {listed}); add them to the VSchema or "
-                "remove them from spec.tables",
-            )
-        )
-    return problems
-
-
-# -- helpers -------------------------------------------------------------------------------------
-
-
-def relevant_shards(shard_map: str, key_range: str) -> list[str]:
-    """The shards of `shard_map` that hold keyspace ids of `key_range`, in key order."""
-    return [s.name for s in ShardMap.parse(shard_map).shards_for(KeyRange.parse(key_range))]
-
-
-def spec_hash(spec: UpdateStreamSpec, keyspace: Keyspace, key_range: str) -> str:
-    """A hash of what a running job was configured with; a change means relaunching it.
-
-    Covers the stream's tables, sinks and Spark settings, the VSchema, and the endpoints of the
-    shards the key range reads. Not the start (positions win), suspend, or the serving map
-    (a change there is a hop).
-    """
-    shards = relevant_shards(",".join(keyspace.spec.serving_shards), key_range)
-    content = {
-        "stream": spec.model_dump(
-            mode="json", by_alias=True, include={"tables", "sinks", "spark", "keyspace"}
-        ),
-        "vschema": keyspace.spec.vschema,
-        "shards": [
-            keyspace.spec.shard(name).model_dump(mode="json", by_alias=True) for name in shards
-        ],
-    }
-    text = json.dumps(content, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def secret_names(spec: UpdateStreamSpec, keyspace: Keyspace) -> tuple[str, ...]:
-    names = {shard.credentials_secret.name for shard in keyspace.spec.shards}
-    for sink in spec.sinks:
-        secret = getattr(sink, "credentials_secret", None)
-        if secret is not None:
-            names.add(secret.name)
-    return tuple(sorted(names))
-
-
-def _flavor(keyspace: Keyspace, shard: str) -> Flavor:
-    try:
-        return Flavor(keyspace.spec.shard(shard).flavor)
-    except UpdateStreamError:
-        return Flavor.MARIADB
-
-
-def delivered_token(position: ShardPosition, flavor: Flavor) -> EventToken:
-    """The last delivered token of a shard; without one, a floor: nothing delivered since the
-    shard's start (its start timestamp, or 0 with its start GTID as the watermark)."""
-    if position.token is not None:
-        return EventToken.from_json(position.token)
-    if position.gtid:
-        from updatestream.core.gtid import parse_position
-
-        return EventToken(0, position.name, parse_position(position.gtid, flavor))
-    empty = MariaDBPosition() if flavor is Flavor.MARIADB else MySQLGTIDSet()
-    return EventToken(position.start_timestamp or 0, position.name, empty)
-
-
-def initial_positions(
-    start: StartPosition, shards: Sequence[str], now: dt.datetime
-) -> list[ShardPosition]:
-    """Where each shard starts on a stream's first launch, as resumable positions."""
-    positions = []
-    for shard in shards:
-        token = (start.tokens or {}).get(shard) if start.mode == "tokens" else None
-        gtid = (start.gtid or {}).get(shard) if start.mode == "gtid" else None
-        if start.mode == "timestamp":
-            ts: int | None = start.timestamp or 0
-        elif start.mode == "now":
-            ts = int(now.timestamp())
-        else:
-            ts = 0 if token is None and gtid is None else None
-        positions.append(ShardPosition(name=shard, token=token, gtid=gtid, start_timestamp=ts))
-    return positions
-
-
-def resume_start(entry: KeyRangeStatus) -> StartPosition:
-    """The start of a relaunch: every shard from its recorded position, in the simplest form
-    that says it (`tokens` when every shard has a token, one `timestamp` or `gtid` for all;
-    `resume`, per shard, when the forms differ, as after a hop)."""
-    tokens = {p.name: p.token for p in entry.shards if p.token is not None}
-    gtids = {p.name: p.gtid for p in entry.shards if p.token is None and p.gtid}
-    stamps = {
-        p.name: p.start_timestamp or 0 for p in entry.shards if p.token is None and not p.gtid
-    }
-    if tokens and not gtids and not stamps:
-        return StartPosition(mode="tokens", tokens=tokens)
-    if gtids and not tokens and not stamps:
-        return StartPosition(mode="gtid", gtid=gtids)
-    if stamps and not tokens and not gtids and len(set(stamps.values())) == 1:
-        (only,) = set(stamps.values())
-        return StartPosition(mode="timestamp", timestamp=only)
-    return StartPosition(
-        mode="resume", tokens=tokens or None, gtid=gtids or None, timestamps=stamps or None
-    )
-
-
-def dedup_filter(hops: Sequence[HopRecord]) -> dict[str, Any] | None:
-    """The dedup filter (JSON) of a key range's hops, oldest first, merged (later ones win)."""
-    merged: DedupFilter | None = None
-    for hop in hops:
-        if not hop.last_delivered:
-            continue
-        plan = plan_hop(
-            ShardMap.parse(hop.from_map),
-            ShardMap.parse(hop.to_map),
-            {name: EventToken.from_json(t) for name, t in hop.last_delivered.items()},
-            KeyRange.parse(hop.key_range),
-        )
-        found = DedupFilter.from_plan(plan)
-        merged = found if merged is None else merged.merged(found)
-    return merged.to_json() if merged is not None and not merged.is_empty() else None
-
-
-def fold_progress(entry: KeyRangeStatus, progress: JobProgress | None) -> KeyRangeStatus:
-    """Positions, counts and lag of `entry` advanced by its job's report (of the same launch)."""
-    if progress is None or progress.launch_id != entry.launch_id:
-        return entry
-    by_name = {KeyRange.parse(name).name: report for name, report in progress.shards.items()}
-    shards = []
-    for position in entry.shards:
-        report = by_name.get(position.name)
-        if report is None:
-            shards.append(position)
-            continue
-        token = position.token
-        newer = report.token is not None and (
-            token is None
-            or compare(report.token, EventToken.from_json(token)) is not Comparison.BEFORE
-        )
-        if newer and report.token is not None:
-            token = report.token.to_json()
-        shards.append(
-            position.model_copy(
-                update={
-                    "token": token,
-                    "events": dict(report.events) or position.events,
-                    "lag_seconds": report.lag_seconds,
-                }
-            )
-        )
-    return entry.model_copy(
-        update={
-            "shards": shards,
-            "duplicates": dict(progress.duplicates),
-            "duplicates_dropped": sum(progress.duplicates.values()),
-            "message": progress.error,
-        }
-    )
-
-
-def _seconds_between(start: str, end: dt.datetime) -> float:
-    return max(0.0, (end - cond.parse_rfc3339(start)).total_seconds())
 
 
 # -- the reconciler -----------------------------------------------------------------------------
@@ -426,7 +214,7 @@ def _plan_hop(
 ) -> KeyRangeStatus:
     """No job runs and the entry's shards are not the serving ones: plan the hop, record it."""
     assert entry.shard_map is not None
-    last = {p.name: delivered_token(p, _flavor(keyspace, p.name)) for p in entry.shards}
+    last = {p.name: delivered_token(p, flavor_of(keyspace, p.name)) for p in entry.shards}
     plan = plan_hop(
         ShardMap.parse(entry.shard_map),
         ShardMap.parse(serving),
@@ -477,7 +265,7 @@ def _complete_hop(step: _Step, entry: KeyRangeStatus, job: JobInfo) -> KeyRangeS
     hop = entry.hop
     if hop is None or hop.phase != "Launching" or job.launch_id != entry.launch_id:
         return entry
-    duration = _seconds_between(hop.started_at, step.obs.now)
+    duration = seconds_between(hop.started_at, step.obs.now)
     done = hop.model_copy(
         update={
             "phase": "Completed",
@@ -714,24 +502,3 @@ def reconcile(obs: Observed, settings: Settings | None = None) -> Decision:
 def plan_cleanup(jobs: Sequence[JobInfo]) -> tuple[Stop, ...]:
     """Stopping every job of a stream that is being deleted."""
     return tuple(Stop(job, "the UpdateStream is being deleted") for job in jobs)
-
-
-def keyspace_status(
-    keyspace: Keyspace, current: Mapping[str, object] | None, now: dt.datetime, generation: int
-) -> dict[str, object]:
-    """The status of a Keyspace: its serving shard map and whether that map is valid."""
-    previous = StreamStatus.parse({"conditions": (current or {}).get("conditions") or []})
-    try:
-        serving = str(ShardMap.parse(",".join(keyspace.spec.serving_shards)))
-        ready, reason, message = True, "ShardMapValid", f"serving shards {serving}"
-    except UpdateStreamError as exc:
-        serving = ",".join(keyspace.spec.serving_shards)
-        ready, reason, message = False, "InvalidShardMap", str(exc)
-    conditions = cond.set_condition(
-        previous.conditions, cond.READY, ready, reason, message, now=now, generation=generation
-    )
-    return {
-        "observedGeneration": generation,
-        "servingShardMap": serving,
-        "conditions": [c.dump() for c in conditions],
-    }
