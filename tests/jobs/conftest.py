@@ -21,3 +21,17 @@ def memcached() -> Iterator[MemcachedServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """One local SparkSession for the jobs tests (2 cores, small shuffles, no UI), with the
+    `updatestream` data source registered. Stopped at the end of the session."""
+    from updatestream_jobs.job import spark_session
+
+    session = spark_session("local[2]", "updatestream-tests")
+    session.conf.set("spark.sql.shuffle.partitions", "2")
+    try:
+        yield session
+    finally:
+        session.stop()

@@ -1,0 +1,125 @@
+"""`updatestream run`: run one UpdateStream key range as a Spark streaming job.
+
+This module is imported when the `updatestream` console script starts, so it imports neither
+pyspark nor the job: the command loads them when it runs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from updatestream import spec
+
+
+def _dedup(text: str | None) -> object:
+    if not text:
+        return None
+    from updatestream.core.dedup import DedupFilter
+
+    path = Path(text)
+    data = json.loads(path.read_text(encoding="utf-8") if path.is_file() else text)
+    return DedupFilter.from_json(data)
+
+
+@click.command("run")
+@click.option(
+    "--stream",
+    "stream_path",
+    required=True,
+    type=click.Path(exists=True, path_type=Path),
+    help="UpdateStream spec (YAML or JSON).",
+)
+@click.option(
+    "--keyspace",
+    "keyspace_path",
+    required=True,
+    type=click.Path(exists=True, path_type=Path),
+    help="Keyspace manifest (YAML/JSON).",
+)
+@click.option(
+    "--secrets-dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where the Secrets are mounted (<dir>/<secret>/username, password).",
+)
+@click.option(
+    "--checkpoint",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Spark checkpoint directory: restarting with it resumes exactly.",
+)
+@click.option("--key-range", default=None, help="The key range to serve (default: the only one).")
+@click.option("--master", default=None, help="Spark master (default local[*]).")
+@click.option(
+    "--trigger-seconds", default=2.0, show_default=True, type=float, help="Micro-batch interval."
+)
+@click.option("--available-now", is_flag=True, help="Read what the shards hold now, then stop.")
+@click.option("--timeout", default=None, type=float, help="Stop after this many seconds.")
+@click.option(
+    "--metrics-port",
+    default=None,
+    type=int,
+    help="Serve Prometheus metrics on 127.0.0.1:PORT/metrics (0: any free port).",
+)
+@click.option(
+    "--status-file",
+    default=None,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write per-shard progress as JSON here after every batch.",
+)
+@click.option(
+    "--dedup",
+    default=None,
+    help="The dedup filter of the hop this job starts after (JSON text or file).",
+)
+@click.option(
+    "--hop-started-at",
+    default=None,
+    type=float,
+    help="When that hop began (unix seconds), for the hop duration metric.",
+)
+def run(
+    stream_path: Path,
+    keyspace_path: Path,
+    secrets_dir: Path,
+    checkpoint: Path,
+    key_range: str | None,
+    master: str | None,
+    trigger_seconds: float,
+    available_now: bool,
+    timeout: float | None,
+    metrics_port: int | None,
+    status_file: Path | None,
+    dedup: str | None,
+    hop_started_at: float | None,
+) -> None:
+    """Stream one key range of an UpdateStream from the shards' binlogs to its sinks."""
+    from updatestream_jobs.job import Job, JobOptions
+
+    stream = spec.parse_update_stream(spec.load_manifest(stream_path), source=str(stream_path))
+    keyspace = spec.load_keyspace(keyspace_path)
+    options = JobOptions(
+        stream=stream,
+        keyspace=keyspace,
+        secrets_dir=secrets_dir,
+        checkpoint=checkpoint,
+        key_range=key_range,
+        master=master,
+        trigger_seconds=trigger_seconds,
+        available_now=available_now,
+        timeout=timeout,
+        metrics_port=metrics_port,
+        status_file=status_file,
+        dedup=_dedup(dedup),  # type: ignore[arg-type]
+        hop_started_at=hop_started_at,
+    )
+    job = Job(options)
+    tracker = job.run()
+    for shard, progress in sorted(tracker.shards.items()):
+        click.echo(
+            f"{shard}: {progress.events} events, position {progress.position}, "
+            f"lag {progress.lag_seconds:.1f}s"
+        )

@@ -1,0 +1,269 @@
+"""The streaming job: binlog source -> key-range filter -> hop dedup -> sinks, with progress.
+
+One job serves one key range of one UpdateStream. The source reads only the shards that
+intersect the key range and drops rows whose keyspace id lies outside it (the key-range filter
+runs inside the source's read, before anything leaves the worker). Each micro-batch then goes,
+in the driver, through the dedup rule of the last hop (when the job was started after one) and to
+every sink with `write_batch(events, BatchContext(stream, key_range, batch_id))`, in stream
+order: per shard in GTID order, heartbeats last.
+
+Spark runs in local mode (`local[*]`) unless a master is given or the job runs under
+spark-submit. Spark's own logging is kept to errors; credentials are read from Secret files on
+the workers and never appear in options, logs or the status file.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from updatestream import spec
+from updatestream.core.dedup import DedupFilter, DedupVerdict
+from updatestream.core.errors import UpdateStreamError
+from updatestream.core.keyrange import KeyRange
+from updatestream_jobs.events import ChangeEvent
+from updatestream_jobs.metrics import StreamMetrics
+from updatestream_jobs.progress import ProgressListener, ProgressTracker
+from updatestream_jobs.sinks import BatchContext, Sink, build_sinks
+from updatestream_jobs.source.errors import SourceOptionsError
+from updatestream_jobs.source.options import start_option
+
+log = logging.getLogger(__name__)
+
+_LOG4J = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+"""
+
+
+@dataclass
+class JobOptions:
+    stream: spec.UpdateStream
+    keyspace: spec.Keyspace
+    secrets_dir: Path
+    checkpoint: Path
+    key_range: str | None = None  # default: the stream's only key range
+    master: str | None = None  # default: local[*], unless running under spark-submit
+    trigger_seconds: float = 2.0
+    available_now: bool = False  # read what the shards hold now, then stop
+    timeout: float | None = None  # stop after this many seconds
+    metrics_port: int | None = None
+    status_file: Path | None = None
+    dedup: DedupFilter | None = None  # the dedup rule of the hop this job starts after
+    hop_started_at: float | None = None  # when that hop began (unix seconds)
+    source_options: dict[str, str] = field(default_factory=dict)  # extra source options
+
+
+def serving_key_range(options: JobOptions) -> str:
+    ranges = options.stream.spec.key_ranges
+    if options.key_range is not None:
+        wanted = KeyRange.parse(options.key_range).name
+        if wanted not in ranges:
+            raise SourceOptionsError(
+                f"key range {wanted} is not one of stream {options.stream.metadata.name}'s key "
+                f"ranges ({', '.join(ranges)})"
+            )
+        return wanted
+    if len(ranges) != 1:
+        raise SourceOptionsError(
+            f"stream {options.stream.metadata.name} has key ranges {', '.join(ranges)}; one job "
+            "serves one of them: pass --key-range"
+        )
+    return ranges[0]
+
+
+def source_options(options: JobOptions, key_range: str) -> dict[str, str]:
+    stream = options.stream.spec
+    if stream.keyspace != options.keyspace.metadata.name:
+        raise SourceOptionsError(
+            f"stream {options.stream.metadata.name} reads keyspace {stream.keyspace}, but the "
+            f"Keyspace manifest is {options.keyspace.metadata.name}"
+        )
+    keyspace_json = options.keyspace.model_dump_json(by_alias=True, exclude_none=True)
+    return {
+        "keyspace": keyspace_json,
+        "keyRange": key_range,
+        "tables": ",".join(stream.tables),
+        "secretsDir": str(options.secrets_dir),
+        "start": start_option(stream.start),
+        **options.source_options,
+    }
+
+
+def spark_session(master: str | None, app_name: str) -> Any:
+    """A SparkSession with quiet logging; workers use this Python interpreter."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    under_submit = "PYSPARK_GATEWAY_PORT" in os.environ
+    if not under_submit and "SPARK_SUBMIT_OPTS" not in os.environ:
+        config = Path(tempfile.gettempdir()) / "updatestream-log4j2.properties"
+        config.write_text(_LOG4J)
+        # A larger thread stack: Spark's handling of a batch interrupted by stop() runs a deep
+        # regex match that overflows the default one.
+        os.environ["SPARK_SUBMIT_OPTS"] = f"-Dlog4j2.configurationFile=file:{config} -Xss8m"
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name)
+    if master is not None or not under_submit:
+        builder = builder.master(master or "local[*]")
+    builder = (
+        builder.config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.ui.showConsoleProgress", "false")
+        # Python workers connect back to the JVM; on a loaded machine 15 s is not always enough.
+        .config("spark.python.authenticate.socketTimeout", "120s")
+    )
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    from updatestream_jobs.source.datasource import register
+
+    register(session)
+    return session
+
+
+class Job:
+    """A running (or finished) stream job; `run()` blocks until it stops."""
+
+    def __init__(self, options: JobOptions) -> None:
+        self.options = options
+        self.name = options.stream.metadata.name
+        self.key_range = serving_key_range(options)
+        self.metrics = StreamMetrics(self.name)
+        self.tracker = ProgressTracker(
+            self.name, self.key_range, metrics=self.metrics, status_file=options.status_file
+        )
+        self.sinks: list[Sink] = build_sinks(
+            options.stream.spec.sinks,
+            keyspace=options.keyspace.metadata.name,
+            secrets_dir=options.secrets_dir,
+        )
+        self.metrics_port: int | None = None
+        self.query: Any = None
+        self._hop_pending = options.hop_started_at is not None
+
+    def _deduplicated(self, events: Iterator[ChangeEvent]) -> Iterator[ChangeEvent]:
+        dedup = self.options.dedup
+        if dedup is None or dedup.is_empty():
+            yield from events
+            return
+        for event in events:
+            if event.op == "heartbeat":
+                yield event
+                continue
+            verdict = dedup.classify(event.event_token())
+            if verdict is DedupVerdict.DUPLICATE_HOP:
+                self.metrics.duplicates.labels(self.name, "hop").inc()
+                continue
+            if verdict is DedupVerdict.OVERLAP_UNKNOWN:
+                self.metrics.duplicates.labels(self.name, "unknown").inc()
+            yield event
+
+    def write_batch(self, frame: Any, batch_id: int) -> None:
+        """The foreachBatch function: runs in the driver for every micro-batch."""
+        ctx = BatchContext(self.name, self.key_range, batch_id)
+
+        def events() -> Iterator[ChangeEvent]:
+            for row in frame.toLocalIterator():
+                yield ChangeEvent.from_row(row.asDict())
+
+        several = len(self.sinks) > 1
+        if several:
+            frame.persist()
+        try:
+            for index, sink in enumerate(self.sinks):
+                stream = self._deduplicated(events())
+                if index == 0:
+                    stream = self.tracker.observe(stream)
+                sink.write_batch(stream, ctx)
+            if not self.sinks:
+                for _ in self.tracker.observe(self._deduplicated(events())):
+                    pass
+        finally:
+            if several:
+                frame.unpersist()
+        self.tracker.finish_batch(batch_id)
+        if self._hop_pending and self.options.hop_started_at is not None:
+            self._hop_pending = False
+            self.metrics.hops.labels(self.name).inc()
+            elapsed = max(0.0, time.time() - self.options.hop_started_at)
+            self.metrics.hop_duration.labels(self.name).observe(elapsed)
+
+    def start(self, spark: Any | None = None) -> Any:
+        options = self.options
+        spark = spark or spark_session(options.master, f"updatestream-{self.name}")
+        if options.metrics_port is not None:
+            self.metrics_port = self.metrics.serve(options.metrics_port)
+            log.info("metrics on 127.0.0.1:%d/metrics", self.metrics_port)
+        for sink in self.sinks:
+            sink.open()
+        query_name = f"updatestream_{self.name}_{self.key_range}".replace("-", "_")
+        spark.streams.addListener(ProgressListener(self.tracker, query_name))
+        frame = (
+            spark.readStream.format("updatestream")
+            .options(**source_options(options, self.key_range))
+            .load()
+        )
+        writer = (
+            frame.writeStream.queryName(query_name)
+            .foreachBatch(self.write_batch)
+            .option("checkpointLocation", str(options.checkpoint))
+        )
+        if options.available_now:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=f"{options.trigger_seconds} seconds")
+        self.query = writer.start()
+        return self.query
+
+    def stop(self) -> None:
+        if self.query is not None and self.query.isActive:
+            self.query.stop()
+        for sink in self.sinks:
+            sink.close()
+        self.metrics.stop()
+
+    def run(self, spark: Any | None = None) -> ProgressTracker:
+        """Start, wait until the query ends (or `timeout`), stop; re-raise a query failure."""
+        query = self.start(spark)
+        try:
+            if self.options.timeout is not None:
+                query.awaitTermination(self.options.timeout)
+            else:
+                query.awaitTermination()
+        except Exception as exc:
+            raise typed_error(exc) from None
+        finally:
+            self.stop()
+        return self.tracker
+
+
+_TYPED = re.compile(r"updatestream_jobs\.[\w.]+\.(\w+(?:Error|Purged|Unreachable|Table)): ([^\n]+)")
+
+
+def typed_error(exc: BaseException) -> BaseException:
+    """Our own typed error when a Spark failure carries one (raised in a Python worker or the
+    source runner, it reaches the driver as text), otherwise the Spark error itself."""
+    from updatestream_jobs.sinks import base as sink_errors
+    from updatestream_jobs.source import errors as source_errors
+
+    for match in _TYPED.finditer(str(exc)):
+        name, message = match.groups()
+        kind = getattr(source_errors, name, None) or getattr(sink_errors, name, None)
+        if isinstance(kind, type) and issubclass(kind, UpdateStreamError):
+            try:
+                return kind(message.strip())
+            except TypeError:  # BinlogPurged needs its fields
+                return source_errors.SourceError(message.strip())
+    return exc

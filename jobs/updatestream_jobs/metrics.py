@@ -1,0 +1,72 @@
+"""The job's Prometheus metrics, served from the driver.
+
+Each job owns a `CollectorRegistry` (several jobs, or tests, can live in one process):
+
+* `updatestream_lag_seconds{stream,shard}`: how far the stream is behind the shard (see
+  `progress`); 0 when the last batch reached the shard's latest position.
+* `updatestream_events_total{stream,shard,op}`: change events delivered (heartbeats included,
+  as op="heartbeat").
+* `updatestream_duplicates_total{stream,cause}`: events the dedup rule classified after a hop:
+  cause="hop" dropped copies, cause="unknown" undecidable events that were delivered.
+* `updatestream_hops_total{stream}` and `updatestream_hop_duration_seconds{stream}`: hops this
+  job started from, and the time from the hop's start to this job's first delivered batch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+
+class StreamMetrics:
+    def __init__(self, stream: str, registry: CollectorRegistry | None = None) -> None:
+        self.stream = stream
+        self.registry = registry or CollectorRegistry()
+        self.lag = Gauge(
+            "updatestream_lag_seconds",
+            "Seconds the stream is behind each shard (0 when caught up)",
+            ["stream", "shard"],
+            registry=self.registry,
+        )
+        self.events = Counter(
+            "updatestream_events_total",
+            "Change events delivered to the sinks",
+            ["stream", "shard", "op"],
+            registry=self.registry,
+        )
+        self.duplicates = Counter(
+            "updatestream_duplicates_total",
+            "Events classified by the hop dedup rule (hop: dropped, unknown: delivered)",
+            ["stream", "cause"],
+            registry=self.registry,
+        )
+        self.hops = Counter(
+            "updatestream_hops_total",
+            "Hops from source shards to destination shards",
+            ["stream"],
+            registry=self.registry,
+        )
+        self.hop_duration = Histogram(
+            "updatestream_hop_duration_seconds",
+            "Seconds from a hop's start to the first batch delivered after it",
+            ["stream"],
+            buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800),
+            registry=self.registry,
+        )
+        for cause in ("hop", "unknown"):
+            self.duplicates.labels(stream, cause)
+        self.hops.labels(stream)
+        self._server: Any = None
+
+    def serve(self, port: int, address: str = "127.0.0.1") -> int:
+        """Serve /metrics on `address:port` (0 picks a free port); returns the port."""
+        server, _thread = start_http_server(port, addr=address, registry=self.registry)
+        self._server = server
+        return int(server.server_address[1])
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None

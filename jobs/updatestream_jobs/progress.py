@@ -1,0 +1,190 @@
+"""Per-shard progress of a running stream: last token, events, lag; metrics and a status file.
+
+The tracker sees every delivered event (in the driver, as the batch goes to the sinks) and
+Spark's progress reports (through `ProgressListener`). Per shard it keeps the last token
+delivered, the timestamp of the last change event, counts per op and the lag:
+
+* 0 when the shard is caught up: the last batch ended with the shard's heartbeat, and the
+  shard's latest position known to Spark (the source's `reportLatestOffset`) is that position;
+* otherwise `now - timestamp of the last change event delivered` (or of the last heartbeat when
+  no change event was delivered yet).
+
+The status file is a small JSON document rewritten atomically after every batch, so an operator
+(or a person) can read where the stream is: `{"stream", "keyRange", "batchId", "updatedAt",
+"shards": {shard: {"token", "position", "events", "byOp", "lastEventTimestamp", "lagSeconds"}}}`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql.streaming.listener import StreamingQueryListener
+
+from updatestream.core.token import EventToken
+from updatestream_jobs.events import ChangeEvent
+from updatestream_jobs.metrics import StreamMetrics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ShardProgress:
+    shard: str
+    token: str | None = None  # the last token delivered (change event or heartbeat), JSON
+    position: str | None = None  # its GTID position
+    last_event_timestamp: int | None = None
+    heartbeat_timestamp: int | None = None
+    events: int = 0  # change events, heartbeats not counted
+    by_op: Counter[str] = field(default_factory=Counter)
+    latest_position: str | None = None  # the shard's latest position Spark last reported
+    caught_up: bool = False
+    lag_seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "token": json.loads(self.token) if self.token else None,
+            "position": self.position,
+            "events": self.events,
+            "byOp": dict(self.by_op),
+            "lastEventTimestamp": self.last_event_timestamp,
+            "heartbeatTimestamp": self.heartbeat_timestamp,
+            "latestPosition": self.latest_position,
+            "lagSeconds": round(self.lag_seconds, 3),
+        }
+
+
+class ProgressTracker:
+    def __init__(
+        self,
+        stream: str,
+        key_range: str,
+        *,
+        metrics: StreamMetrics | None = None,
+        status_file: Path | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.stream = stream
+        self.key_range = key_range
+        self.metrics = metrics
+        self.status_file = status_file
+        self.shards: dict[str, ShardProgress] = {}
+        self.batch_id: int | None = None
+        self.batches = 0
+        self._clock = clock
+        self._lock = threading.Lock()
+
+    def _shard(self, shard: str) -> ShardProgress:
+        if shard not in self.shards:
+            self.shards[shard] = ShardProgress(shard)
+        return self.shards[shard]
+
+    def observe(self, events: Iterable[ChangeEvent]) -> Iterator[ChangeEvent]:
+        """Pass events through, recording each (use it on the way to the first sink)."""
+        for event in events:
+            with self._lock:
+                progress = self._shard(event.shard)
+                progress.token = event.token
+                progress.position = event.gtid
+                progress.by_op[event.op] += 1
+                if event.op == "heartbeat":
+                    progress.heartbeat_timestamp = event.timestamp
+                    progress.caught_up = True
+                else:
+                    progress.events += 1
+                    progress.last_event_timestamp = event.timestamp
+                    progress.caught_up = False
+            if self.metrics is not None:
+                self.metrics.events.labels(self.stream, event.shard, event.op).inc()
+            yield event
+
+    def finish_batch(self, batch_id: int) -> None:
+        with self._lock:
+            self.batch_id = batch_id
+            self.batches += 1
+            self._update_lag()
+        self.write_status()
+
+    def observe_latest(self, latest: dict[str, Any]) -> None:
+        """Spark's view of each shard's latest position (an offset: shard -> token JSON)."""
+        with self._lock:
+            for shard, token in latest.items():
+                progress = self._shard(shard)
+                progress.latest_position = str(EventToken.from_json(token).position)
+            self._update_lag()
+        self.write_status()
+
+    def _update_lag(self) -> None:
+        now = self._clock()
+        for progress in self.shards.values():
+            behind = (
+                progress.latest_position is not None
+                and progress.latest_position != progress.position
+            )
+            if progress.caught_up and not behind:
+                progress.lag_seconds = 0.0
+            else:
+                since = progress.last_event_timestamp or progress.heartbeat_timestamp
+                progress.lag_seconds = max(0.0, now - since) if since else 0.0
+            if self.metrics is not None:
+                self.metrics.lag.labels(self.stream, progress.shard).set(progress.lag_seconds)
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "stream": self.stream,
+                "keyRange": self.key_range,
+                "batchId": self.batch_id,
+                "batches": self.batches,
+                "updatedAt": self._clock(),
+                "shards": {s: p.to_json() for s, p in sorted(self.shards.items())},
+            }
+
+    def write_status(self) -> None:
+        if self.status_file is None:
+            return
+        data = json.dumps(self.snapshot(), indent=2, sort_keys=True) + "\n"
+        tmp = self.status_file.with_name(f".{self.status_file.name}.{os.getpid()}.tmp")
+        try:
+            self.status_file.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(data, encoding="utf-8")
+            tmp.replace(self.status_file)
+        except OSError as exc:  # progress reporting must not stop the stream
+            log.warning("cannot write the status file %s: %s", self.status_file, exc)
+
+
+class ProgressListener(StreamingQueryListener):
+    """Feeds Spark's per-trigger progress (the source's latest offset) to the tracker."""
+
+    def __init__(self, tracker: ProgressTracker, query_name: str) -> None:
+        self.tracker = tracker
+        self.query_name = query_name
+
+    def onQueryStarted(self, event: Any) -> None:
+        return None
+
+    def onQueryProgress(self, event: Any) -> None:
+        progress = event.progress
+        if progress.name != self.query_name:
+            return
+        for source in progress.sources:
+            latest = getattr(source, "latestOffset", None)
+            if latest:
+                try:
+                    self.tracker.observe_latest(json.loads(latest))
+                except (ValueError, TypeError, AttributeError) as exc:
+                    log.warning("cannot read the source's latest offset: %s", exc)
+
+    def onQueryIdle(self, event: Any) -> None:
+        return None
+
+    def onQueryTerminated(self, event: Any) -> None:
+        return None
