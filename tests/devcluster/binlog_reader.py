@@ -9,6 +9,7 @@ reconnects from the start, forever), so this reads in blocking mode up to the se
 from __future__ import annotations
 
 import itertools
+import random
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +20,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from updatestream.spec import Credentials
 
-_reader_ids = itertools.count(9000)
+_reader_ids = itertools.count(random.randint(10_000, 1_000_000))  # distinct per reader
 
 
 @dataclass
