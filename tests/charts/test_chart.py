@@ -141,13 +141,13 @@ def test_operator_runs_once_with_probes_on_the_health_port_and_a_metrics_port(
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
     container = operator_container(default_manifests)
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"health": 8080, "metrics": 9090}
+    assert ports == {"metrics": 9090}
     for probe in ("livenessProbe", "readinessProbe"):
-        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+        assert container[probe]["httpGet"] == {"path": "/metrics", "port": "metrics"}
     assert container["args"][0] == "operator"
     assert "--namespace=updatestream" in container["args"]
     assert "--metrics-port=9090" in container["args"]
-    assert "--liveness=http://0.0.0.0:8080/healthz" in container["args"]
+    assert not any(a.startswith("--liveness") for a in container["args"])
     assert container["image"] == "ghcr.io/updatestream/updatestream:0.1.0"  # appVersion
     service = one(default_manifests, "Service")
     assert service["spec"]["ports"] == [
@@ -156,6 +156,16 @@ def test_operator_runs_once_with_probes_on_the_health_port_and_a_metrics_port(
     selector = deployment["spec"]["selector"]["matchLabels"]
     assert service["spec"]["selector"] == selector
     assert selector.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_kopf_liveness_moves_the_probes_to_kopfs_health_endpoint(helm: Helm) -> None:
+    docs = helm.template("--set", "operator.kopfLiveness=true", "--set", "operator.healthPort=8081")
+    container = operator_container(docs)
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"health": 8081, "metrics": 9090}
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert "--liveness=http://0.0.0.0:8081/healthz" in container["args"]
 
 
 def test_full_values_reach_the_operator_pod(full_manifests: list[dict[str, Any]]) -> None:

@@ -304,19 +304,23 @@ def test_the_operator_starts_with_the_charts_arguments_and_identity(
     kube_api: KubeApi, default_release: Release, tmp_path: Path
 ) -> None:
     """The operator process started with the Deployment's exact arguments (the entrypoint
-    runs `updatestream <args>`), as the chart's ServiceAccount: kopf's health endpoint answers
-    on the probed port and the metrics endpoint on the metrics port. Addresses are moved to
-    loopback and the ports to free ones."""
+    runs `updatestream <args>`), as the chart's ServiceAccount: the endpoint the probes call
+    answers, and so does the metrics endpoint. Addresses are moved to loopback and the ports
+    to free ones."""
     deployment = next(d for d in default_release.manifests if d["kind"] == "Deployment")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    health, metrics = free_port(), free_port()
-    args = [
-        a.replace("0.0.0.0", "127.0.0.1")
-        .replace(f":{ports['health']}/", f":{health}/")
-        .replace(f"--metrics-port={ports['metrics']}", f"--metrics-port={metrics}")
-        for a in container["args"]
-    ]
+    free = {name: free_port() for name in ports}
+    args = []
+    for arg in container["args"]:
+        arg = arg.replace("0.0.0.0", "127.0.0.1")
+        for name, port in ports.items():
+            arg = arg.replace(f":{port}/", f":{free[name]}/").replace(f"={port}", f"={free[name]}")
+        args.append(arg)
+    probe = container["livenessProbe"]["httpGet"]
+    assert container["readinessProbe"]["httpGet"] == probe
+    probed = f"http://127.0.0.1:{free[probe['port']]}{probe['path']}"
+    metrics = free["metrics"]
     assert args[0] == "operator"
     account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
     kubeconfig = service_account_kubeconfig(
@@ -337,12 +341,12 @@ def test_the_operator_starts_with_the_charts_arguments_and_identity(
         deadline = time.monotonic() + 60
         status = 0
         while time.monotonic() < deadline and process.poll() is None:
-            status, _ = http_get(f"http://127.0.0.1:{health}/healthz")
+            status, _ = http_get(probed)
             if status == 200:
                 break
             time.sleep(0.5)
         output = log.read_text(errors="replace")
-        assert status == 200, f"no healthy /healthz (exit {process.poll()}):\n{output[-3000:]}"
+        assert status == 200, f"{probed} did not answer (exit {process.poll()}):\n{output[-3000:]}"
         code, body = http_get(f"http://127.0.0.1:{metrics}/metrics")
         assert code == 200 and "updatestream_reconcile_errors_total" in body
         # the chart's RBAC lets it start without a refused request or a permission fallback

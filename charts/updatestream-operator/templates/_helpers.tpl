@@ -86,6 +86,17 @@ app.kubernetes.io/component: operator
 {{- default .Release.Namespace .Values.operator.watchNamespace }}
 {{- end }}
 
+{{/* The endpoint the probes call: kopf's health endpoint, or else the metrics endpoint. */}}
+{{- define "updatestream-operator.operator.probe" -}}
+{{- if .Values.operator.kopfLiveness }}
+path: /healthz
+port: health
+{{- else }}
+path: /metrics
+port: metrics
+{{- end }}
+{{- end }}
+
 {{/* Where the operator finds spark-defaults.conf and the Spark pod templates. */}}
 {{- define "updatestream-operator.operator.sparkConfDir" -}}
 /etc/updatestream/spark
@@ -145,7 +156,9 @@ The operator container's arguments: the image's entrypoint dispatches on the fir
 {{- end }}
 - --launcher={{ .Values.operator.launcher }}
 - --metrics-port={{ .Values.operator.metricsPort }}
+{{- if .Values.operator.kopfLiveness }}
 - --liveness=http://0.0.0.0:{{ .Values.operator.healthPort }}/healthz
+{{- end }}
 - --image={{ include "updatestream-operator.image" . }}
 - --service-account={{ include "updatestream-operator.spark.serviceAccountName" . }}
 - --state-dir=/tmp/updatestream-operator
