@@ -29,6 +29,7 @@ from typing import Any
 
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
+from updatestream.core.gtid import GTIDParseError, parse_position, position_contains
 from updatestream.core.token import EventToken
 from updatestream_jobs.events import ChangeEvent
 from updatestream_jobs.metrics import StreamMetrics
@@ -125,9 +126,8 @@ class ProgressTracker:
     def _update_lag(self) -> None:
         now = self._clock()
         for progress in self.shards.values():
-            behind = (
-                progress.latest_position is not None
-                and progress.latest_position != progress.position
+            behind = progress.latest_position is not None and not _reached(
+                progress.position, progress.latest_position
             )
             if progress.caught_up and not behind:
                 progress.lag_seconds = 0.0
@@ -159,6 +159,16 @@ class ProgressTracker:
             tmp.replace(self.status_file)
         except OSError as exc:  # progress reporting must not stop the stream
             log.warning("cannot write the status file %s: %s", self.status_file, exc)
+
+
+def _reached(position: str | None, latest: str) -> bool:
+    """True when the delivered `position` includes every transaction of `latest`."""
+    if position is None:
+        return False
+    try:
+        return position_contains(parse_position(position), parse_position(latest))
+    except GTIDParseError:
+        return position == latest
 
 
 class ProgressListener(StreamingQueryListener):

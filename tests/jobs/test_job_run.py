@@ -1,0 +1,199 @@
+"""The streaming job end to end (Spark local mode, real shards): console sink output against the
+traffic ledger, hop dedup, the status file, Prometheus metrics, and the CLI entry point."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from updatestream_jobs import main as job_main
+from updatestream_jobs.job import Job, JobOptions
+
+from updatestream import spec
+from updatestream.core.dedup import DedupFilter
+from updatestream.core.gtid import parse_position
+from updatestream.devcluster.cluster import DevCluster
+from updatestream.devcluster.ledger import read_ledger
+from updatestream.devcluster.traffic import TrafficGenerator, TrafficOptions
+
+SHARDS = ("-80", "80-")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
+    dev = DevCluster(tmp_path_factory.mktemp("job-cluster"))
+    try:
+        dev.up("-80,80-")
+        yield dev
+    finally:
+        dev.down()
+
+
+def positions(cluster: DevCluster) -> dict[str, str]:
+    return {shard: cluster.server(shard).gtid_position() for shard in SHARDS}
+
+
+def stream_spec(start: dict[str, Any], console: Path) -> dict[str, Any]:
+    return {
+        "apiVersion": "updatestream.io/v1alpha1",
+        "kind": "UpdateStream",
+        "metadata": {"name": "orders-feed"},
+        "spec": {
+            "keyspace": "commerce",
+            "keyRanges": ["-"],
+            "start": start,
+            "sinks": [{"type": "console", "path": str(console)}],
+        },
+    }
+
+
+def copied_transaction(cluster: DevCluster, user_id: int, source_pos: str) -> None:
+    """A transaction as filtered replication writes it: `_vt.vreplication` first."""
+    with cluster.connect("-80", "admin", "commerce") as conn, conn.cursor() as cur:
+        cur.execute("BEGIN")
+        cur.execute(
+            "INSERT INTO _vt.vreplication (id, workflow, source_shard, pos, "
+            "transaction_timestamp, time_updated, state) VALUES (1, 'split', '-', %s, "
+            "UNIX_TIMESTAMP(), UNIX_TIMESTAMP(), 'Running') ON DUPLICATE KEY UPDATE pos = %s",
+            (source_pos, source_pos),
+        )
+        cur.execute(
+            "INSERT INTO users (id, name, created_at) VALUES (%s, 'copied', NOW(6))", (user_id,)
+        )
+        cur.execute("COMMIT")
+
+
+def scrape(port: int) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    samples = {}
+    for line in text.splitlines():
+        if line.startswith("updatestream_"):
+            name, value = line.rsplit(" ", 1)
+            samples[name] = float(value)
+    return samples
+
+
+def test_job_delivers_the_ledger_with_progress_metrics_and_dedup(
+    spark: Any, cluster: DevCluster, tmp_path: Path
+) -> None:
+    start = positions(cluster)
+    copied_transaction(cluster, 1, "9-9-41")  # already delivered from the source: dropped
+    copied_transaction(cluster, 2, "9-9-60")  # after the source's watermark: delivered
+    console = tmp_path / "events.jsonl"
+    status = tmp_path / "status.json"
+    stream = spec.parse_update_stream(stream_spec({"mode": "gtid", "gtid": start}, console))
+    job = Job(
+        JobOptions(
+            stream=stream,
+            keyspace=cluster.keyspace(),
+            secrets_dir=cluster.secrets_dir,
+            checkpoint=tmp_path / "checkpoint",
+            trigger_seconds=1.0,
+            metrics_port=0,
+            status_file=status,
+            dedup=DedupFilter({"-": parse_position("9-9-50")}),
+            hop_started_at=time.time() - 30,
+        )
+    )
+    ledger_path = tmp_path / "ledger.jsonl"
+    traffic = TrafficGenerator(
+        cluster.manifest_path,
+        cluster.secrets_dir,
+        ledger_path,
+        TrafficOptions(rate=100, duration=3.0, seed=21, large_tx_rows=150, large_tx_every=1.5),
+    )
+    job.start(spark)
+    try:
+        traffic.run()
+        traffic.close()
+        final = positions(cluster)
+        deadline = time.monotonic() + 180
+        while True:
+            shards = json.loads(status.read_text())["shards"] if status.exists() else {}
+            if all(shards.get(s, {}).get("position") == final[s] for s in SHARDS):
+                break
+            assert job.query.isActive, job.query.exception()
+            assert time.monotonic() < deadline, f"status never reached {final}: {shards}"
+            time.sleep(1)
+        assert job.metrics_port is not None
+        metrics = scrape(job.metrics_port)
+    finally:
+        job.stop()
+
+    lines = [json.loads(line) for line in console.read_text().splitlines()]
+    changes = [line for line in lines if line["op"] != "heartbeat"]
+    ledger = list(read_ledger(ledger_path))
+    expected = Counter((e.table, e.pk, e.op, e.gtid, e.digest) for e in ledger)
+    got = Counter(
+        (c["table"], c["pk"], c["op"], c["gtid"],
+         hashlib.sha256(c["after"].encode()).hexdigest() if c["after"] else None)
+        for c in changes
+        if c["source_shard"] is None
+    )  # fmt: skip
+    assert got == expected
+    copied = [c for c in changes if c["source_shard"] is not None]
+    assert [(c["pk"], c["source_gtid"]) for c in copied] == [('{"id":2}', "9-9-60")]
+    assert all(line["stream"] == "orders-feed" for line in lines)
+
+    state = json.loads(status.read_text())
+    assert state["stream"] == "orders-feed" and state["keyRange"] == "-"
+    for shard in SHARDS:
+        assert state["shards"][shard]["lagSeconds"] == 0
+        assert state["shards"][shard]["events"] == sum(1 for c in changes if c["shard"] == shard)
+        assert state["shards"][shard]["token"]["pos"] == final[shard]
+    labels = '{stream="orders-feed"}'
+    assert metrics['updatestream_duplicates_total{cause="hop",stream="orders-feed"}'] == 1
+    assert metrics['updatestream_duplicates_total{cause="unknown",stream="orders-feed"}'] == 0
+    assert metrics[f"updatestream_hops_total{labels}"] == 1
+    assert metrics[f"updatestream_hop_duration_seconds_count{labels}"] == 1
+    assert metrics[f"updatestream_hop_duration_seconds_sum{labels}"] >= 30
+    inserts = sum(
+        value
+        for name, value in metrics.items()
+        if name.startswith("updatestream_events_total") and 'op="insert"' in name
+    )
+    assert inserts == sum(1 for c in changes if c["op"] == "insert")
+    for shard in SHARDS:
+        assert metrics[f'updatestream_lag_seconds{{shard="{shard}",stream="orders-feed"}}'] == 0
+
+
+def test_cli_entry_available_now_and_a_typed_error(
+    spark: Any, cluster: DevCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    console = tmp_path / "events.jsonl"
+    stream_file = tmp_path / "stream.yaml"
+    stream_file.write_text(yaml.safe_dump(stream_spec({"mode": "earliest"}, console)))
+    status = tmp_path / "status.json"
+    args = [
+        "--stream", str(stream_file),
+        "--keyspace", str(cluster.manifest_path),
+        "--secrets-dir", str(cluster.secrets_dir),
+        "--checkpoint", str(tmp_path / "checkpoint"),
+        "--available-now",
+        "--status-file", str(status),
+    ]  # fmt: skip
+    assert job_main.main(args) == 0
+    now = positions(cluster)
+    shards = json.loads(status.read_text())["shards"]
+    assert {s: shards[s]["position"] for s in SHARDS} == now
+    assert console.read_text().count('"op":"insert"') > 100
+    assert "password" not in console.read_text()
+    out = capsys.readouterr().out
+    assert "-80:" in out and "80-:" in out
+
+    ahead = {s: f"{n}-{n}-999999" for n, s in enumerate(SHARDS, start=1)}
+    stream_file.write_text(yaml.safe_dump(stream_spec({"mode": "gtid", "gtid": ahead}, console)))
+    args[args.index("--checkpoint") + 1] = str(tmp_path / "checkpoint-2")
+    assert job_main.main(args) == 1
+    error = capsys.readouterr().err
+    assert error.startswith("error: cannot start shard -80 (127.0.0.1:")
+    assert "999999" in error and "another server history" in error
+    assert cluster.credentials("reader").password not in error
