@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from typing import Any
 
 REDACTED = "***"
+_NOT_SECRET_KEYS = frozenset({"username", "user"})
 MIN_SECRET_LENGTH = 4  # shorter values would redact ordinary words; such passwords are unsafe
 
 _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -60,9 +61,15 @@ class Scrubber:
             self._values = tuple(sorted(new, key=len, reverse=True))
 
     def register_secret_data(self, data: dict[str, str] | None, *, encoded: bool) -> None:
-        """Register every value of a Secret's `data` (base64) or `stringData`."""
+        """Register the values of a Secret's `data` (base64) or `stringData`.
+
+        User names are identifiers, not secrets (and often ordinary words): redacting them
+        would mangle every message that names the user, so they are left out.
+        """
         values = []
-        for raw in (data or {}).values():
+        for key, raw in (data or {}).items():
+            if key.lower() in _NOT_SECRET_KEYS:
+                continue
             if encoded:
                 try:
                     values.append(base64.b64decode(raw).decode("utf-8", "replace"))

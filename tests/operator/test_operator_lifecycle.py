@@ -449,6 +449,18 @@ def test_a_missing_keyspace_is_reported_as_degraded(operator: Operator) -> None:
     wait_for(lambda: op.stream("lost") is None, "the stream to be deleted")
 
 
+def test_a_secret_the_operator_reads_is_scrubbed_from_its_logs(operator: Operator) -> None:
+    """The local launcher reads Secrets through the API: their values join the scrubber."""
+    store = KubeStore.connect(str(operator.api.kubeconfig))
+    values = store.read_secret(NS, "reader")
+    assert values["password"] == SECRET_VALUE
+    logging.getLogger("updatestream_operator.test").warning("read %s", values)
+    logging.getLogger("kopf.objects").error("failed with %s", SECRET_VALUE)
+    (line,) = [line for line in operator.logs.lines if line.startswith("read {")]
+    assert "'password': '***'" in line and "'username': 'updatestream'" in line
+    assert SECRET_VALUE not in "\n".join(operator.logs.lines)
+
+
 def test_no_secret_value_in_any_status_or_event(operator: Operator) -> None:
     op = operator
     op.events()

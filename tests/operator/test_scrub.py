@@ -57,9 +57,13 @@ def test_scrub(scrubber: Scrubber, text: str, expected: str) -> None:
 
 def test_secret_data_is_registered_decoded(scrubber: Scrubber) -> None:
     scrubber.register_secret_data(
-        {"password": base64.b64encode(b"another-one").decode()}, encoded=True
+        {
+            "password": base64.b64encode(b"another-one").decode(),
+            "username": base64.b64encode(b"reader").decode(),
+        },
+        encoded=True,
     )
-    assert scrubber.scrub("x another-one y") == f"x {REDACTED} y"
+    assert scrubber.scrub("reader: x another-one y") == f"reader: x {REDACTED} y"
     nested: Any = {"a": [f"{SECRET}!", {"b": SECRET}], "n": 3}
     assert scrubber.scrub_any(nested) == {"a": [f"{REDACTED}!", {"b": REDACTED}], "n": 3}
 
