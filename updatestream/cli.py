@@ -20,6 +20,7 @@ _COMMANDS: tuple[tuple[str, str], ...] = (
     ("updatestream.commands.keys", "keyspace_id"),
     ("updatestream.commands.keys", "shard_for"),
     ("updatestream.devcluster.cli", "devcluster"),
+    ("updatestream.verify.cli", "verify"),
     ("updatestream_jobs.cli", "run"),
     ("updatestream_operator.cli", "operator_command"),
     ("updatestream_operator.cli", "publish_progress"),
