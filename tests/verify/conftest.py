@@ -1,0 +1,60 @@
+"""Fixtures of the verifier tests.
+
+- `memcached`: one real memcached for this package (the jobs tests' server class).
+- `scenario`: a two-shard cluster of this package's own, a short traffic run with a ledger, and
+  the change events of that run read from the shards' binlogs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from updatestream_jobs.events import ChangeEvent
+
+from tests.jobs.memcached_server import MemcachedServer
+from tests.verify.streams import positions, read_events, source_config
+from updatestream.devcluster.cluster import DevCluster
+from updatestream.devcluster.ledger import LedgerEntry, read_ledger
+from updatestream.devcluster.traffic import TrafficGenerator, TrafficOptions
+
+
+@pytest.fixture(scope="package")
+def memcached() -> Iterator[MemcachedServer]:
+    server = MemcachedServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@dataclass
+class Scenario:
+    cluster: DevCluster
+    ledger_path: Path
+    ledger: list[LedgerEntry]
+    events: dict[str, list[ChangeEvent]]
+
+
+@pytest.fixture(scope="package")
+def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
+    cluster = DevCluster(tmp_path_factory.mktemp("verify-cluster"))
+    try:
+        cluster.up("-80,80-")
+        config = source_config(cluster)
+        start = positions(config)
+        ledger = tmp_path_factory.mktemp("verify-ledger") / "ledger.jsonl"
+        generator = TrafficGenerator(
+            cluster.manifest_path,
+            cluster.secrets_dir,
+            ledger,
+            TrafficOptions(rate=250, duration=2.0, seed=5),
+        )
+        generator.run()
+        generator.close()
+        events = read_events(config, start, positions(config))
+        yield Scenario(cluster, ledger, list(read_ledger(ledger)), events)
+    finally:
+        cluster.down()
