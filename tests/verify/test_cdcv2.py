@@ -84,3 +84,24 @@ def test_missing_batch_loses_changes(scenario: Scenario, cdc_root: Path, tmp_pat
     result = run(scenario, directory)
     assert result.returncode == 1
     assert result.json()["lost"] > 0
+
+
+def test_duplicates_dropped_come_from_the_status_file(
+    scenario: Scenario, cdc_root: Path, tmp_path: Path
+) -> None:
+    status = tmp_path / "status.json"
+    status.write_text(json.dumps({"stream": "verify", "duplicates": {"hop": 4, "replay": 1}}))
+    result = verify(
+        "--ledger", scenario.ledger_path, "--sink", "cdcv2", "--path", cdc_root,
+        "--status-file", status, "--json",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = result.json()
+    assert report["duplicates_dropped"] == 5
+    assert report["duplicates_dropped_by_cause"] == {"hop": 4, "replay": 1}
+    status.write_text(json.dumps({"stream": "verify", "shards": {}}))  # no key: none counted
+    result = verify(
+        "--ledger", scenario.ledger_path, "--sink", "cdcv2", "--path", cdc_root,
+        "--status-file", status, "--json",
+    )  # fmt: skip
+    assert (result.json()["duplicates_dropped"], result.returncode) == (0, 0)
