@@ -11,7 +11,7 @@ import pytest
 from updatestream_jobs.sinks.cdcv2 import CDCv2Sink
 
 from tests.verify.conftest import Scenario
-from tests.verify.streams import batches, feed, verify
+from tests.verify.streams import Run, batches, feed, verify
 from updatestream import spec
 from updatestream.cdcv2 import Collection, Progress, Update, read_directory
 from updatestream.cdcv2.format import batch_file_name, batch_id_of, encode, read_file, stream_files
@@ -33,7 +33,7 @@ def copy_of(root: Path, tmp_path: Path) -> Path:
     return target / "verify" / "range=-"
 
 
-def run(scenario: Scenario, path: Path):
+def run(scenario: Scenario, path: Path) -> Run:
     return verify("--ledger", scenario.ledger_path, "--sink", "cdcv2", "--path", path, "--json")
 
 

@@ -14,7 +14,7 @@ from updatestream_jobs.sinks.memcached import MemcachedSink
 
 from tests.jobs.memcached_server import MemcachedServer
 from tests.verify.conftest import Scenario
-from tests.verify.streams import batches, feed, verify
+from tests.verify.streams import Run, batches, feed, verify
 from updatestream import spec
 from updatestream.cache.entry import encode
 from updatestream.cache.keys import KeyTemplates
@@ -42,7 +42,7 @@ def histories(scenario: Scenario) -> dict[tuple[str, str], list[ChangeEvent]]:
     return found
 
 
-def run(scenario: Scenario, memcached: MemcachedServer, *more: str):
+def run(scenario: Scenario, memcached: MemcachedServer, *more: str) -> Run:
     cluster = scenario.cluster
     return verify(
         "--ledger", scenario.ledger_path, "--sink", "memcached", "--servers", memcached.address,

@@ -12,7 +12,7 @@ from updatestream_jobs.sinks.versionstream import VersionStreamSink
 
 from tests.conftest import MariaDBFixture
 from tests.verify.conftest import Scenario
-from tests.verify.streams import batches, feed, verify
+from tests.verify.streams import Run, batches, feed, verify
 from updatestream import spec
 
 DATABASE = "verify_vs"
@@ -43,7 +43,7 @@ def changelog(
     return mariadb_server, secrets
 
 
-def run(scenario: Scenario, server: MariaDBFixture, secrets: Path, stream: int, *more: str):
+def run(scenario: Scenario, server: MariaDBFixture, secrets: Path, stream: int, *more: str) -> Run:
     return verify(
         "--ledger", scenario.ledger_path, "--sink", "versionstream",
         "--mysql", f"{server.host}:{server.port}", "--secrets-dir", secrets, "--secret", SECRET,
