@@ -68,6 +68,10 @@ demo: system-deps $(STAMP) ## real local MariaDB shards, live traffic and a live
 bench-sinks: $(STAMP) ## sink throughput (memcached, Version Stream vs single-row appends) into bench/results
 	$(BIN)/python bench/sinks_bench.py
 
+.PHONY: bench-source
+bench-source: $(STAMP) ## binlog source rows/s vs python-mysql-replication and mariadb-binlog into bench/results
+	$(BIN)/python bench/source_bench.py
+
 .PHONY: clean
 clean: ## remove the virtual environment and local cluster state
 	rm -rf $(VENV) .updatestream

@@ -116,6 +116,13 @@ def _format_timedelta(value: dt.timedelta) -> str:
     return f"{sign}{hours:02d}:{minutes:02d}:{seconds:02d}{frac}"
 
 
+_JSON_NATIVE = frozenset({str, int, float, bool, type(None)})
+
+
 def encode_row(row: Mapping[str, Any]) -> str:
     """A row image as compact JSON with keys in column order."""
+    if type(row) is dict and all(
+        type(v) in _JSON_NATIVE for v in row.values()
+    ):  # nothing to encode: the same text
+        return json.dumps(row, separators=(",", ":"))
     return json.dumps({k: encode_value(v) for k, v in row.items()}, separators=(",", ":"))

@@ -157,7 +157,7 @@ def test_stops_at_the_end_position_exactly(traffic: tuple, cluster: DevCluster) 
 
 def test_split_partitions_cover_the_range_once(traffic: tuple, cluster: DevCluster) -> None:
     start, end, _ = traffic
-    config = config_for(cluster, maxPartitionBytes="1")
+    config = config_for(cluster, maxPartitionBytes="65536")
     planner = _Planner(config)
     try:
         start_json = {s: EventToken(1, s, p).to_json() for s, p in start.items()}
@@ -167,7 +167,7 @@ def test_split_partitions_cover_the_range_once(traffic: tuple, cluster: DevClust
         planner.close()
     for shard in SHARDS:
         mine = [p for p in parts if p.shard == shard]
-        assert len(mine) >= 2  # cut at the rotation
+        assert len(mine) >= 3  # cut at the rotation and inside the files
         assert [p.heartbeat for p in mine] == [False] * (len(mine) - 1) + [True]
         events = [e for p in mine for e in read_shard_range(config, p)]
         assert events[-1].op == "heartbeat" and events[-1].timestamp == 2
@@ -300,14 +300,14 @@ def test_large_transaction_streams_in_bounded_memory(
         "from updatestream.core.token import EventToken\n"
         "from updatestream.core.gtid import parse_position\n"
         "from updatestream_jobs.source.options import parse_options\n"
-        "from updatestream_jobs.source.datasource import ShardRange, read_shard_range, "
+        "from updatestream_jobs.source.datasource import ShardRange, read_shard_rows, "
         "record_batches\n"
         "config = parse_options({'keyspace': sys.argv[1], 'secretsDir': sys.argv[2]})\n"
         "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
         "s = EventToken(1, '80-', parse_position(sys.argv[3])).dumps()\n"
         "e = EventToken(2, '80-', parse_position(sys.argv[4])).dumps()\n"
         "rows = 0\n"
-        "for batch in record_batches(read_shard_range(config, ShardRange('80-', s, e, True)),"
+        "for batch in record_batches(read_shard_rows(config, ShardRange('80-', s, e, True)),"
         " 2048):\n"
         "    rows += batch.num_rows\n"
         "peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"

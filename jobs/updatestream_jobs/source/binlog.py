@@ -41,7 +41,7 @@ from updatestream_jobs.source.errors import (
     ShardUnreachable,
 )
 from updatestream_jobs.source.options import ShardEndpoint, SourceConfig
-from updatestream_jobs.source.rows import RowConverter, Transaction
+from updatestream_jobs.source.rows import EventRow, RowConverter, Transaction
 from updatestream_jobs.source.session import (
     BinlogStream,
     SilentReconnect,
@@ -110,6 +110,10 @@ class BinlogRangeReader:
         self._done = position_contains(start, end)
 
     def __iter__(self) -> Iterator[ChangeEvent]:
+        return (ChangeEvent(*row) for row in self.rows())
+
+    def rows(self) -> Iterator[EventRow]:
+        """The events as tuples in `ChangeEvent` field order (the fast path for Spark)."""
         failures = 0
         while not self._done:
             finished_before = self.transactions
@@ -186,7 +190,7 @@ class BinlogRangeReader:
         if position_contains(self.position, self.end):
             self._done = True
 
-    def _read_once(self) -> Iterator[ChangeEvent]:
+    def _read_once(self) -> Iterator[EventRow]:
         stream = self._open()
         convert = self._converter.convert
         standalone = False

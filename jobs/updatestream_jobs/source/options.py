@@ -16,7 +16,8 @@ files from `secretsDir` on the worker.
 | `end` | batch reads only: `now` (default), or shard -> GTID position / Event Token JSON |
 | `maxRetries`, `connectTimeoutSeconds`, `readTimeoutSeconds` | connection behaviour |
 | `heartbeatIntervalSeconds` | how often an idle keyspace still yields a micro-batch (default 5) |
-| `maxPartitionBytes` | split a shard's range at binlog file boundaries beyond this size |
+| `maxPartitionBytes` | split a shard's range into pieces of about this much binlog (default 1 MiB,
+  at least 64 KiB): Spark reads the pieces in parallel |
 | `arrowBatchRows` | rows per Arrow record batch handed to Spark (default 2048) |
 """
 
@@ -97,7 +98,7 @@ class SourceConfig:
     end: StartSpec | None = None
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     heartbeat_interval: int = 5
-    max_partition_bytes: int = 256 * 1024 * 1024
+    max_partition_bytes: int = 1024 * 1024
     arrow_batch_rows: int = 2048
 
     def endpoint(self, shard: str) -> ShardEndpoint:
@@ -251,7 +252,7 @@ def parse_options(options: Mapping[str, str]) -> SourceConfig:
         end=end,
         retry=retry,
         heartbeat_interval=_int_option(opts, "heartbeatIntervalSeconds", 5),
-        max_partition_bytes=_int_option(opts, "maxPartitionBytes", 256 * 1024 * 1024, 1),
+        max_partition_bytes=_int_option(opts, "maxPartitionBytes", 1024 * 1024, 65536),
         arrow_batch_rows=_int_option(opts, "arrowBatchRows", 2048, 1),
     )
 

@@ -13,8 +13,7 @@ keyspace id comes from the table's primary vindex and decides the key-range filt
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
@@ -23,9 +22,11 @@ from updatestream.core.gtid import Flavor, GTIDPosition, parse_position
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.token import EventToken, SourceProvenance
 from updatestream.core.vschema import VSchema, VSchemaError
-from updatestream_jobs.events import ChangeEvent, Op, encode_row, encode_value
+from updatestream_jobs.events import ChangeEvent, Op, encode_row
 from updatestream_jobs.source.errors import BinlogReadError, UnknownTable
 from updatestream_jobs.source.options import SourceConfig
+
+EventRow = tuple[Any, ...]  # a ChangeEvent's fields, in order (`ChangeEvent(*row)`)
 
 VT_SCHEMA = "_vt"
 VREPLICATION_TABLE = "vreplication"
@@ -64,11 +65,29 @@ class Transaction:
 class _Route:
     """How rows of one table are turned into events."""
 
-    __slots__ = ("emit", "pk")
+    __slots__ = ("column", "emit", "map", "pk")
 
-    def __init__(self, emit: bool, pk: tuple[str, ...] | None) -> None:
+    def __init__(
+        self,
+        emit: bool,
+        pk: tuple[str, ...] | None,
+        column: str | None = None,
+        map: Callable[[object], bytes | None] | None = None,
+    ) -> None:
         self.emit = emit
-        self.pk = pk
+        self.pk = pk  # primary-key columns; None for internal schemas
+        self.column = column  # the primary vindex's column, when it has one column
+        self.map = map  # the primary vindex's map
+
+
+def _pk_json(columns: tuple[str, ...], image: dict[str, Any], simple: str | None) -> str:
+    """The primary key as `encode_row` writes it; an integer key of a plain column name
+    (`simple`) without the JSON encoder."""
+    if simple is not None:
+        value = image[simple]
+        if type(value) is int:
+            return f'{{"{simple}":{value}}}'
+    return encode_row({c: image[c] for c in columns or tuple(image)})
 
 
 class RowConverter:
@@ -97,7 +116,7 @@ class RowConverter:
             route = _Route(False, ())  # a keyspace table this stream does not want
         else:
             try:
-                self.vschema.primary_vindex(table)
+                primary = self.vschema.primary_vindex(table)
             except VSchemaError as exc:
                 raise UnknownTable(
                     f"shard {self.shard} of keyspace {self.keyspace} changed table "
@@ -108,12 +127,14 @@ class RowConverter:
                 pk: tuple[str, ...] = (primary_key,) if primary_key else ()
             else:
                 pk = tuple(primary_key or ())
-            route = _Route(True, pk)
+            single = primary.columns[0] if len(primary.columns) == 1 else None
+            route = _Route(True, pk, single, primary.vindex.map)
         self._routes[key] = route
         return route
 
-    def convert(self, event: Any, tx: Transaction, skip: int) -> Iterator[ChangeEvent]:
-        """The events of one rows event; rows with an ordinal below `skip` were already given."""
+    def convert(self, event: Any, tx: Transaction, skip: int) -> Iterator[EventRow]:
+        """The events of one rows event, as tuples in `ChangeEvent` field order; rows with an
+        ordinal below `skip` were already given out."""
         schema, table = event.schema, event.table
         route = self._route(schema, table, getattr(event, "primary_key", ()))
         rows = event.rows
@@ -126,13 +147,28 @@ class RowConverter:
             return
         op: Op
         if isinstance(event, WriteRowsEvent):
-            op = "insert"
+            op, before_key, after_key = "insert", None, "values"
         elif isinstance(event, UpdateRowsEvent):
-            op = "update"
+            op, before_key, after_key = "update", "before_values", "after_values"
         elif isinstance(event, DeleteRowsEvent):
-            op = "delete"
+            op, before_key, after_key = "delete", "values", None
         else:  # pragma: no cover - only the three row event kinds are requested
             return
+        token, gtid, timestamp = tx.token(self.shard)
+        source = tx.source
+        provenance = (
+            (None, None, None)
+            if source is None
+            else (source.shard, str(source.position), source.timestamp)
+        )
+        column, vindex_map = route.column, route.map
+        key_range, everything = self.key_range, self.everything
+        pk_columns = route.pk or ()
+        simple = pk_columns[0] if len(pk_columns) == 1 else None
+        if simple is not None and not (simple.isidentifier() and simple.isascii()):
+            simple = None
+        keyspace, shard = self.keyspace, self.shard
+        source_shard, source_gtid, source_timestamp = provenance
         for row in rows:
             ordinal = tx.ordinal
             index = tx.tx_index
@@ -140,40 +176,32 @@ class RowConverter:
             tx.tx_index += 1
             if ordinal < skip:
                 continue
-            if op == "update":
-                before, after = row["before_values"], row["after_values"]
-                image = after
-            elif op == "insert":
-                before, after = None, row["values"]
-                image = after
+            before = row[before_key] if before_key else None
+            after = row[after_key] if after_key else None
+            image: dict[str, Any] = after if after is not None else before  # type: ignore[assignment]
+            if column is not None and column in image:
+                assert vindex_map is not None
+                keyspace_id = vindex_map(image[column])
             else:
-                before, after = row["values"], None
-                image = before
-            keyspace_id = self.vschema.keyspace_id_for(table, image)
-            if not self.everything and (
-                keyspace_id is None or not self.key_range.contains(keyspace_id)
-            ):
+                keyspace_id = self.vschema.keyspace_id_for(table, image)
+            if not everything and (keyspace_id is None or not key_range.contains(keyspace_id)):
                 continue
-            pk_columns = route.pk or tuple(image)
-            pk = json.dumps({c: encode_value(image[c]) for c in pk_columns}, separators=(",", ":"))
-            token, gtid, timestamp = tx.token(self.shard)
-            source = tx.source
-            yield ChangeEvent(
-                keyspace=self.keyspace,
-                shard=self.shard,
-                op=op,
-                table=table,
-                pk=pk,
-                keyspace_id=None if keyspace_id is None else keyspace_id.hex(),
-                before=None if before is None else encode_row(before),
-                after=None if after is None else encode_row(after),
-                token=token,
-                timestamp=timestamp,
-                gtid=gtid,
-                tx_index=index,
-                source_shard=None if source is None else source.shard,
-                source_gtid=None if source is None else str(source.position),
-                source_timestamp=None if source is None else source.timestamp,
+            yield (
+                keyspace,
+                shard,
+                op,
+                table,
+                _pk_json(pk_columns, image, simple),
+                None if keyspace_id is None else keyspace_id.hex(),
+                None if before is None else encode_row(before),
+                None if after is None else encode_row(after),
+                token,
+                timestamp,
+                gtid,
+                index,
+                source_shard,
+                source_gtid,
+                source_timestamp,
             )
 
     def _take_provenance(self, event: Any, row: dict[str, Any], tx: Transaction) -> None:

@@ -117,6 +117,7 @@ class ShardSession:
         self._sleep = sleep
         self._conn: Any = None
         self._file_starts: dict[str, GTIDPosition] = {}
+        self._inner: dict[str, tuple[int, list[tuple[int, GTIDPosition]]]] = {}
 
     def close(self) -> None:
         if self._conn is not None:
@@ -197,26 +198,63 @@ class ShardSession:
     def split_points(
         self, start: GTIDPosition, end: GTIDPosition, limit: int
     ) -> list[GTIDPosition]:
-        """Binlog file boundaries strictly between start and end, at least `limit` bytes apart."""
+        """Cut points strictly between start and end, about `limit` bytes of binlog apart.
+
+        Candidates are the binlog file boundaries and, in a MariaDB file larger than `limit`,
+        the state before a transaction every `limit` bytes (found on the server by skipping
+        events, see `_cuts_inside`). Each is an exact GTID position, so the pieces of the range
+        read back to back are the range.
+        """
+        files = self.binlog_files()
+        candidates: list[tuple[int, GTIDPosition]] = []  # (offset over all files, position)
+        offset = 0
+        for index, (name, size) in enumerate(files):
+            begins = self.file_start(name)
+            if not position_contains(end, begins) or (begins == end and index > 0):
+                break  # this file begins at or after the end of the range
+            following = files[index + 1][0] if index + 1 < len(files) else None
+            if following is None or not position_contains(start, self.file_start(following)):
+                candidates.append((offset, begins))
+                if self.flavor is Flavor.MARIADB and size > limit:
+                    inner = self._cuts_inside(name, size, limit)
+                    candidates += [(offset + at, position) for at, position in inner]
+            offset += size
         points: list[GTIDPosition] = []
-        pending = 0
-        previous_size = 0
-        for name, size in self.binlog_files():
-            boundary = self.file_start(name)
-            inside_start = not position_contains(start, boundary)
-            if (
-                inside_start
-                and pending + previous_size >= limit
-                and position_contains(end, boundary)
-                and boundary != end
-            ):
-                points.append(boundary)
-                pending, previous_size = 0, size
-                continue
-            if inside_start:
-                pending += previous_size
-            previous_size = size
+        last = candidates[0][0] if candidates else 0
+        for at, position in candidates:
+            inside = not position_contains(start, position) and position != end
+            if inside and position_contains(end, position) and at - last >= limit // 2:
+                points.append(position)
+                last = at
         return points
+
+    def _cuts_inside(self, name: str, size: int, limit: int) -> list[tuple[int, GTIDPosition]]:
+        """(byte offset, position before the transaction there), about every `limit` bytes of
+        one file. Remembered per file and extended as the (active) file grows."""
+        cursor, cuts = self._inner.get(name, (4, []))
+        average = 0.0
+        while cursor + limit < size:
+            if not average:
+                page = self.query("SHOW BINLOG EVENTS IN %s FROM %s LIMIT 64", (name, cursor))
+                if len(page) < 2:
+                    break
+                average = max(1.0, (int(page[-1][4]) - cursor) / len(page))
+            skip = max(1, int(limit / average))
+            page = self.query("SHOW BINLOG EVENTS IN %s FROM %s LIMIT %s, 64", (name, cursor, skip))
+            gtid_at = next((int(row[1]) for row in page if str(row[2]) == "Gtid"), None)
+            if gtid_at is None:  # past the end, or inside one very large transaction
+                if not page:
+                    break
+                cursor = int(page[-1][4])
+                continue
+            average = max(1.0, (int(page[0][1]) - cursor) / skip)
+            text = self.query("SELECT BINLOG_GTID_POS(%s, %s)", (name, gtid_at))[0][0]
+            if text is None:
+                break
+            cuts = [*cuts, (gtid_at, _reduce_mariadb(str(text)))]
+            cursor = gtid_at
+        self._inner[name] = (cursor, cuts)
+        return cuts
 
 
 def server_id() -> int:

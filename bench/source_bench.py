@@ -1,0 +1,243 @@
+"""Throughput of the binlog source against a plain python-mysql-replication read and
+`mariadb-binlog`, side by side on one binlog.
+
+The bench starts one local MariaDB (and stops it), writes a single-shard binlog of ``--rows``
+small rows (100-row transactions), then measures rows per second for:
+
+- ``source``: the `updatestream` data source in Spark local mode, a bounded read of the whole
+  range into Spark's no-op sink (one partition: one shard), Spark session start excluded;
+- ``source_layer``: the same read path without Spark (the source's `read` as Arrow batches);
+- ``plain_reader``: python-mysql-replication iterating the same binlog and its rows;
+- ``mariadb_binlog``: `mariadb-binlog --read-from-remote-server -v`, counting row images.
+
+Each figure is the median of ``--rounds`` runs. Figures are printed and merged into
+``bench/results/summary.json`` (other keys are kept). Run it with ``make bench-source`` or
+``python bench/source_bench.py [--rows N] [--rounds R]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+SUMMARY = REPO / "bench" / "results" / "summary.json"
+TX_ROWS = 100
+
+from pymysqlreplication import BinLogStreamReader  # noqa: E402
+from pymysqlreplication.row_event import WriteRowsEvent  # noqa: E402
+from updatestream_jobs.job import spark_session  # noqa: E402
+from updatestream_jobs.source.datasource import (  # noqa: E402
+    ShardRange,
+    read_shard_rows,
+    record_batches,
+)
+from updatestream_jobs.source.options import parse_options  # noqa: E402
+
+from updatestream.core.gtid import parse_position  # noqa: E402
+from updatestream.core.token import EventToken  # noqa: E402
+from updatestream.devcluster.server import MariaDBServer  # noqa: E402
+
+
+def prepare(root: Path, rows: int) -> tuple[MariaDBServer, dict[str, str], str, str]:
+    """Start a server and write the binlog; returns (server, source options, start, end)."""
+    server = MariaDBServer(base_dir=root / "shard", server_id=1)
+    server.start()
+    try:
+        return _fill(server, root, rows)
+    except BaseException:
+        server.stop()
+        raise
+
+
+def _fill(
+    server: MariaDBServer, root: Path, rows: int
+) -> tuple[MariaDBServer, dict[str, str], str, str]:
+    password = secrets.token_urlsafe(16)
+    with server.root_connect() as conn, conn.cursor() as cur:
+        cur.execute("CREATE USER 'bench'@'127.0.0.1' IDENTIFIED BY %s", (password,))
+        cur.execute("GRANT REPLICATION SLAVE, BINLOG MONITOR, SELECT ON *.* TO 'bench'@'127.0.0.1'")
+        cur.execute("CREATE DATABASE bench")
+        cur.execute(
+            "CREATE TABLE bench.items (id BIGINT PRIMARY KEY, qty INT NOT NULL, "
+            "sku VARCHAR(16) NOT NULL)"
+        )
+        cur.execute("SELECT @@gtid_binlog_pos")
+        start = str(cur.fetchone()[0])
+        for first in range(0, rows, TX_ROWS):
+            cur.execute(
+                "INSERT INTO bench.items SELECT seq, seq % 100, CONCAT('sku-', seq % 997) "
+                f"FROM bench.seq_{first + 1}_to_{first + TX_ROWS}"
+            )
+        cur.execute("SELECT @@gtid_binlog_pos")
+        end = str(cur.fetchone()[0])
+    secret = root / "secrets" / "bench-reader"
+    secret.mkdir(parents=True)
+    (secret / "username").write_text("bench")
+    (secret / "password").write_text(password)
+    keyspace = {
+        "apiVersion": "updatestream.io/v1alpha1",
+        "kind": "Keyspace",
+        "metadata": {"name": "bench"},
+        "spec": {
+            "shards": [
+                {
+                    "name": "-",
+                    "mysql": {"host": "127.0.0.1", "port": server.port},
+                    "credentialsSecret": {"name": "bench-reader"},
+                }
+            ],
+            "servingShards": ["-"],
+            "vschema": {
+                "sharded": True,
+                "vindexes": {"hash": {"type": "hash"}},
+                "tables": {"items": {"column_vindexes": [{"column": "id", "name": "hash"}]}},
+            },
+        },
+    }
+    options = {
+        "keyspace": json.dumps(keyspace),
+        "secretsDir": str(root / "secrets"),
+        "start": json.dumps({"-": start}),
+        "end": json.dumps({"-": end}),
+    }
+    return server, options, start, end
+
+
+def timed(count: Callable[[], int], expected: int, rounds: int, label: str) -> float:
+    rates = []
+    for _ in range(rounds):
+        began = time.perf_counter()
+        rows = count()
+        elapsed = time.perf_counter() - began
+        if rows != expected:
+            raise SystemExit(f"{label}: counted {rows} rows, expected {expected}")
+        rates.append(rows / elapsed)
+        print(f"  {label}: {rows} rows in {elapsed:.2f}s = {rows / elapsed:,.0f} rows/s")
+    return statistics.median(rates)
+
+
+def plain_reader(server: MariaDBServer, password: str) -> int:
+    """python-mysql-replication over the whole binlog (file-positioned: its MariaDB GTID
+    request is malformed and gets reset, see the source's session module)."""
+    first = server.binlog_files()[0][0]
+    stream = BinLogStreamReader(
+        connection_settings={
+            "host": "127.0.0.1",
+            "port": server.port,
+            "user": "bench",
+            "password": password,
+        },
+        server_id=4_000_000_001,
+        log_file=first,
+        log_pos=4,
+        resume_stream=True,
+        blocking=False,
+        only_events=[WriteRowsEvent],
+        only_schemas=["bench"],
+        enable_logging=False,
+    )
+    rows = 0
+    try:
+        for event in stream:
+            rows += len(event.rows)
+    finally:
+        stream.close()
+    return rows
+
+
+def mariadb_binlog(server: MariaDBServer, password: str) -> int:
+    files = [name for name, _ in server.binlog_files()]
+    command = [
+        "mariadb-binlog", "--read-from-remote-server", "--host=127.0.0.1",
+        f"--port={server.port}", "--user=bench", "-v", *files,
+    ]  # fmt: skip
+    env = {**os.environ, "MYSQL_PWD": password}
+    out = subprocess.run(command, check=True, capture_output=True, env=env).stdout
+    return out.count(b"### INSERT INTO `bench`.`items`")
+
+
+def source_layer(options: dict[str, str], start: str, end: str) -> int:
+    config = parse_options(options)
+    part = ShardRange(
+        "-",
+        EventToken(0, "-", parse_position(start)).dumps(),
+        EventToken(0, "-", parse_position(end)).dumps(),
+        False,
+    )
+    return sum(b.num_rows for b in record_batches(read_shard_rows(config, part), 2048))
+
+
+def spark_count(spark: Any, options: dict[str, str]) -> int:
+    frame = spark.read.format("updatestream").options(**options).load()
+    return int(frame.where("op = 'insert'").count())
+
+
+def noop_write(spark: Any, options: dict[str, str], rows: int) -> int:
+    """The source into Spark's no-op sink (every row converted, nothing kept)."""
+    frame = spark.read.format("updatestream").options(**options).load()
+    frame.write.format("noop").mode("overwrite").save()
+    return rows  # the warm-up counted them
+
+
+def merge_summary(figures: dict[str, Any]) -> None:
+    SUMMARY.parent.mkdir(parents=True, exist_ok=True)
+    summary: dict[str, Any] = {}
+    if SUMMARY.exists():
+        summary = json.loads(SUMMARY.read_text(encoding="utf-8"))
+    summary.update(figures)
+    tmp = SUMMARY.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    tmp.replace(SUMMARY)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=200_000, help="rows in the binlog")
+    parser.add_argument("--rounds", type=int, default=3, help="report the median round")
+    args = parser.parse_args()
+    print(f"load average: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
+    with tempfile.TemporaryDirectory(prefix="source-bench-") as tmp:
+        server, options, start, end = prepare(Path(tmp), args.rows)
+        password = (Path(tmp) / "secrets" / "bench-reader" / "password").read_text()
+        try:
+            print(f"binlog: {args.rows} rows in {args.rows // TX_ROWS} transactions")
+            plain = timed(lambda: plain_reader(server, password), args.rows, args.rounds, "plain")
+            tool = timed(lambda: mariadb_binlog(server, password), args.rows, args.rounds, "tool")
+            layer = timed(lambda: source_layer(options, start, end), args.rows, args.rounds,
+                          "source layer")  # fmt: skip
+            spark = spark_session("local[2]", "source-bench")
+            try:
+                counted = spark_count(spark, options)  # warm up; checks the row count
+                if counted != args.rows:
+                    raise SystemExit(f"source (Spark): counted {counted}, expected {args.rows}")
+                source = timed(lambda: noop_write(spark, options, args.rows), args.rows,
+                               args.rounds, "source (Spark)")  # fmt: skip
+            finally:
+                spark.stop()
+        finally:
+            server.stop()
+    figures = {
+        "source_rows_per_s": round(source),
+        "source_layer_rows_per_s": round(layer),
+        "plain_reader_rows_per_s": round(plain),
+        "mariadb_binlog_rows_per_s": round(tool),
+        "source_vs_plain_ratio": round(source / plain, 2),
+    }
+    print(json.dumps(figures, indent=2))
+    merge_summary(figures)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(REPO))
+    main()
