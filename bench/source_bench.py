@@ -10,6 +10,10 @@ small rows (100-row transactions), then measures rows per second for:
 - ``plain_reader``: python-mysql-replication iterating the same binlog and its rows;
 - ``mariadb_binlog``: `mariadb-binlog --read-from-remote-server -v`, counting row images.
 
+The source splits a shard's range at about every ``maxPartitionBytes`` (1 MiB) of binlog, so
+Spark (``local[2]``) decodes pieces of it in parallel; the plain read is one thread. Last, it
+reads one 100k-row transaction through Spark and reports the Python worker's peak RSS.
+
 Each figure is the median of ``--rounds`` runs. Figures are printed and merged into
 ``bench/results/summary.json`` (other keys are kept). Run it with ``make bench-source`` or
 ``python bench/source_bench.py [--rows N] [--rounds R]``.
@@ -25,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -190,6 +195,64 @@ def noop_write(spark: Any, options: dict[str, str], rows: int) -> int:
     return rows  # the warm-up counted them
 
 
+def worker_peak_rss_mb() -> float:
+    """The largest peak RSS (VmHWM) among this user's PySpark Python worker processes."""
+    peak = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes()
+            if b"pyspark.daemon" not in command and b"pyspark.worker" not in command:
+                continue  # not a Python worker (the JVM's class path names pyspark too)
+            for line in (entry / "status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    peak = max(peak, int(line.split()[1]))
+        except OSError:
+            continue
+    return peak / 1024
+
+
+def large_transaction(server: MariaDBServer, spark: Any, options: dict[str, str]) -> float:
+    """Peak RSS of the Spark Python worker reading one 100k-row transaction (polled)."""
+    with server.root_connect() as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE bench.big (id BIGINT PRIMARY KEY, note VARCHAR(120))")
+        cur.execute("SELECT @@gtid_binlog_pos")
+        start = str(cur.fetchone()[0])
+        cur.execute("INSERT INTO bench.big SELECT seq, REPEAT('x', 100) FROM bench.seq_1_to_100000")
+        cur.execute("SELECT @@gtid_binlog_pos")
+        end = str(cur.fetchone()[0])
+    keyspace = json.loads(options["keyspace"])
+    keyspace["spec"]["vschema"]["tables"]["big"] = {
+        "column_vindexes": [{"column": "id", "name": "hash"}]
+    }
+    big = {
+        **options,
+        "keyspace": json.dumps(keyspace),
+        "start": json.dumps({"-": start}),
+        "end": json.dumps({"-": end}),
+    }
+    before = worker_peak_rss_mb()
+    peak = [before]
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], worker_peak_rss_mb())
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=poll, daemon=True)
+    thread.start()
+    try:
+        frame = spark.read.format("updatestream").options(**big).load()
+        frame.write.format("noop").mode("overwrite").save()
+    finally:
+        done.set()
+        thread.join()
+    print(f"  100k-row transaction: worker peak RSS {peak[0]:.0f} MB (before: {before:.0f} MB)")
+    return peak[0]
+
+
 def merge_summary(figures: dict[str, Any]) -> None:
     SUMMARY.parent.mkdir(parents=True, exist_ok=True)
     summary: dict[str, Any] = {}
@@ -223,6 +286,7 @@ def main() -> None:
                     raise SystemExit(f"source (Spark): counted {counted}, expected {args.rows}")
                 source = timed(lambda: noop_write(spark, options, args.rows), args.rows,
                                args.rounds, "source (Spark)")  # fmt: skip
+                rss = large_transaction(server, spark, options)
             finally:
                 spark.stop()
         finally:
@@ -233,6 +297,7 @@ def main() -> None:
         "plain_reader_rows_per_s": round(plain),
         "mariadb_binlog_rows_per_s": round(tool),
         "source_vs_plain_ratio": round(source / plain, 2),
+        "source_large_tx_worker_peak_rss_mb": round(rss),
     }
     print(json.dumps(figures, indent=2))
     merge_summary(figures)
