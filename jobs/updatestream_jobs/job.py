@@ -153,7 +153,10 @@ class Job:
         self.query: Any = None
         self._hop_pending = options.hop_started_at is not None
 
-    def _deduplicated(self, events: Iterator[ChangeEvent]) -> Iterator[ChangeEvent]:
+    def _deduplicated(
+        self, events: Iterator[ChangeEvent], *, count: bool = True
+    ) -> Iterator[ChangeEvent]:
+        """Drop hop duplicates; `count` them (and undecidable events) on one pass only."""
         dedup = self.options.dedup
         if dedup is None or dedup.is_empty():
             yield from events
@@ -164,9 +167,10 @@ class Job:
                 continue
             verdict = dedup.classify(event.event_token())
             if verdict is DedupVerdict.DUPLICATE_HOP:
-                self.metrics.duplicates.labels(self.name, "hop").inc()
+                if count:
+                    self.metrics.duplicates.labels(self.name, "hop").inc()
                 continue
-            if verdict is DedupVerdict.OVERLAP_UNKNOWN:
+            if verdict is DedupVerdict.OVERLAP_UNKNOWN and count:
                 self.metrics.duplicates.labels(self.name, "unknown").inc()
             yield event
 
@@ -183,7 +187,7 @@ class Job:
             frame.persist()
         try:
             for index, sink in enumerate(self.sinks):
-                stream = self._deduplicated(events())
+                stream = self._deduplicated(events(), count=index == 0)
                 if index == 0:
                     stream = self.tracker.observe(stream)
                 sink.write_batch(stream, ctx)

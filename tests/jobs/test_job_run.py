@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
 import time
 import urllib.request
 from collections import Counter
@@ -163,6 +165,15 @@ def test_job_delivers_the_ledger_with_progress_metrics_and_dedup(
     assert inserts == sum(1 for c in changes if c["op"] == "insert")
     for shard in SHARDS:
         assert metrics[f'updatestream_lag_seconds{{shard="{shard}",stream="orders-feed"}}'] == 0
+
+
+def test_cli_starts_without_spark() -> None:
+    """`updatestream` loads `run` without importing pyspark (it is imported when run runs)."""
+    code = (
+        "import sys, updatestream.cli as cli; "
+        "assert 'run' in cli.cli.commands; assert 'pyspark' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_cli_entry_available_now_and_a_typed_error(
