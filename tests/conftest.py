@@ -13,6 +13,7 @@ Datadirs are copied from a template installed once per MariaDB version (see
 from __future__ import annotations
 
 import itertools
+import logging
 import secrets
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,10 @@ from updatestream.devcluster.server import Connection, MariaDBServer
 from updatestream.spec import Credentials
 
 _server_ids = itertools.count(100)
+
+# py4j logs at INFO from finalizers that run after pytest has closed its capture streams; the
+# "Logging error" tracebacks they print would follow pytest's summary line.
+logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 @dataclass
