@@ -75,15 +75,20 @@ class ChangeEvent:
         return cls(**{name: row[name] for name in cls.__dataclass_fields__})
 
     @property
-    def identity(self) -> tuple[str, str, int]:
-        """What makes an event unique: its origin shard, origin GTID and index in the transaction.
+    def identity(self) -> tuple[str, str, str, str, int]:
+        """What makes an event unique: origin shard, origin GTID, table, primary key and the
+        row's index in its transaction.
 
-        For an event copied by filtered replication the origin is its source, so the copy and the
-        original have the same identity.
+        For an event copied by filtered replication the origin is its source. The table and key
+        are part of it because the destinations of a split each number the rows they receive
+        from one source transaction from 0: without them, two different rows of one source
+        transaction, read from two destinations, would look like one change.
         """
         if self.source_shard is not None and self.source_gtid is not None:
-            return (self.source_shard, self.source_gtid, self.tx_index)
-        return (self.shard, self.gtid, self.tx_index)
+            origin = (self.source_shard, self.source_gtid)
+        else:
+            origin = (self.shard, self.gtid)
+        return (*origin, self.table or "", self.pk or "", self.tx_index)
 
 
 def encode_value(value: Any) -> Any:

@@ -119,6 +119,29 @@ class ShardLog:
         ]
         return destination.transaction(first.timestamp, rows, source, first.tx_index)
 
+    def split_copy(
+        self, events: Sequence[ChangeEvent], destinations: Sequence[ShardLog]
+    ) -> dict[str, list[ChangeEvent]]:
+        """The copies of one transaction of this shard on the destinations of a split: each
+        destination gets the rows of its key range, numbered from 0 as its own binlog does."""
+        first = events[0]
+        source = SourceProvenance(self.shard, MariaDBPosition.parse(first.gtid), first.timestamp)
+        copies: dict[str, list[ChangeEvent]] = {}
+        for destination in destinations:
+            rows = [
+                (
+                    e.op,
+                    e.table or "",
+                    None if e.before is None else json.loads(e.before),
+                    None if e.after is None else json.loads(e.after),
+                )
+                for e in events
+                if KeyRange.parse(destination.shard).contains(bytes.fromhex(e.keyspace_id or ""))
+            ]
+            if rows:
+                copies[destination.shard] = destination.transaction(first.timestamp, rows, source)
+        return copies
+
 
 def final_rows(events: Iterable[ChangeEvent]) -> dict[str, dict[str, Row]]:
     """Table -> canonical pk JSON -> row, after applying the events in order (no duplicates)."""

@@ -116,6 +116,27 @@ def test_duplicate_events_change_nothing(tmp_path: Path) -> None:
     assert snapshot(plain) == snapshot(doubled)
 
 
+def test_rows_of_one_source_transaction_copied_to_two_destinations_are_both_taken(
+    tmp_path: Path,
+) -> None:
+    # users 2 and 3 map to -40 and 40-80; each destination numbers its copied rows from 0.
+    source, low, high = ShardLog("-80", 1), ShardLog("-40", 3), ShardLog("40-80", 4)
+    original = source.transaction(
+        1_700_000_100,
+        [("insert", "users", None, {"id": 2, "name": "b"}), ("insert", "users", None, {"id": 3})],
+    )
+    copies = source.split_copy(original, [low, high])
+    sink = make_sink(tmp_path)
+    report = sink.write_batch(copies["-40"] + copies["40-80"], ctx(0))
+    sink.write_batch([low.heartbeat(1_700_000_200), high.heartbeat(1_700_000_200)], ctx(1))
+    sink.close()
+    assert (report.written, report.skipped) == (2, 0)
+    collection = Collection()
+    for completed in read_directory(stream_directory(tmp_path, ctx(0))):
+        collection.apply(completed)
+    assert collection.tables() == final_rows(original)
+
+
 def test_late_change_is_written_at_the_watermark_not_lost(tmp_path: Path) -> None:
     shard = ShardLog("-80", 1)
     sink = make_sink(tmp_path, lateness=0)

@@ -110,6 +110,31 @@ def test_replayed_batch_appends_nothing(mariadb_server: MariaDBFixture, secrets_
     sink.close()
 
 
+def test_rows_of_one_source_transaction_copied_to_two_destinations_are_both_appended(
+    mariadb_server: MariaDBFixture, secrets_dir: Path
+) -> None:
+    # users 2 and 3 map to -40 and 40-80: after a split each destination numbers its copy of
+    # the source transaction's rows from 0, so only table and key tell the two copies apart.
+    source, low, high = ShardLog("-80", 1), ShardLog("-40", 3), ShardLog("40-80", 4)
+    original = source.transaction(
+        1_700_000_100,
+        [("insert", "users", None, {"id": 2, "name": "b"}), ("insert", "users", None, {"id": 3})],
+    )
+    copies = source.split_copy(original, [low, high])
+    assert [e.tx_index for e in copies["-40"]] == [0]
+    assert [e.tx_index for e in copies["40-80"]] == [0]
+    table = new_table()
+    sink = make_sink(mariadb_server, secrets_dir, table)
+    sink.open()
+    result = sink.write_batch(copies["-40"] + copies["40-80"], BatchContext("s", "-", 0))
+    sink.close()
+    assert result.written == 2
+    assert [entity for _, entity, _ in rows(mariadb_server, table)] == [
+        'users:{"id":2}',
+        'users:{"id":3}',
+    ]
+
+
 def test_key_change_writes_a_tombstone_for_the_old_key(
     mariadb_server: MariaDBFixture, secrets_dir: Path
 ) -> None:

@@ -78,8 +78,11 @@ class Origin(NamedTuple):
         suffix = f" part {self.part}" if self.part else ""
         return f"{self.shard} {self.gtid} {self.row_index}{suffix}"
 
-    def digest(self) -> bytes:
-        return hashlib.blake2b(self.text().encode("utf-8"), digest_size=16).digest()
+    def digest(self, entity: str) -> bytes:
+        """The unique key of one version: the origin together with the entity, since the rows of
+        one source transaction copied to different destination shards share a row index."""
+        text = f"{self.text()} {entity}"
+        return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
 
 
 class Record(NamedTuple):
@@ -219,7 +222,7 @@ class VersionStreamRepository:
             )
             row = cur.fetchone()
             last = -1 if row is None or row[0] is None else int(row[0])
-            digests = [None if r.origin is None else r.origin.digest() for r in records]
+            digests = [None if r.origin is None else r.origin.digest(r.entity) for r in records]
             present = self._present(cur, [d for d in digests if d is not None])
             rows: list[tuple[Any, ...]] = []
             for record, digest in zip(records, digests, strict=True):

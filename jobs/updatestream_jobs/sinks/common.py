@@ -18,12 +18,12 @@ def _normal_position(text: str) -> str:
         return text
 
 
-def identity(event: ChangeEvent) -> tuple[str, str, int]:
+def identity(event: ChangeEvent) -> tuple[str, str, str, str, int]:
     """``ChangeEvent.identity`` with its GTID position normalised (domains or server UUIDs in
     one order), so a hop duplicate whose provenance was written by filtered replication has the
     identity of the original whatever the text form of the position."""
-    shard, gtid, index = event.identity
-    return shard, _normal_position(gtid), index
+    shard, gtid, table, pk, index = event.identity
+    return shard, _normal_position(gtid), table, pk, index
 
 
 def identity_text(event: ChangeEvent) -> str:

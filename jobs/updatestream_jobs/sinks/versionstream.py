@@ -32,7 +32,8 @@ from updatestream_jobs.sinks.common import identity, loads_object, pk_of
 
 def records_of(event: ChangeEvent) -> list[Record]:
     """The versions one row change appends."""
-    origin = Origin(*identity(event))
+    shard, gtid, _table, _pk, index = identity(event)
+    origin = Origin(shard, gtid, index)
     table = event.table or ""
     entity = f"{table}:{event.pk}"  # the pk of the after image, or of the before for a delete
     if event.after is None:
