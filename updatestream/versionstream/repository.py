@@ -8,7 +8,7 @@ the next version number of its stream, and a version is never changed afterwards
     entity   VARCHAR      what changed; for a change stream "<table>:<primary key JSON>"
     data     LONGTEXT     the entity's state at this version (JSON), NULL for a deletion
     origin   (optional)   where the version came from: "<shard> <GTID position> <row index>"
-    origin_hash           16 bytes of BLAKE2b of the origin, NULL without one
+    origin_hash           16 bytes of BLAKE2b of the origin and the entity, NULL without one
 
     PRIMARY KEY (stream, version, entity)       fetch by version, find the last version
     KEY (stream, entity, version)               an entity's history
