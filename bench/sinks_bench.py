@@ -33,13 +33,13 @@ from updatestream_jobs.sinks.base import BatchContext  # noqa: E402
 from updatestream_jobs.sinks.memcached import MemcachedSink  # noqa: E402
 from updatestream_jobs.sinks.versionstream import VersionStreamSink  # noqa: E402
 
+from bench.summary import merge_summary  # noqa: E402
 from tests.jobs.memcached_server import MemcachedServer  # noqa: E402
 from tests.jobs.sink_events import ShardLog  # noqa: E402
 from updatestream import spec  # noqa: E402
 from updatestream.devcluster.server import MariaDBServer  # noqa: E402
 from updatestream.versionstream.repository import VersionStreamRepository  # noqa: E402
 
-SUMMARY = REPO / "bench" / "results" / "summary.json"
 BATCH = 5000
 # A durable server, as in production (the development servers relax both): each commit is
 # flushed to disk, which is what makes a transaction per version slow.
@@ -149,17 +149,6 @@ def bench_versionstream(events: int, naive: int, rounds: int) -> dict[str, Any]:
         "naive_append_per_s": round(single),
         "versionstream_vs_naive_ratio": round(batched / single, 1),
     }
-
-
-def merge_summary(figures: dict[str, Any]) -> None:
-    SUMMARY.parent.mkdir(parents=True, exist_ok=True)
-    summary: dict[str, Any] = {}
-    if SUMMARY.exists():
-        summary = json.loads(SUMMARY.read_text(encoding="utf-8"))
-    summary.update(figures)
-    tmp = SUMMARY.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.replace(SUMMARY)
 
 
 def main() -> None:

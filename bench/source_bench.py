@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-SUMMARY = REPO / "bench" / "results" / "summary.json"
+sys.path.insert(0, str(REPO))  # bench.summary
 TX_ROWS = 100
 
 from pymysqlreplication import BinLogStreamReader  # noqa: E402
@@ -49,6 +49,7 @@ from updatestream_jobs.source.datasource import (  # noqa: E402
 )
 from updatestream_jobs.source.options import parse_options  # noqa: E402
 
+from bench.summary import merge_summary  # noqa: E402
 from updatestream.core.gtid import parse_position  # noqa: E402
 from updatestream.core.token import EventToken  # noqa: E402
 from updatestream.devcluster.server import MariaDBServer  # noqa: E402
@@ -253,17 +254,6 @@ def large_transaction(server: MariaDBServer, spark: Any, options: dict[str, str]
     return peak[0]
 
 
-def merge_summary(figures: dict[str, Any]) -> None:
-    SUMMARY.parent.mkdir(parents=True, exist_ok=True)
-    summary: dict[str, Any] = {}
-    if SUMMARY.exists():
-        summary = json.loads(SUMMARY.read_text(encoding="utf-8"))
-    summary.update(figures)
-    tmp = SUMMARY.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.replace(SUMMARY)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000, help="rows in the binlog")
@@ -304,5 +294,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(REPO))
     main()
