@@ -14,10 +14,12 @@ from tests.operator.fixtures_operator import (
     REPO_ROOT,
     apply,
     apply_crds,
+    get,
     keyspace_manifest,
     stream_manifest,
 )
 from tests.support.kube import KubeApi
+from updatestream.spec import CDCv2Sink, MemcachedSink, parse_update_stream
 
 NAMESPACE = "crd-validation"
 
@@ -88,6 +90,27 @@ def test_valid_objects_are_accepted(api: KubeApi) -> None:
     for manifest in (keyspace_manifest("ks"), stream_manifest("s", "ks")):
         code, output = _dry_run(api, manifest)
         assert code == 0, output
+
+
+def test_sink_fields_the_job_reads_are_kept_not_pruned(api: KubeApi) -> None:
+    sinks = [
+        {
+            "type": "memcached",
+            "servers": ["cache:11211"],
+            "keyTemplate": {"orders": "order:{id}"},
+            "extraKeys": {"orders": ["customer-orders:{customer_id}"]},
+        },
+        {"type": "cdcv2", "path": "/data/cdc", "allowedLatenessSeconds": 30},
+    ]
+    apply(api, NAMESPACE, stream_manifest("kept", "ks", sinks=sinks))
+    stored = get(api, NAMESPACE, "updatestream", "kept")
+    assert stored is not None
+    assert stored["spec"]["sinks"] == sinks
+    parsed = parse_update_stream(stored)
+    memcached, cdcv2 = parsed.spec.sinks
+    assert isinstance(memcached, MemcachedSink) and isinstance(cdcv2, CDCv2Sink)
+    assert memcached.extra_keys == {"orders": ["customer-orders:{customer_id}"]}
+    assert cdcv2.allowed_lateness == 30
 
 
 KEYSPACE_CASES: list[tuple[str, Edit, str]] = [
@@ -182,6 +205,28 @@ STREAM_CASES: list[tuple[str, Edit, str]] = [
         "non-spark conf key",
         _set("spec.spark", {"conf": {"executor.memory": "1g"}}),
         "spec.spark.conf",
+    ),
+    (
+        "negative allowed lateness",
+        _set("spec.sinks", [{"type": "cdcv2", "path": "/x", "allowedLatenessSeconds": -1}]),
+        "spec.sinks[0].allowedLatenessSeconds",
+    ),
+    (
+        "allowed lateness on a memcached sink",
+        _set(
+            "spec.sinks", [{"type": "memcached", "servers": ["a:1"], "allowedLatenessSeconds": 5}]
+        ),
+        "spec.sinks[0].allowedLatenessSeconds",
+    ),
+    (
+        "extra keys not a list",
+        _set("spec.sinks", [{"type": "memcached", "servers": ["a:1"], "extraKeys": {"t": "k"}}]),
+        "spec.sinks[0].extraKeys.t",
+    ),
+    (
+        "extra keys on a cdcv2 sink",
+        _set("spec.sinks", [{"type": "cdcv2", "path": "/x", "extraKeys": {"t": ["k"]}}]),
+        "spec.sinks[0].extraKeys",
     ),
     ("unknown launcher", _set("spec.spark", {"launcher": "yarn"}), "spec.spark.launcher"),
     ("suspend not a boolean", _set("spec.suspend", "yes"), "spec.suspend"),
