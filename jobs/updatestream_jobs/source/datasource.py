@@ -43,7 +43,11 @@ from updatestream.core.gtid import position_contains
 from updatestream.core.token import EventToken
 from updatestream_jobs.events import SPARK_SCHEMA_DDL, ChangeEvent
 from updatestream_jobs.source.binlog import BinlogRangeReader
-from updatestream_jobs.source.errors import BinlogReadError, SourceOptionsError
+from updatestream_jobs.source.errors import (
+    BinlogReadError,
+    SourceOptionsError,
+    StartPositionError,
+)
 from updatestream_jobs.source.options import SourceConfig, StartSpec, parse_options
 from updatestream_jobs.source.positions import (
     check_start_available,
@@ -176,14 +180,27 @@ class _Planner:
                 position = find_start_by_timestamp(session, settings, spec.timestamp)
                 tokens[shard] = EventToken(spec.timestamp, shard, position)
                 continue
-            raw = spec.for_shard(shard)
-            if raw is None:
+            kind: str = "gtid" if spec.mode == "gtid" else "token"
+            if spec.mode == "resume":
+                chosen = spec.resume_for(shard)
+                kind, raw = chosen if chosen else ("", None)
+                named = ", ".join(s for s, _, _ in spec.resume)
+            else:
+                raw = spec.for_shard(shard)
                 named = ", ".join(s for s, _ in spec.positions)
-                raise SourceOptionsError(
+            if raw is None:
+                forms = "a token, a GTID position or a timestamp" if kind == "" else "a position"
+                raise StartPositionError(
                     f"the start names no position for shard {shard} (it names {named}); give "
-                    "every shard of the key range a position"
+                    f"every shard of the key range {forms}",
+                    shard=shard,
                 )
-            if spec.mode == "gtid":
+            if kind == "timestamp":
+                settings = connection_settings(endpoint, self.config)
+                position = find_start_by_timestamp(session, settings, int(raw))
+                tokens[shard] = EventToken(int(raw), shard, position)
+                continue
+            if kind == "gtid":
                 from updatestream.core.gtid import parse_position
 
                 token = EventToken(0, shard, parse_position(raw, flavor_of(endpoint)))

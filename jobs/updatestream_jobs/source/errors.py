@@ -41,3 +41,11 @@ class BinlogReadError(SourceError):
 
 class UnknownTable(SourceError):
     """A row event for a table the VSchema does not route (no primary vindex)."""
+
+
+class StartPositionError(SourceOptionsError):
+    """The start names no position for a shard the key range reads (`.shard` says which)."""
+
+    def __init__(self, message: str, *, shard: str = "") -> None:
+        super().__init__(message)
+        self.shard = shard

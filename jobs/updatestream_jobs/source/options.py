@@ -12,7 +12,9 @@ files from `secretsDir` on the worker.
 | `database` | the keyspace's database on the shards (default: any non-system database) |
 | `secretsDir` | where the shards' Secrets are mounted (`<dir>/<secret>/username`, `password`) |
 | `start` | `now` (default), `earliest`, a timestamp in seconds, a JSON object of shard -> GTID
-  position, or a JSON object of shard -> Event Token (a full offset, to resume from) |
+  position, a JSON object of shard -> Event Token (a full offset, to resume from), or
+  `{"resume": {"tokens": {...}, "gtid": {...}, "timestamps": {...}}}` (per shard, the first form
+  that names it) |
 | `end` | batch reads only: `now` (default), or shard -> GTID position / Event Token JSON |
 | `maxRetries`, `connectTimeoutSeconds`, `readTimeoutSeconds` | connection behaviour |
 | `heartbeatIntervalSeconds` | how often an idle keyspace still yields a micro-batch (default 5) |
@@ -36,7 +38,8 @@ from updatestream.core.vschema import VSchema
 from updatestream.spec import Keyspace, SpecError, StartPosition, load_keyspace, parse_keyspace
 from updatestream_jobs.source.errors import SourceOptionsError
 
-StartMode = Literal["now", "earliest", "timestamp", "gtid", "tokens"]
+StartMode = Literal["now", "earliest", "timestamp", "gtid", "tokens", "resume"]
+ResumeKind = Literal["token", "gtid", "timestamp"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,14 +64,24 @@ class ShardEndpoint:
 
 @dataclass(frozen=True, slots=True)
 class StartSpec:
-    """Where a stream starts. `positions` holds GTID texts (gtid) or Event Token JSON (tokens)."""
+    """Where a stream starts. `positions` holds GTID texts (gtid) or Event Token JSON (tokens);
+    `resume` holds (shard, kind, value) with the value as text: an Event Token's JSON, a GTID
+    position, or a timestamp in seconds."""
 
     mode: StartMode = "now"
     timestamp: int | None = None
     positions: tuple[tuple[str, str], ...] = ()
+    resume: tuple[tuple[str, ResumeKind, str], ...] = ()
 
     def for_shard(self, shard: str) -> str | None:
         return dict(self.positions).get(shard)
+
+    def resume_for(self, shard: str) -> tuple[ResumeKind, str] | None:
+        """How a `resume` start starts `shard`: its token, else its GTID, else its timestamp."""
+        for name, kind, value in self.resume:
+            if name == shard:
+                return kind, value
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,9 +155,56 @@ def parse_start(text: str, *, option: str = "start") -> StartSpec:
     )
 
 
+def _resume_from_mapping(data: Any, option: str) -> StartSpec:
+    """`{"tokens": {shard: token}, "gtid": {shard: text}, "timestamps": {shard: seconds}}`: per
+    shard the first of token, GTID, timestamp that names it."""
+    if not isinstance(data, Mapping) or not set(data) <= {"tokens", "gtid", "timestamps"}:
+        raise SourceOptionsError(
+            f"option {option!r}: 'resume' must be an object with tokens, gtid and/or timestamps "
+            "(each shard -> value)"
+        )
+    chosen: dict[str, tuple[ResumeKind, str]] = {}
+    forms: tuple[tuple[str, ResumeKind], ...] = (
+        ("timestamps", "timestamp"),
+        ("gtid", "gtid"),
+        ("tokens", "token"),
+    )
+    for key, kind in forms:
+        values = data.get(key) or {}
+        if not isinstance(values, Mapping):
+            raise SourceOptionsError(f"option {option!r}: resume.{key} must be shard -> value")
+        for shard, value in values.items():
+            name = KeyRange.parse(str(shard)).name
+            if kind == "token":
+                if not isinstance(value, Mapping):
+                    raise SourceOptionsError(
+                        f"option {option!r}: resume.tokens[{shard}] must be an Event Token object"
+                    )
+                text = EventToken.from_json(value).dumps()
+            elif kind == "gtid":
+                if not isinstance(value, str):
+                    raise SourceOptionsError(
+                        f"option {option!r}: resume.gtid[{shard}] must be GTID position text"
+                    )
+                text = value
+            else:
+                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                    raise SourceOptionsError(
+                        f"option {option!r}: resume.timestamps[{shard}] must be seconds, got "
+                        f"{value!r}"
+                    )
+                text = str(value)
+            chosen[name] = (kind, text)  # later (stronger) forms override
+    if not chosen:
+        raise SourceOptionsError(f"option {option!r}: 'resume' names no shard")
+    return StartSpec(mode="resume", resume=tuple((s, k, v) for s, (k, v) in sorted(chosen.items())))
+
+
 def _start_from_mapping(data: Mapping[str, Any], option: str) -> StartSpec:
     if not data:
         raise SourceOptionsError(f"option {option!r} is an empty JSON object; name the shards")
+    if set(data) == {"resume"}:  # no shard is called "resume": shard names are key ranges
+        return _resume_from_mapping(data["resume"], option)
     if all(isinstance(v, str) for v in data.values()):
         return StartSpec(mode="gtid", positions=tuple(sorted(data.items())))
     if all(isinstance(v, Mapping) for v in data.values()):
@@ -169,8 +229,13 @@ def start_option(start: StartPosition) -> str:
         return json.dumps(start.gtid, sort_keys=True)
     if start.mode == "tokens" and start.tokens:
         return json.dumps(start.tokens, sort_keys=True)
+    if start.mode == "resume" and (start.tokens or start.gtid or start.timestamps):
+        forms = {"tokens": start.tokens, "gtid": start.gtid, "timestamps": start.timestamps}
+        resume = {key: value for key, value in forms.items() if value}
+        return json.dumps({"resume": resume}, sort_keys=True)
     raise SourceOptionsError(
-        f"start mode {start.mode!r} needs its value (timestamp, gtid or tokens) in the spec"
+        f"start mode {start.mode!r} needs its value (timestamp, gtid, tokens; for resume at "
+        "least one of tokens, gtid, timestamps) in the spec"
     )
 
 
