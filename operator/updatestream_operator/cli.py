@@ -5,12 +5,32 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
 import click
 
 from updatestream_operator.config import LAUNCHERS, OperatorConfig
+
+
+def _check_liveness(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """kopf serves its health endpoint over plain HTTP at the URL's host, port and path."""
+    if value is None:
+        return None
+    parts = urllib.parse.urlsplit(value)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme != "http" or not parts.hostname or port is None or not parts.path:
+        raise click.BadParameter(
+            f"{value!r} is not an http://HOST:PORT/PATH URL; "
+            "give one like http://0.0.0.0:8081/healthz",
+            ctx=ctx,
+            param=param,
+        )
+    return value
 
 
 @click.command("operator")
@@ -48,6 +68,13 @@ from updatestream_operator.config import LAUNCHERS, OperatorConfig
 @click.option("--image", default=None, help="Container image of the Spark driver and executors.")
 @click.option("--service-account", default=None, help="ServiceAccount of the Spark drivers.")
 @click.option("--kubeconfig", default=None, help="Default: in-cluster, else $KUBECONFIG.")
+@click.option(
+    "--liveness",
+    default=None,
+    callback=_check_liveness,
+    metavar="URL",
+    help="Serve kopf's health endpoint here, e.g. http://0.0.0.0:8081/healthz (default: none).",
+)
 @click.option("--verbose", is_flag=True)
 def operator_command(
     namespace: str | None,
@@ -60,9 +87,16 @@ def operator_command(
     image: str | None,
     service_account: str | None,
     kubeconfig: str | None,
+    liveness: str | None,
     verbose: bool,
 ) -> None:
     """Run the UpdateStream operator (kopf) until interrupted."""
+    if liveness and metrics_port and urllib.parse.urlsplit(liveness).port == metrics_port:
+        raise click.BadParameter(
+            f"{liveness!r} uses port {metrics_port}, which --metrics-port serves; "
+            "give them different ports",
+            param_hint="--liveness",
+        )
     import dataclasses
 
     import kopf
@@ -92,6 +126,7 @@ def operator_command(
         clusterwide=namespace is None,
         namespaces=[namespace] if namespace else [],
         standalone=True,
+        liveness_endpoint=liveness,
     )
 
 

@@ -11,6 +11,8 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,7 +33,7 @@ from tests.operator.fixtures_operator import (
     stream_manifest,
     wait_for,
 )
-from tests.support.kube import KubeApi
+from tests.support.kube import KubeApi, free_port
 
 NS = "us-restart"
 PROGRAM = str(Path(sys.executable).parent / "updatestream")
@@ -79,6 +81,18 @@ class OperatorProcess:
         self.kubeconfig = kubeconfig
         self.log = log
         self.process: subprocess.Popen[bytes] | None = None
+        self.liveness = f"http://127.0.0.1:{free_port()}/healthz"
+
+    def healthz(self) -> int:
+        """The HTTP status of kopf's health endpoint; 0 when nothing answers."""
+        try:
+            with urllib.request.urlopen(self.liveness, timeout=2) as response:
+                json.loads(response.read())  # kopf reports its probes' results as JSON
+                return int(response.status)
+        except urllib.error.HTTPError as exc:
+            return exc.code
+        except OSError:
+            return 0
 
     def start(self) -> None:
         command = [
@@ -98,6 +112,8 @@ class OperatorProcess:
             "registry.invalid/updatestream:test",
             "--kubeconfig",
             str(self.kubeconfig),
+            "--liveness",
+            self.liveness,
             "--verbose",
         ]
         with self.log.open("ab") as out:
@@ -160,6 +176,7 @@ def test_kill_9_while_launching_then_restart_leaves_one_job_per_key_range(
     api, operator = kube_api, operator_process
     operator.start()
     assert operator.process is not None
+    wait_for(lambda: operator.healthz() == 200, "kopf's health endpoint (--liveness)", timeout=60)
     apply(api, NS, stream_manifest("orders", "commerce", keyRanges=["-80", "80-"]))
     uid = wait_for(lambda: get(api, NS, "updatestream", "orders"), "the stream")["metadata"]["uid"]
 
@@ -172,6 +189,7 @@ def test_kill_9_while_launching_then_restart_leaves_one_job_per_key_range(
     )
     pods_at_kill = len(_driver_pods(api, uid))
     operator.kill9()
+    assert operator.healthz() == 0
     status = (get(api, NS, "updatestream", "orders") or {}).get("status") or {}
     assert [e["phase"] for e in status.get("keyRanges", [])][:1] == ["Launching"]
 
@@ -188,6 +206,7 @@ def test_kill_9_while_launching_then_restart_leaves_one_job_per_key_range(
         return conditions.get("Ready") == "True"
 
     wait_for(ready, "Ready after the restart", timeout=300)
+    assert operator.healthz() == 200
     wait_for(lambda: not _spark_submits(NS), "the orphaned spark-submit to finish", timeout=180)
     time.sleep(5)  # a few more folds by the restarted operator
     pods = _driver_pods(api, uid)

@@ -1,0 +1,29 @@
+"""`updatestream operator` refuses a `--liveness` URL kopf could not serve, before starting."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+from updatestream_operator.cli import operator_command
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("https://0.0.0.0:8081/healthz", "is not an http://HOST:PORT/PATH URL"),
+        ("http://0.0.0.0/healthz", "is not an http://HOST:PORT/PATH URL"),
+        ("http://0.0.0.0:80x/healthz", "is not an http://HOST:PORT/PATH URL"),
+        ("http://0.0.0.0:9090/healthz", "which --metrics-port serves"),
+    ],
+)
+def test_a_liveness_url_kopf_cannot_serve_is_refused(url: str, says: str) -> None:
+    result = CliRunner().invoke(operator_command, ["--metrics-port", "9090", "--liveness", url])
+    assert result.exit_code == 2, result.output
+    assert says in result.output and "--liveness" in result.output
+
+
+def test_a_liveness_url_is_parsed() -> None:
+    context = operator_command.make_context(
+        "operator", ["--liveness=http://0.0.0.0:8081/healthz", "--metrics-port=9090"]
+    )
+    assert context.params["liveness"] == "http://0.0.0.0:8081/healthz"
