@@ -62,7 +62,13 @@ def _dedup(text: str | None) -> object:
     "--metrics-port",
     default=None,
     type=int,
-    help="Serve Prometheus metrics on 127.0.0.1:PORT/metrics (0: any free port).",
+    help="Serve Prometheus metrics on HOST:PORT/metrics (0: any free port).",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address the metrics endpoint binds (0.0.0.0 in a cluster, for Prometheus).",
 )
 @click.option(
     "--status-file",
@@ -92,6 +98,7 @@ def run(
     available_now: bool,
     timeout: float | None,
     metrics_port: int | None,
+    metrics_host: str,
     status_file: Path | None,
     dedup: str | None,
     hop_started_at: float | None,
@@ -112,6 +119,7 @@ def run(
         available_now=available_now,
         timeout=timeout,
         metrics_port=metrics_port,
+        metrics_host=metrics_host,
         status_file=status_file,
         dedup=_dedup(dedup),  # type: ignore[arg-type]
         hop_started_at=hop_started_at,

@@ -61,6 +61,7 @@ class JobOptions:
     available_now: bool = False  # read what the shards hold now, then stop
     timeout: float | None = None  # stop after this many seconds
     metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"  # 0.0.0.0 in a cluster, so Prometheus can scrape the pod
     status_file: Path | None = None
     dedup: DedupFilter | None = None  # the dedup rule of the hop this job starts after
     hop_started_at: float | None = None  # when that hop began (unix seconds)
@@ -168,10 +169,10 @@ class Job:
             verdict = dedup.classify(event.event_token())
             if verdict is DedupVerdict.DUPLICATE_HOP:
                 if count:
-                    self.metrics.duplicates.labels(self.name, "hop").inc()
+                    self.tracker.count_duplicate("hop")
                 continue
             if verdict is DedupVerdict.OVERLAP_UNKNOWN and count:
-                self.metrics.duplicates.labels(self.name, "unknown").inc()
+                self.tracker.count_duplicate("unknown")
             yield event
 
     def write_batch(self, frame: Any, batch_id: int) -> None:
@@ -190,26 +191,30 @@ class Job:
                 stream = self._deduplicated(events(), count=index == 0)
                 if index == 0:
                     stream = self.tracker.observe(stream)
-                sink.write_batch(stream, ctx)
+                self.tracker.sink_result(sink.name, sink.write_batch(stream, ctx))
             if not self.sinks:
                 for _ in self.tracker.observe(self._deduplicated(events())):
                     pass
         finally:
             if several:
                 frame.unpersist()
-        self.tracker.finish_batch(batch_id)
+        fault_after_sink_write(batch_id)
         if self._hop_pending and self.options.hop_started_at is not None:
             self._hop_pending = False
             self.metrics.hops.labels(self.name).inc()
             elapsed = max(0.0, time.time() - self.options.hop_started_at)
             self.metrics.hop_duration.labels(self.name).observe(elapsed)
+            self.tracker.set_phase("running")
+        self.tracker.finish_batch(batch_id)
 
     def start(self, spark: Any | None = None) -> Any:
         options = self.options
         spark = spark or spark_session(options.master, f"updatestream-{self.name}")
+        self.metrics.add_sinks([sink.name for sink in self.sinks])
+        self.tracker.set_phase("starting")
         if options.metrics_port is not None:
-            self.metrics_port = self.metrics.serve(options.metrics_port)
-            log.info("metrics on 127.0.0.1:%d/metrics", self.metrics_port)
+            self.metrics_port = self.metrics.serve(options.metrics_port, options.metrics_host)
+            log.info("metrics on %s:%d/metrics", options.metrics_host, self.metrics_port)
         for sink in self.sinks:
             sink.open()
         query_name = f"updatestream_{self.name}_{self.key_range}".replace("-", "_")
@@ -229,28 +234,46 @@ class Job:
         else:
             writer = writer.trigger(processingTime=f"{options.trigger_seconds} seconds")
         self.query = writer.start()
+        self.tracker.set_phase("hopping" if self._hop_pending else "running")
         return self.query
 
-    def stop(self) -> None:
+    def stop(self, *, failed: bool = False) -> None:
         if self.query is not None and self.query.isActive:
             self.query.stop()
         for sink in self.sinks:
             sink.close()
+        self.tracker.set_phase("failed" if failed else "stopped")
         self.metrics.stop()
 
     def run(self, spark: Any | None = None) -> ProgressTracker:
         """Start, wait until the query ends (or `timeout`), stop; re-raise a query failure."""
         query = self.start(spark)
+        failed = True
         try:
             if self.options.timeout is not None:
                 query.awaitTermination(self.options.timeout)
             else:
                 query.awaitTermination()
+            failed = False
         except Exception as exc:
             raise typed_error(exc) from None
         finally:
-            self.stop()
+            self.stop(failed=failed)
         return self.tracker
+
+
+FAULT_EXIT_AFTER_SINK_WRITE = "UPDATESTREAM_FAULT_EXIT_AFTER_SINK_WRITE"
+
+
+def fault_after_sink_write(batch_id: int) -> None:
+    """Fault injection for crash tests: with UPDATESTREAM_FAULT_EXIT_AFTER_SINK_WRITE=<batch id>,
+    the process dies (exit status 137, like a SIGKILL) once every sink has written that batch and
+    before Spark commits its offsets, so a restart from the checkpoint replays the batch."""
+    wanted = os.environ.get(FAULT_EXIT_AFTER_SINK_WRITE)
+    if wanted is not None and wanted.strip() == str(batch_id):
+        log.error("fault injection: exiting after the sinks wrote batch %d", batch_id)
+        sys.stderr.flush()
+        os._exit(137)
 
 
 _TYPED = re.compile(r"updatestream_jobs\.[\w.]+\.(\w+(?:Error|Purged|Unreachable|Table)): ([^\n]+)")

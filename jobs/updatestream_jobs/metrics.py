@@ -10,6 +10,16 @@ Each job owns a `CollectorRegistry` (several jobs, or tests, can live in one pro
   cause="hop" dropped copies, cause="unknown" undecidable events that were delivered.
 * `updatestream_hops_total{stream}` and `updatestream_hop_duration_seconds{stream}`: hops this
   job started from, and the time from the hop's start to this job's first delivered batch.
+* `updatestream_duplicates_delivered_total{stream,sink}`: duplicates a sink says it had to write
+  anyway. Sinks report duplicates they recognised and did not write as `skipped`; nothing is
+  counted here unless a sink's result carries `duplicates_delivered`, so it stays 0 for sinks
+  that cannot tell (their duplicates show up only in a ledger check, `updatestream verify`).
+* `updatestream_job_phase{stream,key_range,phase}`: 1 for the job's current phase (starting,
+  running, hopping, stopped, failed), 0 for the others.
+
+Every series of the stream (duplicates by cause, hops, the hop duration histogram, each sink's
+delivered duplicates, each phase) exists from the start at 0, so `increase()` sees the first
+increment.
 """
 
 from __future__ import annotations
@@ -17,6 +27,9 @@ from __future__ import annotations
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+DUPLICATE_CAUSES = ("hop", "unknown")
+PHASES = ("starting", "running", "hopping", "stopped", "failed")
 
 
 class StreamMetrics:
@@ -54,10 +67,32 @@ class StreamMetrics:
             buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800),
             registry=self.registry,
         )
-        for cause in ("hop", "unknown"):
+        self.duplicates_delivered = Counter(
+            "updatestream_duplicates_delivered_total",
+            "Duplicates a sink reported it delivered (0 unless a sink says so)",
+            ["stream", "sink"],
+            registry=self.registry,
+        )
+        self.phase = Gauge(
+            "updatestream_job_phase",
+            "1 for the job's current phase (starting, running, hopping, stopped, failed)",
+            ["stream", "key_range", "phase"],
+            registry=self.registry,
+        )
+        for cause in DUPLICATE_CAUSES:
             self.duplicates.labels(stream, cause)
         self.hops.labels(stream)
+        self.hop_duration.labels(stream)
         self._server: Any = None
+
+    def add_sinks(self, names: list[str]) -> None:
+        """Create each sink's delivered-duplicates series at 0."""
+        for name in names:
+            self.duplicates_delivered.labels(self.stream, name)
+
+    def set_phase(self, key_range: str, phase: str) -> None:
+        for name in PHASES:
+            self.phase.labels(self.stream, key_range, name).set(1 if name == phase else 0)
 
     def serve(self, port: int, address: str = "127.0.0.1") -> int:
         """Serve /metrics on `address:port` (0 picks a free port); returns the port."""

@@ -11,7 +11,11 @@ delivered, the timestamp of the last change event, counts per op and the lag:
 
 The status file is a small JSON document rewritten atomically after every batch, so an operator
 (or a person) can read where the stream is: `{"stream", "keyRange", "batchId", "updatedAt",
-"shards": {shard: {"token", "position", "events", "byOp", "lastEventTimestamp", "lagSeconds"}}}`.
+"phase", "duplicates": {cause: count}, "sinks": {sink: {"written", "skipped", "late",
+"duplicatesDelivered"}}, "shards": {shard: {"token", "position", "events", "byOp",
+"lastEventTimestamp", "lagSeconds"}}}`. `duplicates` counts the events the hop dedup rule
+classified since this process started (`hop`: dropped, `unknown`: delivered); the sink counts
+are per process too, from each sink's result.
 """
 
 from __future__ import annotations
@@ -32,9 +36,11 @@ from pyspark.sql.streaming.listener import StreamingQueryListener
 from updatestream.core.gtid import GTIDParseError, parse_position, position_contains
 from updatestream.core.token import EventToken
 from updatestream_jobs.events import ChangeEvent
-from updatestream_jobs.metrics import StreamMetrics
+from updatestream_jobs.metrics import DUPLICATE_CAUSES, StreamMetrics
 
 log = logging.getLogger(__name__)
+
+_SINK_COUNTS = ("written", "skipped", "late", "duplicatesDelivered")
 
 
 @dataclass
@@ -80,6 +86,9 @@ class ProgressTracker:
         self.shards: dict[str, ShardProgress] = {}
         self.batch_id: int | None = None
         self.batches = 0
+        self.phase = "starting"
+        self.duplicates: Counter[str] = Counter({cause: 0 for cause in DUPLICATE_CAUSES})
+        self.sinks: dict[str, Counter[str]] = {}
         self._clock = clock
         self._lock = threading.Lock()
 
@@ -106,6 +115,34 @@ class ProgressTracker:
             if self.metrics is not None:
                 self.metrics.events.labels(self.stream, event.shard, event.op).inc()
             yield event
+
+    def count_duplicate(self, cause: str) -> None:
+        """One event classified by the hop dedup rule (`hop`: dropped, `unknown`: delivered)."""
+        with self._lock:
+            self.duplicates[cause] += 1
+        if self.metrics is not None:
+            self.metrics.duplicates.labels(self.stream, cause).inc()
+
+    def sink_result(self, sink: str, result: Any) -> None:
+        """Add up what a sink reported for a batch (`SinkResult`, or None from a sink that
+        reports nothing). Delivered duplicates come only from a sink that says so."""
+        delivered = int(getattr(result, "duplicates_delivered", 0) or 0)
+        with self._lock:
+            counts = self.sinks.setdefault(sink, Counter())
+            if result is not None:
+                counts["written"] += int(getattr(result, "written", 0) or 0)
+                counts["skipped"] += int(getattr(result, "skipped", 0) or 0)
+                counts["late"] += int(getattr(result, "late", 0) or 0)
+            counts["duplicatesDelivered"] += delivered
+        if self.metrics is not None and delivered:
+            self.metrics.duplicates_delivered.labels(self.stream, sink).inc(delivered)
+
+    def set_phase(self, phase: str) -> None:
+        with self._lock:
+            self.phase = phase
+        if self.metrics is not None:
+            self.metrics.set_phase(self.key_range, phase)
+        self.write_status()
 
     def finish_batch(self, batch_id: int) -> None:
         with self._lock:
@@ -145,6 +182,12 @@ class ProgressTracker:
                 "batchId": self.batch_id,
                 "batches": self.batches,
                 "updatedAt": self._clock(),
+                "phase": self.phase,
+                "duplicates": dict(sorted(self.duplicates.items())),
+                "sinks": {
+                    name: {k: counts[k] for k in _SINK_COUNTS}
+                    for name, counts in sorted(self.sinks.items())
+                },
                 "shards": {s: p.to_json() for s, p in sorted(self.shards.items())},
             }
 

@@ -100,6 +100,7 @@ def test_job_delivers_the_ledger_with_progress_metrics_and_dedup(
             checkpoint=tmp_path / "checkpoint",
             trigger_seconds=1.0,
             metrics_port=0,
+            metrics_host="0.0.0.0",  # the cluster setting; scraped on loopback below
             status_file=status,
             dedup=DedupFilter({"-": parse_position("9-9-50")}),
             hop_started_at=time.time() - 30,
@@ -114,6 +115,8 @@ def test_job_delivers_the_ledger_with_progress_metrics_and_dedup(
     )
     job.start(spark)
     try:
+        assert job.metrics_port is not None
+        early = scrape(job.metrics_port)  # every series exists before the first batch
         traffic.run()
         traffic.close()
         final = positions(cluster)
@@ -145,13 +148,25 @@ def test_job_delivers_the_ledger_with_progress_metrics_and_dedup(
     assert [(c["pk"], c["source_gtid"]) for c in copied] == [('{"id":2}', "9-9-60")]
     assert all(line["stream"] == "orders-feed" for line in lines)
 
+    labels = '{stream="orders-feed"}'
+    assert early[f"updatestream_hop_duration_seconds_count{labels}"] == 0
+    assert early['updatestream_duplicates_total{cause="hop",stream="orders-feed"}'] == 0
+    phase = 'updatestream_job_phase{key_range="-",phase="%s",stream="orders-feed"}'
+    assert early[phase % "hopping"] == 1 and early[phase % "running"] == 0
+    assert metrics[phase % "running"] == 1 and metrics[phase % "hopping"] == 0
+    sink = f"console({console})"
+    delivered = f'updatestream_duplicates_delivered_total{{sink="{sink}",stream="orders-feed"}}'
+    assert early[delivered] == 0 and metrics[delivered] == 0
+
     state = json.loads(status.read_text())
     assert state["stream"] == "orders-feed" and state["keyRange"] == "-"
+    assert state["duplicates"] == {"hop": 1, "unknown": 0}
+    assert state["phase"] == "stopped"
+    assert state["sinks"][sink]["written"] == len(lines)
     for shard in SHARDS:
         assert state["shards"][shard]["lagSeconds"] == 0
         assert state["shards"][shard]["events"] == sum(1 for c in changes if c["shard"] == shard)
         assert state["shards"][shard]["token"]["pos"] == final[shard]
-    labels = '{stream="orders-feed"}'
     assert metrics['updatestream_duplicates_total{cause="hop",stream="orders-feed"}'] == 1
     assert metrics['updatestream_duplicates_total{cause="unknown",stream="orders-feed"}'] == 0
     assert metrics[f"updatestream_hops_total{labels}"] == 1

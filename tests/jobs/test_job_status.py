@@ -1,0 +1,60 @@
+"""The job's status file: dropped duplicates by cause, sink counts and the phase, as the operator's
+progress reader and the verifier read them. No Spark: the tracker alone."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from updatestream_jobs.metrics import StreamMetrics
+from updatestream_jobs.progress import ProgressTracker
+from updatestream_jobs.sinks import SinkResult
+from updatestream_operator.progress import loads_progress
+
+from updatestream.verify.inputs import read_duplicates
+
+
+def test_status_file_carries_duplicates_by_cause_for_operator_and_verifier(tmp_path: Path) -> None:
+    status = tmp_path / "status.json"
+    metrics = StreamMetrics("orders-feed")
+    tracker = ProgressTracker("orders-feed", "-", metrics=metrics, status_file=status)
+    tracker.set_phase("hopping")
+    for cause in ("hop", "hop", "hop", "unknown"):
+        tracker.count_duplicate(cause)
+    tracker.sink_result("cdcv2(x)", SinkResult(written=5, skipped=2, late=1))
+    tracker.sink_result("cdcv2(x)", SinkResult(written=1, skipped=0))
+    tracker.sink_result("console(stdout)", None)
+    tracker.finish_batch(3)
+
+    data = json.loads(status.read_text())
+    assert data["duplicates"] == {"hop": 3, "unknown": 1}
+    assert data["phase"] == "hopping" and data["batchId"] == 3
+    assert data["sinks"]["cdcv2(x)"] == {
+        "written": 6,
+        "skipped": 2,
+        "late": 1,
+        "duplicatesDelivered": 0,
+    }
+    assert data["sinks"]["console(stdout)"]["written"] == 0
+
+    progress = loads_progress(status.read_text(), launch_id=1, source=str(status))
+    assert progress.duplicates == {"hop": 3, "unknown": 1}
+    assert read_duplicates(status) == (4, {"hop": 3, "unknown": 1})
+
+    value = metrics.registry.get_sample_value
+    labels = {"stream": "orders-feed"}
+    assert value("updatestream_duplicates_total", {**labels, "cause": "hop"}) == 3
+    phase = {**labels, "key_range": "-"}
+    assert value("updatestream_job_phase", {**phase, "phase": "hopping"}) == 1
+    assert value("updatestream_job_phase", {**phase, "phase": "running"}) == 0
+
+
+def test_a_fresh_status_file_says_no_duplicates_yet(tmp_path: Path) -> None:
+    status = tmp_path / "status.json"
+    ProgressTracker("s", "-80", status_file=status).write_status()
+    assert json.loads(status.read_text())["duplicates"] == {"hop": 0, "unknown": 0}
+    assert read_duplicates(status) == (0, {"hop": 0, "unknown": 0})
+    assert loads_progress(status.read_text(), launch_id=None, source="s").duplicates == {
+        "hop": 0,
+        "unknown": 0,
+    }
