@@ -141,13 +141,13 @@ def test_operator_runs_once_with_probes_on_the_health_port_and_a_metrics_port(
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
     container = operator_container(default_manifests)
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"metrics": 9090}
-    for probe in ("livenessProbe", "readinessProbe"):
-        assert container[probe]["httpGet"] == {"path": "/metrics", "port": "metrics"}
+    assert ports == {"health": 8080, "metrics": 9090}
+    for probe in ("livenessProbe", "readinessProbe"):  # kopf's own health endpoint
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert container["args"][0] == "operator"
     assert "--namespace=updatestream" in container["args"]
     assert "--metrics-port=9090" in container["args"]
-    assert not any(a.startswith("--liveness") for a in container["args"])
+    assert "--liveness=http://0.0.0.0:8080/healthz" in container["args"]
     assert container["image"] == "ghcr.io/updatestream/updatestream:0.1.0"  # appVersion
     service = one(default_manifests, "Service")
     assert service["spec"]["ports"] == [
@@ -158,14 +158,19 @@ def test_operator_runs_once_with_probes_on_the_health_port_and_a_metrics_port(
     assert selector.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
 
 
-def test_kopf_liveness_moves_the_probes_to_kopfs_health_endpoint(helm: Helm) -> None:
-    docs = helm.template("--set", "operator.kopfLiveness=true", "--set", "operator.healthPort=8081")
-    container = operator_container(docs)
+def test_the_health_port_moves_kopfs_endpoint_and_without_kopf_liveness_probes_use_metrics(
+    helm: Helm,
+) -> None:
+    container = operator_container(helm.template("--set", "operator.healthPort=8081"))
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"health": 8081, "metrics": 9090}
-    for probe in ("livenessProbe", "readinessProbe"):
-        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert "--liveness=http://0.0.0.0:8081/healthz" in container["args"]
+    container = operator_container(helm.template("--set", "operator.kopfLiveness=false"))
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"metrics": 9090}
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/metrics", "port": "metrics"}
+    assert not any(a.startswith("--liveness") for a in container["args"])
 
 
 def test_full_values_reach_the_operator_pod(full_manifests: list[dict[str, Any]]) -> None:
@@ -203,6 +208,7 @@ def test_the_operator_command_accepts_every_argument_the_chart_passes(
     context = operator_command.make_context("operator", list(args[1:]))
     assert context.params["metrics_port"] == 9090
     assert context.params["launcher"] == "spark-submit"
+    assert context.params["liveness"] == "http://0.0.0.0:8080/healthz"
     assert context.params["namespace"] == (None if which == "full" else "updatestream")
 
 
