@@ -29,6 +29,8 @@ class ClusterSettings:
     driver_metrics_port: int = 9090
     publish_interval_seconds: float = 5.0
     spark_version: str = "4.3.0"
+    # UID and GID of the driver Pods (the image's user); Pod Security `restricted` needs non-zero
+    run_as_user: int = 10001
 
     def image_for(self, job: JobSpec) -> str:
         return job.spark.image or self.image

@@ -26,6 +26,7 @@ from updatestream_operator.naming import LABEL_STREAM_UID
 from updatestream_operator.publisher import publish_once
 from updatestream_operator.storage import KubeStore
 
+from tests.charts.podsecurity import restricted_violations
 from tests.operator.fixtures_operator import (
     SECRET_VALUE,
     SPARK_ACCOUNT,
@@ -115,12 +116,17 @@ class Operator:
         return [e["reason"] for e in self.events() if e["involvedObject"]["name"] == name]
 
 
+ENFORCE = "pod-security.kubernetes.io/enforce"
+
+
 @pytest.fixture(scope="module")
 def operator(kube_api: KubeApi, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
     apply_crds(kube_api)
     workdir = tmp_path_factory.mktemp("operator")
     kubeconfig = install_operator_identity(kube_api, workdir)
     prepare_namespace(kube_api, NS)
+    # the API server's PodSecurity admission refuses a driver Pod that is not `restricted`
+    kube_api.kubectl("label", "namespace", NS, f"{ENFORCE}=restricted", "--overwrite")
     port = free_port()
     config.configure(
         config.OperatorConfig(
@@ -223,6 +229,14 @@ class TestLifecycle:
         assert "--dedup" not in args
         containers = {c["name"] for c in pod["spec"]["containers"]}
         assert containers == {"spark-kubernetes-driver", "progress-publisher"}
+        # the Pod spark-submit made from the launcher's template, held to the chart's checker
+        assert restricted_violations(pod["spec"]) == []
+        mounts = {m["mountPath"]: m["name"] for m in driver["volumeMounts"]}
+        checkpoints = config.ClusterSettings().checkpoint_root
+        assert volumes[mounts[checkpoints]] == {"name": mounts[checkpoints], "emptyDir": {}}
+        namespace = get(op.api, NS, "namespace", NS)
+        assert namespace is not None
+        assert namespace["metadata"]["labels"][ENFORCE] == "restricted"
 
         config_map = get(op.api, NS, "configmap", f"{job}-config")
         assert config_map is not None

@@ -23,6 +23,9 @@ DRIVER_CONTAINER = "spark-kubernetes-driver"
 PUBLISHER_CONTAINER = "progress-publisher"
 CONFIG_VOLUME = "job-config"
 STATUS_VOLUME = "job-status"
+SCRATCH_VOLUME = "tmp"
+STATE_VOLUME = "job-state"
+SCRATCH_MOUNT = "/tmp"
 
 
 def write_config_maps(store: KubeStore, job: JobSpec) -> None:
@@ -80,7 +83,11 @@ def publisher_container(job: JobSpec, settings: ClusterSettings) -> dict[str, An
             "--interval",
             str(settings.publish_interval_seconds),
         ],
-        "volumeMounts": [{"name": STATUS_VOLUME, "mountPath": naming.STATUS_MOUNT}],
+        "volumeMounts": [
+            {"name": STATUS_VOLUME, "mountPath": naming.STATUS_MOUNT},
+            {"name": SCRATCH_VOLUME, "mountPath": SCRATCH_MOUNT},
+        ],
+        "securityContext": container_security_context(),
         "resources": {
             "requests": {"cpu": "10m", "memory": "64Mi"},
             "limits": {"memory": "128Mi"},
@@ -89,17 +96,47 @@ def publisher_container(job: JobSpec, settings: ClusterSettings) -> dict[str, An
 
 
 def job_volumes(job: JobSpec) -> list[dict[str, Any]]:
+    """The driver Pod's volumes: the job's configuration, and emptyDirs for everything it
+    writes (the root filesystem is read-only)."""
     return [
         {"name": CONFIG_VOLUME, "configMap": {"name": naming.config_map_name(job.job_id)}},
         {"name": STATUS_VOLUME, "emptyDir": {}},
+        {"name": SCRATCH_VOLUME, "emptyDir": {}},
+        {"name": STATE_VOLUME, "emptyDir": {}},
     ]
 
 
-def driver_volume_mounts() -> list[dict[str, Any]]:
+def driver_volume_mounts(settings: ClusterSettings) -> list[dict[str, Any]]:
     return [
         {"name": CONFIG_VOLUME, "mountPath": naming.CONFIG_MOUNT, "readOnly": True},
         {"name": STATUS_VOLUME, "mountPath": naming.STATUS_MOUNT},
+        {"name": SCRATCH_VOLUME, "mountPath": SCRATCH_MOUNT},
+        # each launch checkpoints afresh (positions in status are the truth): scratch suffices
+        {"name": STATE_VOLUME, "mountPath": settings.checkpoint_root},
     ]
+
+
+def pod_security_context(settings: ClusterSettings) -> dict[str, Any]:
+    """The Pod-level half of Pod Security `restricted`: a fixed non-root user."""
+    uid = settings.run_as_user
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": uid,
+        "runAsGroup": uid,
+        "fsGroup": uid,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def container_security_context() -> dict[str, Any]:
+    """The container-level half: no privilege escalation, no capabilities, read-only root."""
+    return {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
 
 
 def read_progress(store: KubeStore, namespace: str, job_id: str) -> JobProgress | None:

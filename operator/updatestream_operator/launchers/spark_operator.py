@@ -15,9 +15,11 @@ from updatestream_operator import naming
 from updatestream_operator.config import ClusterSettings
 from updatestream_operator.launchers.base import LaunchError, job_info, parse_time, split_key
 from updatestream_operator.launchers.cluster import (
+    container_security_context,
     driver_arguments,
     driver_volume_mounts,
     job_volumes,
+    pod_security_context,
     publisher_container,
     read_progress,
     remove_stream_objects,
@@ -114,8 +116,10 @@ class SparkOperatorLauncher:
                     "labels": driver_labels,
                     "annotations": naming.job_annotations(job),
                     "secrets": secrets,
-                    "volumeMounts": driver_volume_mounts(),
+                    "volumeMounts": driver_volume_mounts(settings),
                     "sidecars": [publisher_container(job, settings)],
+                    "podSecurityContext": pod_security_context(settings),
+                    "securityContext": container_security_context(),
                     **({"cores": 1, "memory": "1g"} | _resources(job.spark.driver)),
                 },
                 "executor": {

@@ -26,9 +26,11 @@ from updatestream_operator.jobconfig import conf_arguments, spark_resource_conf
 from updatestream_operator.launchers.base import LaunchError, job_info, parse_time, split_key
 from updatestream_operator.launchers.cluster import (
     DRIVER_CONTAINER,
+    container_security_context,
     driver_arguments,
     driver_volume_mounts,
     job_volumes,
+    pod_security_context,
     publisher_container,
     read_progress,
     remove_stream_objects,
@@ -112,8 +114,14 @@ class SparkSubmitLauncher:
                 "ownerReferences": [owner_reference(job.stream)],
             },
             "spec": {
+                # meets Pod Security `restricted`: Spark keeps these when it builds the Pod
+                "securityContext": pod_security_context(self.settings),
                 "containers": [
-                    {"name": DRIVER_CONTAINER, "volumeMounts": driver_volume_mounts()},
+                    {
+                        "name": DRIVER_CONTAINER,
+                        "securityContext": container_security_context(),
+                        "volumeMounts": driver_volume_mounts(self.settings),
+                    },
                     publisher_container(job, self.settings),
                 ],
                 "volumes": job_volumes(job),
