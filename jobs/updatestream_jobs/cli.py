@@ -82,6 +82,13 @@ def _dedup(text: str | None) -> object:
     help="The dedup filter of the hop this job starts after (JSON text or file).",
 )
 @click.option(
+    "--source-option",
+    "source_option",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="An extra option of the binlog source, e.g. heartbeatIntervalSeconds=10 (repeatable).",
+)
+@click.option(
     "--hop-started-at",
     default=None,
     type=float,
@@ -102,12 +109,19 @@ def run(
     status_file: Path | None,
     dedup: str | None,
     hop_started_at: float | None,
+    source_option: tuple[str, ...],
 ) -> None:
     """Stream one key range of an UpdateStream from the shards' binlogs to its sinks."""
     from updatestream_jobs.job import Job, JobOptions
 
     stream = spec.parse_update_stream(spec.load_manifest(stream_path), source=str(stream_path))
     keyspace = spec.load_keyspace(keyspace_path)
+    extra: dict[str, str] = {}
+    for item in source_option:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--source-option")
+        extra[key.strip()] = value.strip()
     options = JobOptions(
         stream=stream,
         keyspace=keyspace,
@@ -123,6 +137,7 @@ def run(
         status_file=status_file,
         dedup=_dedup(dedup),  # type: ignore[arg-type]
         hop_started_at=hop_started_at,
+        source_options=extra,
     )
     job = Job(options)
     tracker = job.run()
