@@ -65,6 +65,7 @@ def _versionstream(ledger: list[Committed], options: dict[str, Any]) -> Report:
     records = sinks.read_versionstream(
         endpoint,
         sinks.read_secret(secrets_dir, secret),
+        secrets_dir=secrets_dir,
         secret=secret,
         database=options["database"] or "updatestream",
         table=options["table"],

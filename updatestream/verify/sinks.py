@@ -33,6 +33,7 @@ from updatestream.cdcv2.reader import Collection, OrderedReader
 from updatestream.core.token import EventToken, TokenError
 from updatestream.devcluster import schema
 from updatestream.devcluster.ledger import table_state
+from updatestream.mysqltls import tls_context
 from updatestream.verify.compare import CachedEntry, Delivered, FinalRow, RowKey, RowUpdate
 from updatestream.verify.inputs import VerifyInputError
 
@@ -67,11 +68,14 @@ def connect(
     credentials: spec.Credentials,
     secret: str,
     database: str | None = None,
+    *,
+    secrets_dir: Path,
 ) -> Iterator[pymysql.connections.Connection[Any]]:
     where = f"{endpoint.host}:{endpoint.port}"
     settings: dict[str, Any] = {}
-    if endpoint.tls != "disabled":
-        settings["ssl"] = {"check_hostname": endpoint.tls == "verify-identity"}
+    context = tls_context(endpoint, secrets_dir, spec.SecretRef(name=secret))
+    if context is not None:
+        settings["ssl"] = context
     try:
         conn = pymysql.connect(
             host=endpoint.host,
@@ -133,6 +137,7 @@ def read_versionstream(
     endpoint: spec.MySQLEndpoint,
     credentials: spec.Credentials,
     *,
+    secrets_dir: Path,
     secret: str,
     database: str,
     table: str,
@@ -144,7 +149,7 @@ def read_versionstream(
             raise VerifyInputError(f"invalid database or table name {name!r}")
     records: list[Delivered] = []
     with (
-        connect(endpoint, credentials, secret) as conn,
+        connect(endpoint, credentials, secret, secrets_dir=secrets_dir) as conn,
         conn.cursor(pymysql.cursors.SSCursor) as cur,
     ):
         cur.execute(
@@ -297,7 +302,7 @@ def read_database(
             shard = keyspace.spec.shard(shard_name)
         except spec.SpecError as exc:
             raise VerifyInputError(str(exc)) from None
-        with connect(shard.mysql, credentials, secret, database) as conn:
+        with connect(shard.mysql, credentials, secret, database, secrets_dir=secrets_dir) as conn:
             for table in tables:
                 with conn.cursor(pymysql.cursors.SSDictCursor) as cur:
                     cur.execute(f"SELECT * FROM `{table}`")

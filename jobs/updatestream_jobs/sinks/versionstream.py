@@ -10,7 +10,6 @@ nothing.
 
 from __future__ import annotations
 
-import ssl
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import pymysql
 
 from updatestream import spec
 from updatestream.core.errors import UpdateStreamError
+from updatestream.mysqltls import tls_context
 from updatestream.versionstream.repository import (
     Origin,
     Record,
@@ -85,14 +85,8 @@ class VersionStreamSink:
             "read_timeout": 60,
             "write_timeout": 60,
         }
-        if endpoint.tls != "disabled":
-            context = ssl.create_default_context()
-            ca = self.secrets_dir / self.config.credentials_secret.name / "ca.crt"
-            if ca.is_file():
-                context.load_verify_locations(cafile=str(ca))
-            context.check_hostname = endpoint.tls == "verify-identity"
-            if endpoint.tls not in ("verify-ca", "verify-identity"):
-                context.verify_mode = ssl.CERT_NONE
+        context = tls_context(endpoint, self.secrets_dir, self.config.credentials_secret)
+        if context is not None:
             settings["ssl"] = context
         return settings
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import random
-import ssl
 import struct
 import time
 from collections.abc import Callable
@@ -29,7 +28,8 @@ from updatestream.core.gtid import (
     parse_position,
     position_contains,
 )
-from updatestream.spec import SecretRef, read_credentials
+from updatestream.mysqltls import tls_context
+from updatestream.spec import MySQLEndpoint, SecretRef, read_credentials
 from updatestream_jobs.source.errors import BinlogSettingsError, ShardUnreachable
 from updatestream_jobs.source.options import RetryPolicy, ShardEndpoint, SourceConfig
 
@@ -61,14 +61,12 @@ def connection_settings(endpoint: ShardEndpoint, config: SourceConfig) -> dict[s
         "read_timeout": config.retry.read_timeout,
         "write_timeout": config.retry.read_timeout,
     }
-    if endpoint.tls != "disabled":
-        context = ssl.create_default_context()
-        ca = Path(config.secrets_dir) / endpoint.secret / "ca.crt"
-        if ca.is_file():
-            context.load_verify_locations(cafile=str(ca))
-        context.check_hostname = endpoint.tls == "verify-identity"
-        if endpoint.tls not in ("verify-ca", "verify-identity"):
-            context.verify_mode = ssl.CERT_NONE
+    context = tls_context(
+        MySQLEndpoint(host=endpoint.host, port=endpoint.port, tls=endpoint.tls),
+        Path(config.secrets_dir),
+        secret,
+    )
+    if context is not None:
         settings["ssl"] = context
     return settings
 

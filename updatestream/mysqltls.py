@@ -1,0 +1,32 @@
+"""TLS for every MySQL/MariaDB connection the project opens: one rule for the spec's modes.
+
+- `disabled`: no TLS.
+- `preferred`, `required`: encrypted, the server's certificate is not checked (PyMySQL cannot fall
+  back to plain text, so `preferred` behaves as `required`).
+- `verify-ca`: the certificate must chain to the CA in the Secret's `ca.crt` (the system's CAs
+  when the Secret has none).
+- `verify-identity`: as `verify-ca`, and the certificate must name the host.
+"""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+
+from updatestream.spec import MySQLEndpoint, SecretRef
+
+
+def tls_context(
+    endpoint: MySQLEndpoint, secrets_dir: Path, secret: SecretRef
+) -> ssl.SSLContext | None:
+    """The `ssl` argument for `pymysql.connect` to `endpoint`; None when TLS is disabled."""
+    if endpoint.tls == "disabled":
+        return None
+    context = ssl.create_default_context()
+    ca = secrets_dir / secret.name / "ca.crt"
+    if ca.is_file():
+        context.load_verify_locations(cafile=str(ca))
+    context.check_hostname = endpoint.tls == "verify-identity"
+    if endpoint.tls not in ("verify-ca", "verify-identity"):
+        context.verify_mode = ssl.CERT_NONE
+    return context
