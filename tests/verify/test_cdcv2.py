@@ -79,7 +79,9 @@ def test_missing_batch_loses_changes(scenario: Scenario, cdc_root: Path, tmp_pat
     with_updates = [
         f for f in stream_files(directory) if any(isinstance(s, Update) for s in read_file(f))
     ]
-    assert len(with_updates) >= 2
+    # How the writer groups updates into batch files depends on the traffic's timing; losing
+    # any file that holds updates must show as a loss.
+    assert with_updates
     with_updates[0].unlink()
     result = run(scenario, directory)
     assert result.returncode == 1
