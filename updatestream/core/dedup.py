@@ -24,13 +24,12 @@ from types import MappingProxyType
 
 from updatestream.core.errors import UpdateStreamError
 from updatestream.core.gtid import (
-    Flavor,
     GTIDParseError,
     GTIDPosition,
     MariaDBPosition,
     MySQLGTIDSet,
-    parse_position,
     position_contains,
+    position_from_json,
 )
 from updatestream.core.hop import HopPlan, canonical_shard_name
 from updatestream.core.token import EventToken
@@ -191,20 +190,11 @@ class DedupFilter:
 
 
 def _position(entry: Mapping[object, object], name: str) -> GTIDPosition:
-    raw_flavor = entry.get("flavor")
-    try:
-        flavor = Flavor(raw_flavor)
-    except ValueError:
+    if entry.get("flavor") is None:  # written by to_json always; an empty position needs it
         raise DedupFilterError(
-            f"dedup filter field {name + '.flavor'!r} must be 'mariadb' or 'mysql', "
-            f"got {raw_flavor!r}"
-        ) from None
-    text = entry.get("pos")
-    if not isinstance(text, str):
-        raise DedupFilterError(
-            f"dedup filter field {name + '.pos'!r} must be a GTID position string, got {text!r}"
+            f"dedup filter field {name + '.flavor'!r} must be 'mariadb' or 'mysql', got None"
         )
     try:
-        return parse_position(text, flavor)
+        return position_from_json({str(k): v for k, v in entry.items()}, name + ".")
     except GTIDParseError as exc:
-        raise DedupFilterError(f"dedup filter field {name + '.pos'!r} is invalid: {exc}") from None
+        raise DedupFilterError(f"dedup filter {exc}") from None

@@ -460,3 +460,29 @@ def compare_positions(a: GTIDPosition, b: GTIDPosition) -> Comparison:
     if a_has_b:
         return Comparison.AFTER
     return Comparison.UNKNOWN
+
+
+def position_from_json(
+    data: Mapping[str, object], field: str, default_flavor: Flavor | None = None
+) -> GTIDPosition:
+    """Read the ``{"pos": text, "flavor": "mariadb" | "mysql"}`` form that Event Tokens and dedup
+    filters store. ``flavor`` may be left out (then ``default_flavor``, else detected from a
+    non-empty ``pos``). Errors name ``field``, the prefix of the keys where the form sits."""
+    raw_flavor = data.get("flavor")
+    flavor = default_flavor
+    if raw_flavor is not None:
+        try:
+            flavor = Flavor(raw_flavor)
+        except ValueError:
+            raise GTIDParseError(
+                f"field {field + 'flavor'!r} must be 'mariadb' or 'mysql', got {raw_flavor!r}"
+            ) from None
+    text = data.get("pos")
+    if not isinstance(text, str):
+        raise GTIDParseError(
+            f"field {field + 'pos'!r} must be a GTID position string, got {text!r}"
+        )
+    try:
+        return parse_position(text, flavor)
+    except GTIDParseError as exc:
+        raise GTIDParseError(f"field {field + 'pos'!r} is invalid: {exc}") from None

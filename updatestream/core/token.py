@@ -22,7 +22,7 @@ from updatestream.core.gtid import (
     MariaDBPosition,
     MySQLGTIDSet,
     compare_positions,
-    parse_position,
+    position_from_json,
 )
 
 __all__ = [
@@ -193,25 +193,10 @@ def _str_field(data: Mapping[str, object], key: str, name: str) -> str:
 def _position_field(
     data: Mapping[str, object], prefix: str, default_flavor: Flavor | None
 ) -> GTIDPosition:
-    raw_flavor = data.get("flavor")
-    flavor = default_flavor
-    if raw_flavor is not None:
-        try:
-            flavor = Flavor(raw_flavor)
-        except ValueError:
-            raise TokenError(
-                f"Event Token field {prefix + 'flavor'!r} must be 'mariadb' or 'mysql', "
-                f"got {raw_flavor!r}"
-            ) from None
-    text = data.get("pos")
-    if not isinstance(text, str):
-        raise TokenError(
-            f"Event Token field {prefix + 'pos'!r} must be a GTID position string, got {text!r}"
-        )
     try:
-        return parse_position(text, flavor)
+        return position_from_json(data, prefix, default_flavor)
     except GTIDParseError as exc:
-        raise TokenError(f"Event Token field {prefix + 'pos'!r} is invalid: {exc}") from None
+        raise TokenError(f"Event Token {exc}") from None
 
 
 def _combine(results: tuple[Comparison | None, ...]) -> Comparison:
