@@ -10,7 +10,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from updatestream.mysqltls import tls_context
+from updatestream.mysqltls import tls_arguments, tls_context
 from updatestream.spec import MySQLEndpoint, SecretRef
 
 SECRET = SecretRef(name="reader")
@@ -69,3 +69,11 @@ def test_the_secrets_ca_is_trusted(tmp_path: Path) -> None:
     assert context is not None
     subjects = [dict(x[0] for x in ca["subject"]) for ca in context.get_ca_certs()]
     assert {"commonName": "updatestream-test-ca"} in subjects
+
+
+def test_disabled_tls_is_said_explicitly_to_pymysql(tmp_path: Path) -> None:
+    """Without `ssl_disabled`, PyMySQL builds a TLS context per connection (tens of ms) and
+    encrypts when the server offers TLS, whatever the spec says."""
+    assert tls_arguments(endpoint("disabled"), tmp_path, SECRET) == {"ssl_disabled": True}
+    arguments = tls_arguments(endpoint("required"), tmp_path, SECRET)
+    assert set(arguments) == {"ssl"} and isinstance(arguments["ssl"], ssl.SSLContext)

@@ -26,7 +26,12 @@ from updatestream.verify.compare import (
     compare_changes,
     compare_final,
 )
-from updatestream.verify.inputs import VerifyInputError, read_duplicates, read_ledger
+from updatestream.verify.inputs import (
+    VerifyInputError,
+    read_duplicates,
+    read_ledger,
+    within_key_range,
+)
 
 EXIT_FINDINGS = 1
 EXIT_INPUT = 2
@@ -195,9 +200,20 @@ def _summary(report: Report, sink: str) -> None:
     default=None,
     help="The job's status file: duplicates it dropped, by cause.",
 )
+@click.option(
+    "--key-range",
+    default="-",
+    show_default=True,
+    help="The stream's key range: only ledger rows whose keyspace id lies in it are expected.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def verify(
-    sink: str, ledger: Path, status_file: Path | None, as_json: bool, **options: Any
+    sink: str,
+    ledger: Path,
+    status_file: Path | None,
+    key_range: str,
+    as_json: bool,
+    **options: Any,
 ) -> None:
     """Compare the traffic ledger with what a sink received: lost, duplicates, order, stale.
 
@@ -205,7 +221,7 @@ def verify(
     stale; 2: an input is missing or unreadable.
     """
     try:
-        committed = read_ledger(ledger)
+        committed = within_key_range(read_ledger(ledger), key_range, ledger)
         dropped, by_cause = read_duplicates(status_file)
         report = _SINKS[sink](committed, options)
     except UpdateStreamError as exc:

@@ -44,6 +44,7 @@ class Committed:
     shard: str  # the shard it was committed on
     gtid: str  # that shard's GTID of the transaction, e.g. "1-1-57"
     commit_time: float = 0.0
+    keyspace_id: str | None = None  # hex, from the row's primary vindex
 
     @property
     def key(self) -> RowKey:

@@ -33,7 +33,7 @@ from updatestream.cdcv2.reader import Collection, OrderedReader
 from updatestream.core.token import EventToken, TokenError
 from updatestream.devcluster import schema
 from updatestream.devcluster.ledger import table_state
-from updatestream.mysqltls import tls_context
+from updatestream.mysqltls import tls_arguments
 from updatestream.verify.compare import CachedEntry, Delivered, FinalRow, RowKey, RowUpdate
 from updatestream.verify.inputs import VerifyInputError
 
@@ -73,9 +73,7 @@ def connect(
 ) -> Iterator[pymysql.connections.Connection[Any]]:
     where = f"{endpoint.host}:{endpoint.port}"
     settings: dict[str, Any] = {}
-    context = tls_context(endpoint, secrets_dir, spec.SecretRef(name=secret))
-    if context is not None:
-        settings["ssl"] = context
+    settings.update(tls_arguments(endpoint, secrets_dir, spec.SecretRef(name=secret)))
     try:
         conn = pymysql.connect(
             host=endpoint.host,

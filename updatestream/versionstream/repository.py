@@ -36,7 +36,9 @@ import contextlib
 import hashlib
 import json
 import queue
+import random
 import re
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -209,6 +211,10 @@ class VersionStreamRepository:
                 return self._append_once(records)
             except pymysql.err.OperationalError as exc:
                 if exc.args and exc.args[0] in _RETRY_CODES and attempt < self.retries:
+                    # Two appenders that both took the gap lock of an empty stream deadlock on
+                    # their inserts; run again after a random pause, so they do not collide
+                    # again in step.
+                    time.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
                     continue
                 raise
         raise AssertionError("unreachable")  # pragma: no cover
