@@ -5,14 +5,19 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.devcluster.checks import (
     assert_filtered_replication_exact,
     assert_rows_on_their_shard,
+    replicated_transactions,
     shard_state,
+    source_transactions_for,
+    vreplication_rows,
 )
+from updatestream.core.gtid import MariaDBGTID, MariaDBPosition
 from updatestream.devcluster.cluster import DevCluster
 from updatestream.devcluster.ledger import LedgerWriter, final_state, read_ledger
 from updatestream.devcluster.reshard import ReshardOptions, ReshardWorkflow, plan_reshard
@@ -51,9 +56,28 @@ def _union(cluster: DevCluster, shards: list[str]) -> dict[tuple[str, str], str]
     return merged
 
 
+def _assert_starts_at_snapshot(cluster: DevCluster, state: dict[str, Any], target: str) -> None:
+    """Without a replay window, start_pos is the copy's snapshot, and the destination's first
+    replicated transaction from a source is that source's first one after it with rows here."""
+    rows = vreplication_rows(cluster, target, state["name"])
+    for source, snapshot in state["copy_positions"][target].items():
+        assert rows[source]["start_pos"] == snapshot == state["start_positions"][target][source]
+        first = next(
+            MariaDBGTID.parse(stx.gtid)
+            for stx, owned in source_transactions_for(cluster, source, target, snapshot)
+            if owned
+        )
+        applied = next(
+            MariaDBPosition.parse(vrep["pos"])
+            for tx, vrep in replicated_transactions(cluster, target, state["name"])
+            if len(tx.rows) > 1 and vrep["source_shard"] == source
+        )
+        assert applied.domain_seq(first.domain) == first.seq
+
+
 def _reshard_under_traffic(
     cluster: DevCluster, ledger: Path, sources: str, targets: str, seed: int
-) -> dict[str, object]:
+) -> dict[str, Any]:
     gen = _traffic(cluster, ledger, seed)
     gen.preload(600, batch=200)
     gen.start()
@@ -85,7 +109,7 @@ def test_split_under_traffic(cluster: DevCluster, ledger_path: Path) -> None:
     ledger = list(read_ledger(ledger_path))
     assert {e.shard for e in ledger} >= {"-80", "-40", "40-80"}
     assert _union(cluster, ["-40", "40-80", "80-"]) == final_state(ledger)
-    switched = float(state["switched_at"])  # type: ignore[arg-type]
+    switched = float(state["switched_at"])
     before = [e for e in ledger if e.commit_time < switched or e.shard == "-80"]
     source_rows = shard_state(cluster, "-80")
     expected_source = {k: v for k, v in final_state(before).items() if k in source_rows}
@@ -93,6 +117,7 @@ def test_split_under_traffic(cluster: DevCluster, ledger_path: Path) -> None:
     assert_rows_on_their_shard(cluster, ["-40", "40-80", "80-"])
     for target in ("-40", "40-80"):
         assert assert_filtered_replication_exact(cluster, state, target) > 5
+        _assert_starts_at_snapshot(cluster, state, target)
     assert cluster.server("-80").variable("read_only") in ("1", "ON")
 
 
@@ -118,3 +143,4 @@ def test_retire_and_merge_back(cluster: DevCluster, ledger_path: Path) -> None:
     assert _union(cluster, ["-80", "80-"]) == final_state(read_ledger(ledger_path))
     assert_rows_on_their_shard(cluster, ["-80", "80-"])
     assert assert_filtered_replication_exact(cluster, state, "-80") > 5
+    _assert_starts_at_snapshot(cluster, state, "-80")

@@ -15,7 +15,7 @@ from updatestream.devcluster.errors import (
     ReshardInputError,
     ShardNotServingError,
 )
-from updatestream.devcluster.reshard import ReshardWorkflow, plan_reshard
+from updatestream.devcluster.reshard import ReshardOptions, ReshardWorkflow, plan_reshard
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +69,36 @@ def test_cli_reports_bad_input_on_one_line(cluster: DevCluster) -> None:
     assert proc.stderr.startswith("error: target shards -40 do not exactly cover")
 
 
+@pytest.mark.parametrize("value", [-1.0, float("nan"), float("inf")])
+def test_bad_replay_seconds_is_a_typed_error_and_changes_nothing(
+    cluster: DevCluster, value: float
+) -> None:
+    before = _snapshot(cluster)
+    with pytest.raises(ReshardInputError, match="--replay-seconds"):
+        ReshardOptions(replay_seconds=value)
+    options = ReshardOptions()
+    options.replay_seconds = value  # set after construction: run() checks again
+    with pytest.raises(ReshardInputError, match="--replay-seconds"):
+        ReshardWorkflow(cluster, plan_reshard(cluster, "-80", "-40,40-80"), options).run()
+    assert _snapshot(cluster) == before
+    assert cluster.shard_names() == ["-80", "80-"]
+
+
+def test_cli_reports_a_negative_replay_window_on_one_line(cluster: DevCluster) -> None:
+    before = _snapshot(cluster)
+    proc = subprocess.run(
+        [sys.executable, "-m", "updatestream", "devcluster", "reshard", "--dir", str(cluster.dir),
+         "--from=-80", "--to=-40,40-80", "--replay-seconds=-5"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("error: --replay-seconds is -5.0; give 0")
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert _snapshot(cluster) == before
+
+
 class _Interrupt(Exception):
     pass
 
@@ -82,6 +112,9 @@ class _StopAtReplicate:
         pass
 
     def lag(self, report: list[dict[str, object]]) -> None:
+        pass
+
+    def replay(self, window: object) -> None:
         pass
 
 

@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,6 +16,7 @@ from tests.devcluster.checks import (
     assert_rows_on_their_shard,
     shard_state,
 )
+from tests.devcluster.processes import run_reshard_and_kill
 from updatestream.devcluster.cluster import DevCluster
 from updatestream.devcluster.ledger import final_state, read_ledger
 from updatestream.devcluster.reshard import ReshardOptions, ReshardWorkflow, plan_reshard
@@ -60,20 +57,7 @@ def _phase(cluster: DevCluster) -> str | None:
 def _run_and_kill(
     cluster: DevCluster, extra: list[str], ready: Callable[[], bool], log: Path
 ) -> None:
-    cmd = [sys.executable, "-m", "updatestream", "devcluster", "reshard", "--dir", str(cluster.dir)]
-    cmd += ["--from=80-", "--to=80-c0,c0-", *extra]
-    with log.open("ab") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=out)
-    try:
-        deadline = time.monotonic() + 90
-        while not ready():
-            assert proc.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, "reshard never reached the phase to kill in"
-            time.sleep(0.05)
-    finally:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-    assert proc.returncode == -signal.SIGKILL
+    run_reshard_and_kill(cluster, ["--from=80-", "--to=80-c0,c0-", *extra], ready, log)
 
 
 def test_kill_in_every_phase_then_rerun(cluster: DevCluster) -> None:
@@ -105,11 +89,13 @@ def test_kill_in_every_phase_then_rerun(cluster: DevCluster) -> None:
         _run_and_kill(cluster, ["--min-replicate-seconds=60"], replicating, log)
         time.sleep(1.0)  # the source keeps taking writes while no workflow runs
 
-        # 3. during the write cut-over: sources frozen, manifest not switched yet.
+        # 3. during the write cut-over: sources frozen, manifest not switched yet. Killed
+        # only once a write has met the frozen source, so the cut-over is known to have held
+        # traffic back (the freeze lasts 60 s; a write reaches 80- every few milliseconds).
         _run_and_kill(
             cluster,
             ["--hold-after-freeze=60"],
-            lambda: _phase(cluster) == "switch_writes",
+            lambda: _phase(cluster) == "switch_writes" and gen.stats.frozen_waits >= 1,
             log,
         )
         assert cluster.keyspace().spec.serving_shards == ["-80", "80-"]

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.jobs.memcached_server import MemcachedServer
+from updatestream.devcluster.memcached import MemcachedServer
 
 
 @pytest.fixture(scope="session")

@@ -19,12 +19,12 @@ from updatestream_jobs.sinks.base import BatchContext
 from updatestream_jobs.sinks.memcached import MemcachedSink
 
 from tests.conftest import MariaDBFixture
-from tests.jobs.memcached_server import MemcachedServer
 from tests.jobs.sink_events import ShardLog
 from updatestream import spec
 from updatestream.cache import CacheClient, SnapshotReader
 from updatestream.core.gtid import MariaDBGTID, MariaDBPosition
 from updatestream.core.token import EventToken
+from updatestream.devcluster.memcached import MemcachedServer
 
 DB = "us_cachetest"
 SHARD = "-"  # the server plays an unsharded keyspace's only shard

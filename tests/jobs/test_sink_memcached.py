@@ -14,7 +14,6 @@ from updatestream_jobs.events import ChangeEvent
 from updatestream_jobs.sinks.base import BatchContext, SinkError
 from updatestream_jobs.sinks.memcached import MemcachedSink
 
-from tests.jobs.memcached_server import MemcachedServer
 from tests.jobs.sink_events import ShardLog, two_shard_workload
 from updatestream import spec
 from updatestream.cache.entry import decode, encode
@@ -23,6 +22,7 @@ from updatestream.cache.keys import KeyTemplateError, KeyTemplates
 from updatestream.cache.transport import StoreOp
 from updatestream.core.gtid import MariaDBPosition
 from updatestream.core.token import EventToken
+from updatestream.devcluster.memcached import MemcachedServer
 from updatestream.devcluster.server import free_port
 
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from updatestream_jobs.events import ChangeEvent
 
-from tests.jobs.memcached_server import MemcachedServer
 from tests.verify.streams import positions, read_events, source_config
 from updatestream.devcluster.cluster import DevCluster
 from updatestream.devcluster.ledger import LedgerEntry, read_ledger
+from updatestream.devcluster.memcached import MemcachedServer
 from updatestream.devcluster.traffic import TrafficGenerator, TrafficOptions
 
 

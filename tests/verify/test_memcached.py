@@ -12,12 +12,12 @@ from pymemcache.client.base import Client
 from updatestream_jobs.events import ChangeEvent
 from updatestream_jobs.sinks.memcached import MemcachedSink
 
-from tests.jobs.memcached_server import MemcachedServer
 from tests.verify.conftest import Scenario
 from tests.verify.streams import Run, batches, feed, verify
 from updatestream import spec
 from updatestream.cache.entry import encode
 from updatestream.cache.keys import KeyTemplates
+from updatestream.devcluster.memcached import MemcachedServer
 
 
 @pytest.fixture(scope="module")

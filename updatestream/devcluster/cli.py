@@ -6,13 +6,16 @@ import json
 import signal
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
 from rich.table import Table
 
 from updatestream.devcluster.cluster import DEFAULT_DIR, DEFAULT_KEYSPACE, DevCluster
+
+if TYPE_CHECKING:
+    from updatestream.devcluster.replay import ReplayWindow
 
 console = Console(stderr=True)
 out = Console()
@@ -220,11 +223,32 @@ class _RichReporter:
         text = "  ".join(
             f"{r['source']}->{r['destination']}: {r['transactions_behind']} tx, "
             f"{r['seconds_behind']:.1f}s behind"
+            + (f", {r['replayed']} replayed" if r.get("replayed") else "")
             for r in report
         )
         if self.lag_task is None:
             self.lag_task = self.progress.add_task("", total=None)
         self.progress.update(self.lag_task, description=f"replication lag  {text}")
+
+    def replay(self, window: ReplayWindow) -> None:
+        since = window.since if window.oldest_time is None else window.oldest_time
+        if window.oldest_time is not None:
+            self.progress.console.print(
+                f"[yellow]the binlog of {window.source} reaches back only to "
+                f"{_clock(window.oldest_time)}, not to {_clock(window.since)}: replaying from "
+                f"its oldest position {window.start_pos or '(empty)'}[/]",
+                highlight=False,
+            )
+        self.progress.console.print(
+            f"replay {window.source}: {window.transactions} source transactions committed "
+            f"since {_clock(since)} ({window.snapshot_time - since}s before the snapshot), "
+            f"positions {window.start_pos or '(empty)'} .. {window.snapshot_pos}",
+            highlight=False,
+        )
+
+
+def _clock(timestamp: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp))
 
 
 @devcluster.command()
@@ -241,6 +265,14 @@ class _RichReporter:
 )
 @click.option("--catchup-seconds", type=float, default=2.0, show_default=True)
 @click.option("--hold-after-freeze", type=float, default=0.0, hidden=True)
+@click.option(
+    "--replay-seconds",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Start filtered replication this many seconds of source binlog before the copy's "
+    "snapshot, so the destination binlogs also cover that window (0: from the snapshot).",
+)
 @_dir_option
 def reshard(
     sources: str,
@@ -250,6 +282,7 @@ def reshard(
     min_replicate_seconds: float,
     catchup_seconds: float,
     hold_after_freeze: float,
+    replay_seconds: float,
     directory: Path,
 ) -> None:
     """Split or merge shards: create, copy, filtered replication, switch reads then writes."""
@@ -257,15 +290,16 @@ def reshard(
 
     from updatestream.devcluster.reshard import ReshardOptions, ReshardWorkflow, plan_reshard
 
-    cluster = DevCluster(directory)
-    plan = plan_reshard(cluster, sources, targets)
     options = ReshardOptions(
         copy_batch_size=copy_batch_size,
         copy_throttle=copy_throttle,
         min_replicate_seconds=min_replicate_seconds,
         catchup_seconds=catchup_seconds,
         hold_after_freeze=hold_after_freeze,
+        replay_seconds=replay_seconds,
     )
+    cluster = DevCluster(directory)
+    plan = plan_reshard(cluster, sources, targets)
     columns = (
         SpinnerColumn(),
         TextColumn("{task.description}"),

@@ -11,6 +11,13 @@ Copied rows are written with `sql_log_bin=0`: they are not changes of the keyspa
 home for rows that already exist, so they must not appear as inserts in the destination's binlog
 (a change stream reading the destination would otherwise deliver every row a second time).
 Filtered replication, which starts from the snapshot position, is logged normally.
+
+The batch that finishes a destination (`copy_done = 1`) also writes `start_pos` and sets `pos` to
+the position filtered replication starts from: the snapshot position, or an earlier one chosen by
+`start_position` (a replay window, see `replay`). In that case the same transaction first takes
+the rows the window touched back to their state at that position (unlogged, like the copy), so
+that replication re-applies the window's transactions to rows in the state the source had, and
+logs the same row changes the source did.
 """
 
 from __future__ import annotations
@@ -31,11 +38,22 @@ from updatestream.devcluster.errors import ReshardError
 from updatestream.devcluster.server import Connection
 
 COPY_UPSERT = (
-    "INSERT INTO `_vt`.`vreplication` (id, workflow, source_shard, pos, transaction_timestamp, "
-    "time_updated, state, rows_copied, copy_done) VALUES (%s, %s, %s, %s, 0, %s, %s, %s, %s) "
-    "ON DUPLICATE KEY UPDATE pos = VALUES(pos), time_updated = VALUES(time_updated), "
-    "state = VALUES(state), rows_copied = VALUES(rows_copied), copy_done = VALUES(copy_done)"
+    "INSERT INTO `_vt`.`vreplication` (id, workflow, source_shard, pos, start_pos, "
+    "transaction_timestamp, time_updated, state, rows_copied, copy_done) "
+    "VALUES (%s, %s, %s, %s, %s, 0, %s, %s, %s, %s) "
+    "ON DUPLICATE KEY UPDATE pos = VALUES(pos), start_pos = VALUES(start_pos), "
+    "time_updated = VALUES(time_updated), state = VALUES(state), "
+    "rows_copied = VALUES(rows_copied), copy_done = VALUES(copy_done)"
 )
+
+
+@dataclass(frozen=True)
+class ReplicationStart:
+    """Where filtered replication starts after a copy, and the statements that take a target's
+    copied rows back to that position (none when it is the snapshot itself)."""
+
+    position: str
+    rewind: Callable[[KeyRange], Sequence[tuple[str, Sequence[Any]]]] = lambda _: ()
 
 
 @dataclass
@@ -84,6 +102,36 @@ def reset_target(conn: Connection, workflow: str) -> None:
         cur.execute("SET SESSION sql_log_bin = 1")
 
 
+def upgrade_vreplication(conn: Connection, workflow: str, snapshots: dict[str, str]) -> None:
+    """Bring `_vt.vreplication` (maybe created by an earlier version) to the current columns;
+    idempotent, and not logged (workflow bookkeeping, not a change of the keyspace).
+
+    A copy finished before `start_pos` existed started replication at its snapshot, so a column
+    added here is filled, for `workflow`, with the snapshot position per source in `snapshots`.
+    """
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = '_vt' "
+            "AND table_name = 'vreplication' AND column_name = 'start_pos'"
+        )
+        row = cur.fetchone()
+        if row and row[0]:
+            return
+        cur.execute("SET SESSION sql_log_bin = 0")
+        try:
+            for statement in schema.VREPLICATION_UPGRADES:
+                cur.execute(statement)
+            for source, position in snapshots.items():
+                cur.execute(
+                    "UPDATE `_vt`.`vreplication` SET start_pos = %s "
+                    "WHERE workflow = %s AND source_shard = %s AND copy_done = 1",
+                    (position, workflow, source),
+                )
+            conn.commit()
+        finally:
+            cur.execute("SET SESSION sql_log_bin = 1")
+
+
 def copy_source(
     *,
     workflow: str,
@@ -94,8 +142,14 @@ def copy_source(
     batch_size: int = 1000,
     throttle: float = 0.0,
     progress: Callable[[str, int], None] | None = None,
+    start_position: Callable[[str, int], ReplicationStart] | None = None,
 ) -> str:
-    """Copy the source rows each target owns; returns the snapshot's source GTID position."""
+    """Copy the source rows each target owns; returns the snapshot's source GTID position.
+
+    `start_position(snapshot position, snapshot time)` is called once the snapshot is taken,
+    before any row is written; it says where replication will start (written as `pos` and
+    `start_pos` with `copy_done`, after its rewind statements). Without it, at the snapshot.
+    """
     for target in targets:
         with target.conn.cursor() as cur:
             cur.execute("SET SESSION sql_log_bin = 0")
@@ -104,6 +158,11 @@ def copy_source(
         cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
         with source.cursor() as status_cur:
             position = snapshot_position(status_cur)
+            status_cur.execute("SELECT UNIX_TIMESTAMP()")
+            now = status_cur.fetchone()
+        start = ReplicationStart(position)
+        if start_position is not None:
+            start = start_position(position, int(now[0]) if now else int(time.time()))
         pending: dict[str, list[tuple[str, list[Any]]]] = {t.shard: [] for t in targets}
 
         def flush(target: CopyTarget, done: bool = False) -> None:
@@ -114,19 +173,23 @@ def copy_source(
                 for table, params in batch:
                     by_table.setdefault(table, []).append(params)
                 for table, rows in by_table.items():
-                    for start in range(0, len(rows), 500):
-                        chunk = rows[start : start + 500]
+                    for first in range(0, len(rows), 500):
+                        chunk = rows[first : first + 500]
                         tcur.execute(
                             rowsql.insert_sql(table, len(chunk)), [p for r in chunk for p in r]
                         )
                 target.rows_copied += len(batch)
+                if done:
+                    for sql, args in start.rewind(target.key_range):
+                        tcur.execute(sql, args)
                 tcur.execute(
                     COPY_UPSERT,
                     (
                         target.vrep_id,
                         workflow,
                         source_shard,
-                        position,
+                        start.position if done else position,
+                        start.position if done else "",
                         int(time.time()),
                         "Running" if done else "Copying",
                         target.rows_copied,

@@ -10,7 +10,7 @@ class DevClusterError(UpdateStreamError):
 
 
 class ServerError(DevClusterError):
-    """A local mariadbd could not be initialised, started or reached."""
+    """A local server (mariadbd, memcached) could not be initialised, started or reached."""
 
 
 class ClusterStateError(DevClusterError):

@@ -1,8 +1,9 @@
 """Filtered replication: replay one source shard's transactions into the destination shards.
 
 One `FilteredReplication` thread reads the source binlog (python-mysql-replication, MariaDB GTID
-mode, blocking, with server heartbeats) from the lowest position any destination has applied,
-and for every source transaction:
+mode, blocking, with server heartbeats) from the lowest position any destination has applied
+(right after the copy that is its `start_pos`: the snapshot, or earlier with a replay window, whose
+transactions are then applied again over the copied rows), and for every source transaction:
 
 - drops the rows a destination already has (its `_vt.vreplication.pos` contains the GTID);
 - routes each row of the sample database to the destination owning its keyspace id;
@@ -87,6 +88,8 @@ class Destination:
     last_write: float = 0.0
     conn: Connection | None = None
     applied_transactions: int = 0
+    snapshot: MariaDBPosition | None = None  # the copy's snapshot, to count replayed transactions
+    replayed: int = 0  # transactions with rows applied here that the snapshot already contains
 
 
 def sql_value(value: Any, none_source: str | None = None) -> Any:
@@ -269,6 +272,7 @@ class FilteredReplication:
                         "destination": dest.shard,
                         "pos": str(dest.pos),
                         "transactions_behind": behind,
+                        "replayed": dest.replayed,
                         "seconds_behind": (
                             max(0.0, now - dest.transaction_timestamp) if behind else 0.0
                         ),
@@ -418,6 +422,10 @@ class FilteredReplication:
             rows = [r for r in tx.rows if dest.key_range.contains(r.keyspace_id)]
             if rows:
                 self._write(dest, after, tx.timestamp, rows)
+                if dest.snapshot is not None and (
+                    (dest.snapshot.domain_seq(tx.gtid.domain) or 0) >= tx.gtid.seq
+                ):
+                    dest.replayed += 1
         with self._lock:
             self.source_pos = after
             self.last_timestamp = tx.timestamp

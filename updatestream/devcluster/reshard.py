@@ -5,7 +5,8 @@ progress in each destination's `_vt.vreplication`, committed with the data):
 
 1. create   - start the destination shards (new servers, new server/domain ids, same schema);
 2. copy     - consistent snapshot of each source into its destinations (see `copy`);
-3. replicate- filtered replication from the snapshot positions (see `replication`) until caught up;
+3. replicate- filtered replication from each destination's start position (the snapshot, or
+              earlier with a replay window, see `replay`) until caught up (see `replication`);
 4. switch   - reads switch (recorded), then writes: sources `read_only=ON`, wait until every
               destination applied the source's final position, rewrite the manifest's
               servingShards and shardMapHistory atomically, stop replication.
@@ -20,6 +21,7 @@ import contextlib
 import fcntl
 import functools
 import json
+import math
 import os
 import time
 from collections.abc import Iterator
@@ -29,21 +31,24 @@ from typing import Any, Protocol
 import pymysql
 from pymysql.constants import CLIENT
 
-from updatestream.core.errors import UpdateStreamError
 from updatestream.core.gtid import MariaDBPosition
-from updatestream.core.keyrange import KeyRange, are_contiguous, parse_shard_names
-from updatestream.core.shardmap import ShardMap
+from updatestream.core.keyrange import KeyRange
 from updatestream.core.vschema import VSchema
 from updatestream.devcluster import schema
-from updatestream.devcluster.cluster import DevCluster, atomic_write, shard_dir_name
-from updatestream.devcluster.copy import CopyTarget, copy_source, reset_target
-from updatestream.devcluster.errors import (
-    ReshardError,
-    ReshardInProgressError,
-    ReshardInputError,
-    ShardNotServingError,
+from updatestream.devcluster.cluster import DevCluster, atomic_write
+from updatestream.devcluster.copy import (
+    CopyTarget,
+    ReplicationStart,
+    copy_source,
+    reset_target,
+    upgrade_vreplication,
 )
+from updatestream.devcluster.errors import ReshardError, ReshardInProgressError, ReshardInputError
+from updatestream.devcluster.plan import ReshardPlan, plan_reshard
+from updatestream.devcluster.replay import ReplayWindow, find_replay_window, replication_start
 from updatestream.devcluster.replication import Destination, FilteredReplication
+
+__all__ = ["Reporter", "ReshardOptions", "ReshardPlan", "ReshardWorkflow", "plan_reshard"]
 
 PHASES = ("create", "copy", "replicate", "switch_reads", "freeze", "switch_writes", "done")
 
@@ -52,6 +57,7 @@ class Reporter(Protocol):
     def phase(self, name: str, detail: str = "") -> None: ...
     def copied(self, source: str, target: str, rows: int) -> None: ...
     def lag(self, report: list[dict[str, Any]]) -> None: ...
+    def replay(self, window: ReplayWindow) -> None: ...
 
 
 class _Quiet:
@@ -62,6 +68,9 @@ class _Quiet:
         pass
 
     def lag(self, report: list[dict[str, Any]]) -> None:
+        pass
+
+    def replay(self, window: ReplayWindow) -> None:
         pass
 
 
@@ -76,101 +85,20 @@ class ReshardOptions:
     advance_every: float = 1.0
     heartbeat: float = 0.25  # source heartbeat while idle: bounds the cut-over pause
     hold_after_freeze: float = 0.0  # tests: pause with the sources frozen, before the switch
+    # Start filtered replication this many seconds of source binlog before the copy's snapshot
+    # (0: at the snapshot); see `replay`.
+    replay_seconds: float = 0.0
 
+    def __post_init__(self) -> None:
+        self.validate()
 
-@dataclass
-class ReshardPlan:
-    sources: list[str]
-    targets: list[str]
-    new_serving: list[str]
-    name: str
-
-    def overlaps(self, target: str) -> list[str]:
-        t = KeyRange.parse(target)
-        return [s for s in self.sources if KeyRange.parse(s).intersects(t)]
-
-
-def plan_reshard(cluster: DevCluster, sources_text: str, targets_text: str) -> ReshardPlan:
-    """Validate a split or merge against the serving shard map; changes nothing."""
-    try:
-        sources = parse_shard_names(sources_text)
-        targets = parse_shard_names(targets_text)
-    except UpdateStreamError as exc:
-        raise ReshardInputError(
-            f"reshard --from={sources_text} --to={targets_text}: {exc}"
-        ) from None
-    serving = cluster.serving_map()
-    for source in sources:
-        if source not in serving:
-            raise ShardNotServingError(
-                f"source shard {source.name} is not serving (serving shards: {serving}); "
-                "pick sources from `updatestream devcluster status`"
-            )
-    if len({s.name for s in sources}) != len(sources) or not are_contiguous(sources):
-        raise ReshardInputError(
-            f"source shards {sources_text} must be distinct and adjacent (like 40-80,80-c0)"
-        )
-    for i, a in enumerate(targets):
-        for b in targets[i + 1 :]:
-            if a.intersects(b):
-                raise ReshardInputError(
-                    f"target shards {a.name} and {b.name} overlap; targets must partition "
-                    f"the source range exactly (like -40,40-80 for -80)"
-                )
-    src_span = KeyRange(min(s.start for s in sources), _max_end(sources))
-    if (
-        not are_contiguous(targets)
-        or KeyRange(min(t.start for t in targets), _max_end(targets)) != src_span
-    ):
-        raise ReshardInputError(
-            f"target shards {targets_text} do not exactly cover the source range {src_span.name} "
-            f"(from {sources_text}); list adjacent ranges from {src_span.start.hex() or '-'} "
-            f"to {src_span.end.hex() or 'the end'}"
-        )
-    if {t.name for t in targets} == {s.name for s in sources}:
-        raise ReshardInputError(f"targets {targets_text} are the sources; nothing to reshard")
-    names = [s.name for s in sources]
-    new_serving = [n for n in serving.names if n not in names] + [t.name for t in targets]
-    ShardMap(KeyRange.parse(n) for n in new_serving)
-    name = (
-        "+".join(shard_dir_name(s.name) for s in sources)
-        + ".to."
-        + "+".join(shard_dir_name(t.name) for t in targets)
-    )
-    plan = ReshardPlan(names, [t.name for t in targets], new_serving, name)
-    resuming = False
-    for other in _workflow_states(cluster):
-        if other.get("phase") == "done":
-            continue
-        if other["name"] == name:
-            resuming = True
-            continue
-        busy = (set(other["sources"]) | set(other["targets"])) & (set(names) | set(plan.targets))
-        if busy:
-            raise ReshardInProgressError(
-                f"shard(s) {', '.join(sorted(busy))} are already part of the unfinished "
-                f"workflow {other['name']}; rerun that reshard to finish it first"
-            )
-    existing = set(cluster.shard_names())
-    for target in plan.targets:
-        if target in existing and not resuming:
+    def validate(self) -> None:
+        """Refuse option values that cannot work, before anything changes."""
+        if not math.isfinite(self.replay_seconds) or self.replay_seconds < 0:
             raise ReshardInputError(
-                f"target shard {target} already exists; retire it first "
-                f"(updatestream devcluster retire --shards={target})"
+                f"--replay-seconds is {self.replay_seconds}; give 0 (replicate from the copy's "
+                "snapshot) or a positive number of seconds of source binlog before the snapshot"
             )
-    return plan
-
-
-def _max_end(ranges: list[KeyRange]) -> bytes:
-    return b"" if any(not r.end for r in ranges) else max(r.end for r in ranges)
-
-
-def _workflow_states(cluster: DevCluster) -> Iterator[dict[str, Any]]:
-    if not cluster.workflows_dir.is_dir():
-        return
-    for path in sorted(cluster.workflows_dir.glob("*.json")):
-        with contextlib.suppress(OSError, json.JSONDecodeError):
-            yield json.loads(path.read_text(encoding="utf-8"))
 
 
 @dataclass
@@ -245,12 +173,14 @@ class ReshardWorkflow:
     # -- running --------------------------------------------------------------------------------
 
     def run(self) -> dict[str, Any]:
+        self.options.validate()
         with self._exclusive():
             self._load_or_create()
             self.state["pid"] = os.getpid()
             self._save()
             try:
                 self._create()
+                self._upgrade_vreplication()
                 self._copy()
                 self._replicate()
                 self._switch()
@@ -273,6 +203,19 @@ class ReshardWorkflow:
             self.cluster.add_shard(target)
         self._finish("create")
         self._enter("copy")
+
+    def _upgrade_vreplication(self) -> None:
+        """Add `start_pos` to targets made by an earlier version; a copy they finished started
+        replication at its snapshot: recorded in the state, or (still in the copy phase, so
+        replication has not moved it) the row's `pos`."""
+        for target in self.plan.targets:
+            snapshots = dict(self.state.get("copy_positions", {}).get(target, {}))
+            if self.state["phase"] == "copy":
+                for source, row in self._vrep_rows(target).items():
+                    if row.get("copy_done"):
+                        snapshots.setdefault(source, row["pos"])
+            with self.cluster.connect(target, "admin") as conn:
+                upgrade_vreplication(conn, self.plan.name, snapshots)
 
     def _vrep_rows(self, target: str) -> dict[str, dict[str, Any]]:
         with (
@@ -297,10 +240,14 @@ class ReshardWorkflow:
             rows = self._vrep_rows(target)
             sources = self.plan.overlaps(target)
             if all(rows.get(s, {}).get("copy_done") for s in sources):
-                # Replication has not started yet, so `pos` is still the copy's snapshot.
+                # The positions were recorded when the snapshot was taken; a state written by an
+                # earlier version has none, and there replication started at the snapshot (which
+                # `pos` still is, and `_upgrade_vreplication` wrote as `start_pos`).
                 copied = self.state.setdefault("copy_positions", {}).setdefault(target, {})
+                starts = self.state.setdefault("start_positions", {}).setdefault(target, {})
                 for source in sources:
                     copied.setdefault(source, rows[source]["pos"])
+                    starts.setdefault(source, rows[source]["start_pos"])
                 continue
             if rows or self._has_rows(target):
                 with self.cluster.connect(target, "admin", autocommit=False) as conn:
@@ -319,7 +266,7 @@ class ReshardWorkflow:
                     for t, c in zip(targets, conns, strict=True)
                 ]
                 with self.cluster.connect(source, "admin", autocommit=False) as src:
-                    position = copy_source(
+                    copy_source(
                         workflow=self.plan.name,
                         source_shard=source,
                         source=src,
@@ -328,18 +275,39 @@ class ReshardWorkflow:
                         batch_size=self.options.copy_batch_size,
                         throttle=self.options.copy_throttle,
                         progress=functools.partial(self.reporter.copied, source),
+                        start_position=functools.partial(self._snapshot_taken, source, targets),
                     )
-                self.state.setdefault("snapshots", {})[source] = position
-                for target in targets:
-                    self.state.setdefault("copy_positions", {}).setdefault(target, {})[source] = (
-                        position
-                    )
-                self._save()
             finally:
                 for conn in conns:
                     conn.close()
         self._finish("copy")
         self._enter("replicate")
+
+    def _snapshot_taken(
+        self, source: str, targets: list[str], position: str, snapshot_time: int
+    ) -> ReplicationStart:
+        """Record the copy's snapshot and choose where replication starts, before any row of
+        the copy is written (so a rerun after a crash finds both in the state)."""
+        keyspace = self.cluster.keyspace()
+        window = find_replay_window(
+            keyspace,
+            self.cluster.secrets_dir,
+            source,
+            position,
+            snapshot_time,
+            self.options.replay_seconds,
+        )
+        self.state.setdefault("snapshots", {})[source] = position
+        if self.options.replay_seconds:
+            self.state.setdefault("replay", {})[source] = window.as_dict()
+        for target in targets:
+            self.state.setdefault("copy_positions", {}).setdefault(target, {})[source] = position
+            starts = self.state.setdefault("start_positions", {}).setdefault(target, {})
+            starts[source] = window.start_pos
+        self._save()
+        if self.options.replay_seconds:
+            self.reporter.replay(window)
+        return replication_start(keyspace, self.cluster.secrets_dir, window)
 
     def _has_rows(self, target: str) -> bool:
         with self.cluster.connect(target, "admin", "commerce") as conn, conn.cursor() as cur:
@@ -379,6 +347,7 @@ class ReshardWorkflow:
                         ),
                         pos=MariaDBPosition.parse(row["pos"]),
                         transaction_timestamp=int(row["transaction_timestamp"]),
+                        snapshot=self._snapshot_of(target, source),
                     )
                 )
             server = self.cluster.server(source)
@@ -395,6 +364,10 @@ class ReshardWorkflow:
                     heartbeat=self.options.heartbeat,
                 ).start()
             )
+
+    def _snapshot_of(self, target: str, source: str) -> MariaDBPosition | None:
+        position = self.state.get("copy_positions", {}).get(target, {}).get(source)
+        return None if position is None else MariaDBPosition.parse(position)
 
     def lag_report(self) -> list[dict[str, Any]]:
         report: list[dict[str, Any]] = []

@@ -82,12 +82,22 @@ PRIMARY_KEYS: dict[str, tuple[str, ...]] = {
     "events": ("event_key",),
 }
 
+# One row per (workflow, source shard) on each destination shard of a reshard.
+# - source_shard: the canonical name of the source shard (`KeyRange.name`: lower-case hex,
+#   like -80 or 40-80), as the change stream reads it for provenance.
+# - pos: the source GTID position applied so far (the copy's snapshot, then moved by every
+#   replicated transaction).
+# - start_pos: the source GTID position after which this destination's binlog holds every source
+#   transaction touching its key range, each as a replicated transaction. Written once with the
+#   row that marks copy_done (again if the copy is redone), never by replication. It is the
+#   snapshot position, or earlier with a replay window (`reshard --replay-seconds`).
 VREPLICATION_DDL = """
 CREATE TABLE IF NOT EXISTS vreplication (
   id INT NOT NULL,
   workflow VARBINARY(1000) NOT NULL,
   source_shard VARBINARY(255) NOT NULL,
   pos VARBINARY(10000) NOT NULL,
+  start_pos VARBINARY(10000) NOT NULL DEFAULT '',
   transaction_timestamp BIGINT NOT NULL DEFAULT 0,
   time_updated BIGINT NOT NULL DEFAULT 0,
   state VARBINARY(100) NOT NULL,
@@ -96,6 +106,12 @@ CREATE TABLE IF NOT EXISTS vreplication (
   copy_done TINYINT NOT NULL DEFAULT 0,
   PRIMARY KEY (id)
 ) ENGINE=InnoDB"""
+
+# Brings a `_vt.vreplication` created by an earlier version up to VREPLICATION_DDL; idempotent.
+VREPLICATION_UPGRADES: tuple[str, ...] = (
+    "ALTER TABLE `_vt`.`vreplication` ADD COLUMN IF NOT EXISTS "
+    "start_pos VARBINARY(10000) NOT NULL DEFAULT '' AFTER pos",
+)
 
 VSCHEMA: dict[str, Any] = {
     "sharded": True,
