@@ -89,6 +89,13 @@ def _dedup(text: str | None) -> object:
     help="An extra option of the binlog source, e.g. heartbeatIntervalSeconds=10 (repeatable).",
 )
 @click.option(
+    "--keyspace-watch",
+    default=None,
+    metavar="PATH|kubernetes:NS/NAME",
+    help="Where the running job re-reads its Keyspace to follow serving-map changes and hop "
+    "(default: the --keyspace file).",
+)
+@click.option(
     "--hop-started-at",
     default=None,
     type=float,
@@ -110,6 +117,7 @@ def run(
     dedup: str | None,
     hop_started_at: float | None,
     source_option: tuple[str, ...],
+    keyspace_watch: str | None,
 ) -> None:
     """Stream one key range of an UpdateStream from the shards' binlogs to its sinks."""
     from updatestream_jobs.job import Job, JobOptions
@@ -138,6 +146,8 @@ def run(
         dedup=_dedup(dedup),  # type: ignore[arg-type]
         hop_started_at=hop_started_at,
         source_options=extra,
+        keyspace_watch=keyspace_watch,
+        keyspace_path=keyspace_path,
     )
     job = Job(options)
     tracker = job.run()

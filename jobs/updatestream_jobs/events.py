@@ -21,8 +21,9 @@ from typing import Any, Literal
 
 from updatestream.core.token import EventToken
 
-Op = Literal["insert", "update", "delete", "heartbeat"]
-OPS: tuple[Op, ...] = ("insert", "update", "delete", "heartbeat")
+Op = Literal["insert", "update", "delete", "heartbeat", "hop"]
+OPS: tuple[Op, ...] = ("insert", "update", "delete", "heartbeat")  # what sinks receive
+HOP_MARKER: Op = "hop"  # the first row of a hop batch; the job records it, sinks never see it
 
 # The Spark schema of a change event row, as DDL (field order is the row order).
 SPARK_SCHEMA_DDL = ", ".join(
@@ -42,6 +43,7 @@ SPARK_SCHEMA_DDL = ", ".join(
         "source_shard STRING",
         "source_gtid STRING",
         "source_timestamp BIGINT",
+        "dedup STRING",
     ]
 )
 
@@ -59,10 +61,13 @@ class ChangeEvent:
     token: str  # EventToken JSON (`EventToken.dumps()`)
     timestamp: int  # token timestamp: source timestamp for replicated transactions
     gtid: str  # GTID position of the shard after the transaction
-    tx_index: int  # index of the row within its transaction (0 for heartbeats)
+    tx_index: int  # earlier changes to this table and key in the transaction (0: the first)
     source_shard: str | None = None  # provenance, for transactions from filtered replication
     source_gtid: str | None = None
     source_timestamp: int | None = None
+    # the dedup rule's verdict, set by the reader after a hop: "hop" (a duplicate: the job drops
+    # and counts it) or "unknown" (no provenance inside an overlap window: delivered, counted)
+    dedup: str | None = None
 
     def event_token(self) -> EventToken:
         return EventToken.loads(self.token)
@@ -76,13 +81,13 @@ class ChangeEvent:
 
     @property
     def identity(self) -> tuple[str, str, str, str, int]:
-        """What makes an event unique: origin shard, origin GTID, table, primary key and the
-        row's index in its transaction.
+        """What makes an event unique: origin shard, origin GTID, table, primary key and how
+        many changes to that key came before it in the transaction.
 
-        For an event copied by filtered replication the origin is its source. The table and key
-        are part of it because the destinations of a split each number the rows they receive
-        from one source transaction from 0: without them, two different rows of one source
-        transaction, read from two destinations, would look like one change.
+        For an event copied by filtered replication the origin is its source. Counting per key
+        (not per row of the transaction) gives a change and its copy the same identity: a
+        destination holds only some rows of a source transaction, but every change to one key,
+        in order.
         """
         if self.source_shard is not None and self.source_gtid is not None:
             origin = (self.source_shard, self.source_gtid)

@@ -2,10 +2,12 @@
 
 One job serves one key range of one UpdateStream. The source reads only the shards that
 intersect the key range and drops rows whose keyspace id lies outside it (the key-range filter
-runs inside the source's read, before anything leaves the worker). Each micro-batch then goes,
-in the driver, through the dedup rule of the last hop (when the job was started after one) and to
-every sink with `write_batch(events, BatchContext(stream, key_range, batch_id))`, in stream
-order: per shard in GTID order, heartbeats last.
+runs inside the source's read, before anything leaves the worker). When the Keyspace's serving
+shard map changes, the source hops inside the running query (see `source.hopping`): the hop
+batch starts with a `hop` marker row and the reader marks each row with the dedup rule's verdict.
+Each micro-batch then goes, in the driver, to every sink with `write_batch(events,
+BatchContext(stream, key_range, batch_id))`, in stream order (per shard in GTID order,
+heartbeats last), without the hop duplicates, which are counted; markers are recorded as hops.
 
 Spark runs in local mode (`local[*]`) unless a master is given or the job runs under
 spark-submit. Spark's own logging is kept to errors; credentials are read from Secret files on
@@ -14,6 +16,7 @@ the workers and never appear in options, logs or the status file.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -26,10 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from updatestream import spec
-from updatestream.core.dedup import DedupFilter, DedupVerdict
+from updatestream.core.dedup import DedupFilter
 from updatestream.core.errors import UpdateStreamError
 from updatestream.core.keyrange import KeyRange
-from updatestream_jobs.events import ChangeEvent
+from updatestream.core.shardmap import ShardMap
+from updatestream_jobs.events import HOP_MARKER, ChangeEvent
 from updatestream_jobs.metrics import StreamMetrics
 from updatestream_jobs.progress import ProgressListener, ProgressTracker
 from updatestream_jobs.sinks import BatchContext, Sink, build_sinks
@@ -66,6 +70,10 @@ class JobOptions:
     dedup: DedupFilter | None = None  # the dedup rule of the hop this job starts after
     hop_started_at: float | None = None  # when that hop began (unix seconds)
     source_options: dict[str, str] = field(default_factory=dict)  # extra source options
+    # where the running job re-reads its Keyspace to notice serving-map changes and hop: a
+    # manifest path or kubernetes:<namespace>/<name>; default: `keyspace_path`
+    keyspace_watch: str | None = None
+    keyspace_path: Path | None = None  # the manifest file `keyspace` was read from
 
 
 def serving_key_range(options: JobOptions) -> str:
@@ -94,14 +102,21 @@ def source_options(options: JobOptions, key_range: str) -> dict[str, str]:
             f"Keyspace manifest is {options.keyspace.metadata.name}"
         )
     keyspace_json = options.keyspace.model_dump_json(by_alias=True, exclude_none=True)
-    return {
+    found = {
         "keyspace": keyspace_json,
         "keyRange": key_range,
         "tables": ",".join(stream.tables),
         "secretsDir": str(options.secrets_dir),
         "start": start_option(stream.start),
-        **options.source_options,
     }
+    watch = options.keyspace_watch or (
+        str(options.keyspace_path) if options.keyspace_path is not None else None
+    )
+    if watch:
+        found["keyspaceWatch"] = watch
+    if options.dedup is not None and not options.dedup.is_empty():
+        found["dedup"] = json.dumps(options.dedup.to_json(), sort_keys=True)
+    return {**found, **options.source_options}
 
 
 def spark_session(master: str | None, app_name: str) -> Any:
@@ -153,25 +168,24 @@ class Job:
         self.metrics_port: int | None = None
         self.query: Any = None
         self._hop_pending = options.hop_started_at is not None
+        serving = options.keyspace.spec.serving_shards
+        self.tracker.shard_map = str(ShardMap.parse(",".join(serving)))
 
     def _deduplicated(
         self, events: Iterator[ChangeEvent], *, count: bool = True
     ) -> Iterator[ChangeEvent]:
-        """Drop hop duplicates; `count` them (and undecidable events) on one pass only."""
-        dedup = self.options.dedup
-        if dedup is None or dedup.is_empty():
-            yield from events
-            return
+        """What sinks receive: no hop markers (recorded as hops) and no hop duplicates; `count`
+        duplicates and undecidable events, and record hops, on one pass only."""
         for event in events:
-            if event.op == "heartbeat":
-                yield event
+            if event.op == HOP_MARKER:
+                if count and event.after:
+                    self.tracker.hop_announced(json.loads(event.after))
                 continue
-            verdict = dedup.classify(event.event_token())
-            if verdict is DedupVerdict.DUPLICATE_HOP:
+            if event.dedup == "hop":
                 if count:
                     self.tracker.count_duplicate("hop")
                 continue
-            if verdict is DedupVerdict.OVERLAP_UNKNOWN and count:
+            if event.dedup == "unknown" and count:
                 self.tracker.count_duplicate("unknown")
             yield event
 
@@ -184,6 +198,7 @@ class Job:
                 yield ChangeEvent.from_row(row.asDict())
 
         several = len(self.sinks) > 1
+        dropped_before = self.tracker.duplicates["hop"]
         if several:
             frame.persist()
         try:
@@ -199,6 +214,17 @@ class Job:
             if several:
                 frame.unpersist()
         fault_after_sink_write(batch_id)
+        if any(hop["completedAt"] is None for hop in self.tracker.hops):
+            fault_after_hop_write(batch_id)
+        for hop in self.tracker.complete_hops(self.tracker.duplicates["hop"] - dropped_before):
+            log.info(
+                "hop %s done: %s -> %s in %.1fs, %d duplicates dropped",
+                hop["number"],
+                ",".join(hop["from"]),
+                ",".join(hop["to"]),
+                hop["durationSeconds"],
+                hop["duplicatesDropped"],
+            )
         if self._hop_pending and self.options.hop_started_at is not None:
             self._hop_pending = False
             self.metrics.hops.labels(self.name).inc()
@@ -272,6 +298,19 @@ def fault_after_sink_write(batch_id: int) -> None:
     wanted = os.environ.get(FAULT_EXIT_AFTER_SINK_WRITE)
     if wanted is not None and wanted.strip() == str(batch_id):
         log.error("fault injection: exiting after the sinks wrote batch %d", batch_id)
+        sys.stderr.flush()
+        os._exit(137)
+
+
+FAULT_EXIT_AFTER_HOP_WRITE = "UPDATESTREAM_FAULT_EXIT_AFTER_HOP_WRITE"
+
+
+def fault_after_hop_write(batch_id: int) -> None:
+    """Fault injection for crash tests: with UPDATESTREAM_FAULT_EXIT_AFTER_HOP_WRITE set, the
+    process dies (exit status 137) once the sinks wrote a hop batch, before Spark commits it:
+    a restart from the checkpoint replays the hop from its recorded starts and dedup rule."""
+    if os.environ.get(FAULT_EXIT_AFTER_HOP_WRITE):
+        log.error("fault injection: exiting after the sinks wrote hop batch %d", batch_id)
         sys.stderr.flush()
         os._exit(137)
 

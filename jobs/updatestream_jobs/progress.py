@@ -15,7 +15,12 @@ The status file is a small JSON document rewritten atomically after every batch,
 "duplicatesDelivered"}}, "shards": {shard: {"token", "position", "events", "byOp",
 "lastEventTimestamp", "lagSeconds"}}}`. `duplicates` counts the events the hop dedup rule
 classified since this process started (`hop`: dropped, `unknown`: delivered); the sink counts
-are per process too, from each sink's result.
+are per process too, from each sink's result. `shardMap` is the serving shard map the stream
+reads (from the source's offsets) and `hops` lists the hops made inside the running query,
+oldest first: `{"number", "fromMap", "toMap", "from", "to", "servingChangedAt", "detectedAt",
+"completedAt", "durationSeconds", "duplicatesDropped"}`; `completedAt` is set once the sinks
+wrote the batch that read the destination shards, and `durationSeconds` counts from the serving
+map change (else from when the stream noticed it).
 """
 
 from __future__ import annotations
@@ -89,6 +94,8 @@ class ProgressTracker:
         self.phase = "starting"
         self.duplicates: Counter[str] = Counter({cause: 0 for cause in DUPLICATE_CAUSES})
         self.sinks: dict[str, Counter[str]] = {}
+        self.shard_map: str | None = None
+        self.hops: list[dict[str, Any]] = []
         self._clock = clock
         self._lock = threading.Lock()
 
@@ -115,6 +122,51 @@ class ProgressTracker:
             if self.metrics is not None:
                 self.metrics.events.labels(self.stream, event.shard, event.op).inc()
             yield event
+
+    def hop_announced(self, hop: dict[str, Any]) -> None:
+        """A hop the source made (its marker row); a replayed hop batch announces it again."""
+        with self._lock:
+            number = hop.get("number")
+            if any(h["number"] == number for h in self.hops):
+                return
+            self.hops.append(
+                {
+                    "number": number,
+                    "fromMap": hop.get("fromMap"),
+                    "toMap": hop.get("toMap"),
+                    "from": list(hop.get("from") or []),
+                    "to": list(hop.get("to") or []),
+                    "servingChangedAt": hop.get("servingChangedAt"),
+                    "detectedAt": hop.get("detectedAt"),
+                    "completedAt": None,
+                    "durationSeconds": None,
+                    "duplicatesDropped": 0,
+                }
+            )
+            self.shard_map = hop.get("toMap") or self.shard_map
+            self.phase = "hopping"
+
+    def complete_hops(self, duplicates_dropped: int) -> list[dict[str, Any]]:
+        """The hops announced in the batch the sinks just wrote are done; returns them."""
+        now = self._clock()
+        done = []
+        with self._lock:
+            for hop in self.hops:
+                if hop["completedAt"] is not None:
+                    continue
+                began = hop["servingChangedAt"] or hop["detectedAt"] or now
+                hop["completedAt"] = now
+                hop["durationSeconds"] = round(max(0.0, now - float(began)), 3)
+                hop["duplicatesDropped"] = duplicates_dropped
+                done.append(hop)
+            if done and self.phase == "hopping":
+                self.phase = "running"
+        for hop in done:
+            if self.metrics is not None:
+                self.metrics.hops.labels(self.stream).inc()
+                self.metrics.hop_duration.labels(self.stream).observe(hop["durationSeconds"])
+                self.metrics.set_phase(self.key_range, "running")
+        return done
 
     def count_duplicate(self, cause: str) -> None:
         """One event classified by the hop dedup rule (`hop`: dropped, `unknown`: delivered)."""
@@ -151,10 +203,15 @@ class ProgressTracker:
             self._update_lag()
         self.write_status()
 
-    def observe_latest(self, latest: dict[str, Any]) -> None:
-        """Spark's view of each shard's latest position (an offset: shard -> token JSON)."""
+    def observe_latest(self, latest: dict[str, Any], shard_map: str | None = None) -> None:
+        """Spark's view of each shard's latest position (an offset: shard -> token JSON; keys
+        starting with `_` are the source's hop state) and the shard map it reads."""
         with self._lock:
+            if shard_map:
+                self.shard_map = shard_map
             for shard, token in latest.items():
+                if shard.startswith("_"):
+                    continue
                 progress = self._shard(shard)
                 progress.latest_position = str(EventToken.from_json(token).position)
             self._update_lag()
@@ -183,6 +240,8 @@ class ProgressTracker:
                 "batches": self.batches,
                 "updatedAt": self._clock(),
                 "phase": self.phase,
+                "shardMap": self.shard_map,
+                "hops": [dict(hop) for hop in self.hops],
                 "duplicates": dict(sorted(self.duplicates.items())),
                 "sinks": {
                     name: {k: counts[k] for k in _SINK_COUNTS}
@@ -230,11 +289,13 @@ class ProgressListener(StreamingQueryListener):
             return
         for source in progress.sources:
             latest = getattr(source, "latestOffset", None)
-            if latest:
-                try:
-                    self.tracker.observe_latest(json.loads(latest))
-                except (ValueError, TypeError, AttributeError) as exc:
-                    log.warning("cannot read the source's latest offset: %s", exc)
+            end = getattr(source, "endOffset", None)
+            try:
+                shard_map = json.loads(end).get("_map") if end else None
+                if latest:
+                    self.tracker.observe_latest(json.loads(latest), shard_map)
+            except (ValueError, TypeError, AttributeError) as exc:
+                log.warning("cannot read the source's latest offset: %s", exc)
 
     def onQueryIdle(self, event: Any) -> None:
         return None

@@ -18,7 +18,7 @@ import pymysql
 
 from updatestream import spec
 from updatestream.core.errors import UpdateStreamError
-from updatestream.mysqltls import tls_context
+from updatestream.mysqltls import tls_arguments
 from updatestream.versionstream.repository import (
     Origin,
     Record,
@@ -85,9 +85,7 @@ class VersionStreamSink:
             "read_timeout": 60,
             "write_timeout": 60,
         }
-        context = tls_context(endpoint, self.secrets_dir, self.config.credentials_secret)
-        if context is not None:
-            settings["ssl"] = context
+        settings.update(tls_arguments(endpoint, self.secrets_dir, self.config.credentials_secret))
         return settings
 
     @property

@@ -19,10 +19,10 @@ per-shard watermarks keep moving.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
-from collections.abc import Iterator, Sequence
-from operator import attrgetter
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -39,96 +39,57 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from updatestream.core.dedup import DedupFilter
 from updatestream.core.gtid import position_contains
+from updatestream.core.keyrange import KeyRange
+from updatestream.core.shardmap import ShardMap
 from updatestream.core.token import EventToken
-from updatestream_jobs.events import SPARK_SCHEMA_DDL, ChangeEvent
-from updatestream_jobs.source.binlog import BinlogRangeReader
+from updatestream.spec import Keyspace
+from updatestream_jobs.events import SPARK_SCHEMA_DDL
 from updatestream_jobs.source.errors import (
     BinlogReadError,
     SourceOptionsError,
     StartPositionError,
 )
-from updatestream_jobs.source.options import SourceConfig, StartSpec, parse_options
+from updatestream_jobs.source.hopping import Hopper, map_for_shards, serving_map
+from updatestream_jobs.source.keyspace_watch import KeyspaceWatch, open_watch
+from updatestream_jobs.source.offsets import StreamOffset, tokens_of
+from updatestream_jobs.source.options import (
+    ShardEndpoint,
+    SourceConfig,
+    StartSpec,
+    endpoints_of,
+    parse_options,
+)
+from updatestream_jobs.source.partition import (
+    ARROW_SCHEMA,
+    ShardRange,
+    Via,
+    read_shard_range,
+    read_shard_rows,
+    record_batches,
+)
 from updatestream_jobs.source.positions import (
     check_start_available,
     earliest_start,
     find_start_by_timestamp,
 )
-from updatestream_jobs.source.rows import EventRow, RowConverter, heartbeat
 from updatestream_jobs.source.session import ShardSession, connection_settings, flavor_of
 
 log = logging.getLogger(__name__)
 
 SHORT_NAME = "updatestream"
-_FIELDS = tuple(ChangeEvent.__dataclass_fields__)
-_ROW = attrgetter(*_FIELDS)
-_ARROW_TYPES = {"STRING": pa.string(), "BIGINT": pa.int64(), "INT": pa.int32()}
-ARROW_SCHEMA = pa.schema(
-    [
-        pa.field(name, _ARROW_TYPES[kind])
-        for name, kind in (part.strip().split(" ") for part in SPARK_SCHEMA_DDL.split(","))
-    ]
-)
-_MAX_BATCH_BYTES = 8 * 1024 * 1024
-_BEFORE, _AFTER = _FIELDS.index("before"), _FIELDS.index("after")
 
-
-class ShardRange(InputPartition):
-    """One shard's slice of a micro-batch: start and end Event Tokens (JSON text)."""
-
-    def __init__(self, shard: str, start: str, end: str, heartbeat: bool) -> None:
-        super().__init__((shard, start, end, heartbeat))
-        self.shard = shard
-        self.start = start
-        self.end = end
-        self.heartbeat = heartbeat
-
-    def __repr__(self) -> str:
-        return f"ShardRange({self.shard}, {self.start} -> {self.end})"
-
-
-def _batch(rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
-    # Lists, not tuples: pyarrow converts a tuple of strings ~300 times slower.
-    columns = [list(c) for c in zip(*rows, strict=True)] if rows else [[] for _ in _FIELDS]
-    return pa.RecordBatch.from_arrays(
-        [pa.array(column, type=f.type) for column, f in zip(columns, ARROW_SCHEMA, strict=True)],
-        schema=ARROW_SCHEMA,
-    )
-
-
-def record_batches(rows: Iterator[EventRow], max_rows: int) -> Iterator[pa.RecordBatch]:
-    """Group event rows into Arrow record batches of at most `max_rows` rows (and ~8 MB)."""
-    batch: list[EventRow] = []
-    size = 0
-    for row in rows:
-        batch.append(row)
-        size += len(row[_AFTER] or "") + len(row[_BEFORE] or "") + 256
-        if len(batch) >= max_rows or size >= _MAX_BATCH_BYTES:
-            yield _batch(batch)
-            batch, size = [], 0
-    if batch:
-        yield _batch(batch)
-
-
-def read_shard_rows(config: SourceConfig, part: ShardRange) -> Iterator[EventRow]:
-    """The change events of one partition as tuples (runs on a worker, opens its own
-    connections); the shard's last partition ends with its heartbeat."""
-    endpoint = config.endpoint(part.shard)
-    start = EventToken.loads(part.start)
-    end = EventToken.loads(part.end)
-    if not position_contains(start.position, end.position):
-        with ShardSession(endpoint, config) as session:
-            session.check_settings()
-        converter = RowConverter(config, part.shard, flavor_of(endpoint))
-        reader = BinlogRangeReader(endpoint, config, start.position, end.position, converter)
-        yield from reader.rows()
-    if part.heartbeat:
-        yield _ROW(heartbeat(config.keyspace, end))
-
-
-def read_shard_range(config: SourceConfig, part: ShardRange) -> Iterator[ChangeEvent]:
-    """The change events of one partition (see `read_shard_rows`)."""
-    return (ChangeEvent(*row) for row in read_shard_rows(config, part))
+__all__ = [
+    "ARROW_SCHEMA",
+    "ShardRange",
+    "UpdateStreamDataSource",
+    "offset_json",
+    "read_shard_range",
+    "read_shard_rows",
+    "record_batches",
+    "register",
+]
 
 
 class _Planner:
@@ -137,13 +98,28 @@ class _Planner:
     def __init__(self, config: SourceConfig) -> None:
         self.config = config
         self._sessions: dict[str, ShardSession] = {}
+        self.endpoints: dict[str, ShardEndpoint] = {e.shard: e for e in config.shards}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"config": self.config, "_sessions": {}}
+        return {"config": self.config, "_sessions": {}, "endpoints": dict(self.endpoints)}
+
+    def update(self, keyspace: Keyspace) -> None:
+        """Learn the endpoints of every shard the Keyspace declares now (a hop reads shards
+        that did not exist when the stream started); a moved shard gets a new session."""
+        for endpoint in endpoints_of(keyspace):
+            known = self.endpoints.get(endpoint.shard)
+            if known != endpoint:
+                self.endpoints[endpoint.shard] = endpoint
+                stale = self._sessions.pop(endpoint.shard, None)
+                if stale is not None:
+                    stale.close()
+
+    def endpoint(self, shard: str) -> ShardEndpoint:
+        return self.endpoints.get(shard) or self.config.endpoint(shard)
 
     def session(self, shard: str) -> ShardSession:
         if shard not in self._sessions:
-            self._sessions[shard] = ShardSession(self.config.endpoint(shard), self.config)
+            self._sessions[shard] = ShardSession(self.endpoint(shard), self.config)
         return self._sessions[shard]
 
     def close(self) -> None:
@@ -151,19 +127,51 @@ class _Planner:
             session.close()
         self._sessions.clear()
 
-    def current(self) -> dict[str, EventToken]:
+    def current(self, shards: Iterable[str] | None = None) -> dict[str, EventToken]:
         tokens = {}
-        for endpoint in self.config.shards:
-            position, now = self.session(endpoint.shard).current_position()
-            tokens[endpoint.shard] = EventToken(now, endpoint.shard, position)
+        for shard in shards if shards is not None else [e.shard for e in self.config.shards]:
+            position, now = self.session(shard).current_position()
+            tokens[shard] = EventToken(now, shard, position)
         return tokens
 
-    def resolve(self, spec: StartSpec, *, check: bool = True) -> dict[str, EventToken]:
-        """Start (or end) tokens per shard; checks settings and binlog availability."""
+    def start_offset(self, spec: StartSpec, keyspace: Keyspace) -> StreamOffset:
+        """Where a new stream starts: the serving shards, or, when the start names the shards
+        of an earlier shard map (a stream stopped before a reshard), those shards and that map:
+        the first micro-batch then hops to the serving shards."""
+        key_range = KeyRange.parse(self.config.key_range)
+        serving = serving_map(keyspace)
+        wanted = {s.name for s in serving.shards_for(key_range)}
+        named = {s for s, _ in spec.positions} | {s for s, _, _ in spec.resume}
+        dedup = _dedup(self.config)
+        if spec.mode not in ("tokens", "resume", "gtid") or wanted <= named:
+            return StreamOffset(self.resolve(spec), str(serving), dedup)
+        old = map_for_shards(keyspace, named & _shards_in_maps(keyspace, key_range), key_range)
+        shards = [s.name for s in old.shards_for(key_range)]
+        declared = {shard.name for shard in keyspace.spec.shards}
+        tokens = self.resolve(spec, shards=shards, check_shards=declared)
+        log.info("stream starts on shards %s of shard map %s", ",".join(shards), old)
+        return StreamOffset(tokens, str(old), dedup)
+
+    def resolve(
+        self,
+        spec: StartSpec,
+        *,
+        check: bool = True,
+        shards: Sequence[str] | None = None,
+        check_shards: set[str] | None = None,
+    ) -> dict[str, EventToken]:
+        """Start (or end) tokens per shard (default: the config's shards); checks settings and
+        binlog availability (of `check_shards` only, when given: retired shards cannot be)."""
         tokens: dict[str, EventToken] = {}
-        for endpoint in self.config.shards:
-            shard = endpoint.shard
+        for shard in shards if shards is not None else [e.shard for e in self.config.shards]:
+            reachable = check_shards is None or shard in check_shards
+            if not reachable and spec.mode in ("tokens", "resume", "gtid"):
+                token = _given_token(spec, shard)
+                if token is not None:
+                    tokens[shard] = token
+                    continue
             session = self.session(shard)
+            endpoint = session.endpoint
             if check:
                 session.check_settings()
             if spec.mode == "now":
@@ -211,13 +219,25 @@ class _Planner:
             tokens[shard] = token
         return tokens
 
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[ShardRange]:
+    def partitions(
+        self, start: dict[str, Any], end: dict[str, Any], hopper: Hopper | None = None
+    ) -> list[ShardRange]:
+        """The partitions of the batch from `start` to `end`. A shard the Keyspace no longer
+        declares (retired after the batch was planned) is read from its destinations."""
+        begin, finish = StreamOffset.from_json(start), StreamOffset.from_json(end)
+        declared = {s.name for s in hopper.keyspace().spec.shards} if hopper else None
+        hop = finish.new_hop(begin)
+        dedup = finish.dedup
+        dedup_text = json.dumps(dedup.to_json()) if dedup and not dedup.is_empty() else None
+        marker = json.dumps(hop.to_json(), sort_keys=True) if hop is not None else None
         parts: list[ShardRange] = []
-        for shard in sorted(end):
-            end_token = EventToken.from_json(end[shard])
-            if shard not in start:
+        for shard in sorted(finish.tokens):
+            end_token = finish.tokens[shard]
+            start_token = begin.tokens.get(shard)
+            if start_token is None and hop is not None:
+                start_token = hop.starts.get(shard)
+            if start_token is None:
                 raise SourceOptionsError(f"offset has no start for shard {shard}")
-            start_token = EventToken.from_json(start[shard])
             if start_token == end_token:
                 continue
             if not position_contains(end_token.position, start_token.position):
@@ -225,62 +245,151 @@ class _Planner:
                     f"shard {shard} went back from {start_token.position} to "
                     f"{end_token.position}; its binlog history changed (restored or reset?)"
                 )
+            if hopper is not None and declared is not None and shard not in declared:
+                parts += self._via_destinations(hopper, shard, start_token, end_token, dedup_text)
+                continue
             cuts = self.session(shard).split_points(
                 start_token.position, end_token.position, self.config.max_partition_bytes
             )
             edges = [start_token.dumps()]
             edges += [EventToken(start_token.timestamp, shard, c).dumps() for c in cuts]
             edges.append(end_token.dumps())
+            endpoint = self.endpoint(shard)
             for index in range(len(edges) - 1):
                 last = index == len(edges) - 2
-                parts.append(ShardRange(shard, edges[index], edges[index + 1], last))
+                announce = marker if hop is not None and shard in hop.to_shards else None
+                if announce is not None:
+                    marker = None  # one marker per hop batch
+                parts.append(
+                    ShardRange(
+                        shard, edges[index], edges[index + 1], last, endpoint, dedup_text, announce
+                    )
+                )
         return parts
+
+    def _via_destinations(
+        self,
+        hopper: Hopper,
+        shard: str,
+        start: EventToken,
+        end: EventToken,
+        dedup_text: str | None,
+    ) -> list[ShardRange]:
+        via = Via(shard, start.position, end.position).to_json()
+        parts = []
+        for destination, first, last in hopper.retired_range(shard, start, end):
+            endpoint = self.endpoint(destination)
+            parts.append(
+                ShardRange(
+                    destination, first.dumps(), last.dumps(), False, endpoint, dedup_text, None, via
+                )
+            )
+        log.info("reading retired shard %s from %s up to %s", shard, start.position, end.position)
+        # The retired shard's own heartbeat: it was read up to `end`.
+        parts.append(ShardRange(shard, end.dumps(), end.dumps(), True))
+        return parts
+
+
+def _shards_in_maps(keyspace: Keyspace, key_range: KeyRange) -> set[str]:
+    """Every shard that reads part of `key_range` in the serving map or its history."""
+    names = {s.name for s in serving_map(keyspace).shards_for(key_range)}
+    for entry in keyspace.spec.shard_map_history:
+        names |= {s.name for s in ShardMap.parse(",".join(entry.shards)).shards_for(key_range)}
+    return names
+
+
+def _given_token(spec: StartSpec, shard: str) -> EventToken | None:
+    """The start token a spec gives a shard without asking the shard (token or GTID forms)."""
+    if spec.mode == "resume":
+        chosen = spec.resume_for(shard)
+        if chosen is None or chosen[0] == "timestamp":
+            return None
+        kind, raw = chosen
+    else:
+        given = spec.for_shard(shard)
+        if given is None:
+            return None
+        kind, raw = ("gtid" if spec.mode == "gtid" else "token"), given
+    if kind == "gtid":
+        from updatestream.core.gtid import parse_position
+
+        return EventToken(0, shard, parse_position(raw))
+    return EventToken.loads(raw)
 
 
 class UpdateStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, config: SourceConfig) -> None:
         self.config = config
         self._planner = _Planner(config)
+        self._hopper: Hopper | None = None
+        self._available_now = False
         self._target: dict[str, Any] | None = None
+        self._reading: list[str] | None = None  # the shards of the last offset handed out
+
+    def _hops(self) -> Hopper:
+        """The hop planner, with the Keyspace watch (opened in the driver only)."""
+        if self._hopper is None:
+            config = self.config
+            watch: KeyspaceWatch = open_watch(
+                config.keyspace_watch, config.keyspace_spec(), config.keyspace_source
+            )
+            self._hopper = Hopper(
+                config.key_range, watch, self._planner.session, lookback=config.hop_lookback
+            )
+        return self._hopper
+
+    def _handed_out(self, offset: StreamOffset) -> dict[str, Any]:
+        self._reading = sorted(offset.tokens)
+        return offset.to_json()
 
     def initialOffset(self) -> dict[str, Any]:
-        tokens = self._planner.resolve(self.config.start)
-        log.info("stream starts at %s", {s: t.to_json() for s, t in tokens.items()})
-        return {shard: token.to_json() for shard, token in tokens.items()}
+        keyspace = self._hops().keyspace()
+        self._planner.update(keyspace)
+        offset = self._planner.start_offset(self.config.start, keyspace)
+        log.info("stream starts at %s", {s: t.to_json() for s, t in offset.tokens.items()})
+        return self._handed_out(offset)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        if self._target is not None:
+        offset = StreamOffset.from_json(start)
+        if self._available_now:  # a bounded read: up to what the shards hold now, no hop
+            if self._target is None:
+                self._target = self._handed_out(self._latest(offset))
             return self._target
-        return self._latest(start)
+        hopper = self._hops()
+        self._planner.update(hopper.keyspace())
+        hopped = hopper.check(offset)
+        return self._handed_out(hopped if hopped is not None else self._latest(offset))
 
-    def _latest(self, start: dict[str, Any] | None) -> dict[str, Any]:
-        offset: dict[str, Any] = {}
-        for shard, token in self._planner.current().items():
-            previous = EventToken.from_json(start[shard]) if start and shard in start else None
+    def _latest(self, offset: StreamOffset) -> StreamOffset:
+        tokens: dict[str, EventToken] = {}
+        for shard, token in self._planner.current(offset.tokens).items():
+            previous = offset.tokens[shard]
             if (
-                previous is not None
-                and previous.position == token.position
+                previous.position == token.position
                 and token.timestamp - previous.timestamp < self.config.heartbeat_interval
             ):
                 token = previous  # nothing new and the last heartbeat is recent: no batch
-            offset[shard] = token.to_json()
-        return offset
+            tokens[shard] = token
+        return dataclasses.replace(offset, tokens=tokens)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadAllAvailable()
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
-        return {shard: token.to_json() for shard, token in self._planner.current().items()}
+        return {s: t.to_json() for s, t in self._planner.current(self._reading).items()}
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = self._latest(None)
+        self._available_now = True
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[ShardRange]:
-        return self._planner.partitions(start, end)
+        hopper = self._hops()
+        self._planner.update(hopper.keyspace())
+        return self._planner.partitions(start, end, hopper)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, ShardRange)
-        return record_batches(read_shard_rows(self.config, partition), self.config.arrow_batch_rows)
+        rows = read_shard_rows(self.config, partition)
+        return record_batches(rows, self.config.arrow_batch_rows, partition.classifier())
 
     def commit(self, end: dict[str, Any]) -> None:
         return None
@@ -300,16 +409,19 @@ class UpdateStreamBatchReader(DataSourceReader):
         try:
             start = planner.resolve(self.config.start)
             end = planner.resolve(self.config.end or StartSpec("now"), check=False)
-            return planner.partitions(
-                {s: t.to_json() for s, t in start.items()},
-                {s: t.to_json() for s, t in end.items()},
-            )
+            finish = StreamOffset(end, dedup=_dedup(self.config))
+            return planner.partitions(StreamOffset(start).to_json(), finish.to_json())
         finally:
             planner.close()
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, ShardRange)
-        return record_batches(read_shard_rows(self.config, partition), self.config.arrow_batch_rows)
+        rows = read_shard_rows(self.config, partition)
+        return record_batches(rows, self.config.arrow_batch_rows, partition.classifier())
+
+
+def _dedup(config: SourceConfig) -> DedupFilter | None:
+    return DedupFilter.from_json(json.loads(config.dedup)) if config.dedup else None
 
 
 class UpdateStreamDataSource(DataSource):
@@ -339,4 +451,4 @@ def register(spark: Any) -> None:
 
 def offset_json(tokens: dict[str, EventToken]) -> str:
     """An offset as the JSON text the `start` option accepts (to resume from)."""
-    return json.dumps({shard: token.to_json() for shard, token in tokens.items()}, sort_keys=True)
+    return json.dumps(tokens_of(StreamOffset(tokens).to_json()), sort_keys=True)

@@ -49,3 +49,13 @@ class StartPositionError(SourceOptionsError):
     def __init__(self, message: str, *, shard: str = "") -> None:
         super().__init__(message)
         self.shard = shard
+
+
+class HopGapError(SourceError):
+    """A hop would skip changes: the destination shards' binlogs start after the stream's last
+    delivered position on a source shard that is no longer declared (retired)."""
+
+    def __init__(self, message: str, *, source: str = "", destination: str = "") -> None:
+        super().__init__(message)
+        self.source = source
+        self.destination = destination

@@ -21,6 +21,13 @@ files from `secretsDir` on the worker.
 | `maxPartitionBytes` | split a shard's range into pieces of about this much binlog (default 1 MiB,
   at least 64 KiB): Spark reads the pieces in parallel |
 | `arrowBatchRows` | rows per Arrow record batch handed to Spark (default 2048) |
+| `keyspaceWatch` | where the running stream re-reads its Keyspace to notice serving-map changes
+  and hop: a manifest file path, or `kubernetes:<namespace>/<name>` (default: the `keyspace` file;
+  none when `keyspace` is inline JSON) |
+| `hopLookbackSeconds` | how much earlier than its sources' last delivered timestamps a hop starts
+  reading a destination shard (default 5; the duplicates this re-reads are dropped exactly) |
+| `dedup` | the dedup rule a stream starts with (`DedupFilter.to_json()` text), when it is started
+  after a hop planned outside the query |
 """
 
 from __future__ import annotations
@@ -113,6 +120,17 @@ class SourceConfig:
     heartbeat_interval: int = 5
     max_partition_bytes: int = 1024 * 1024
     arrow_batch_rows: int = 2048
+    keyspace_source: str = ""  # the `keyspace` option as given (a path, or the JSON)
+    keyspace_watch: str | None = None
+    hop_lookback: int = 5
+    dedup: str | None = None  # DedupFilter JSON text
+
+    def keyspace_spec(self) -> Keyspace:
+        """The Keyspace the stream was started with (the `keyspace` option)."""
+        try:
+            return _load_keyspace(self.keyspace_source)
+        except SpecError as exc:
+            raise SourceOptionsError(str(exc)) from None
 
     def endpoint(self, shard: str) -> ShardEndpoint:
         for endpoint in self.shards:
@@ -278,20 +296,11 @@ def parse_options(options: Mapping[str, str]) -> SourceConfig:
     for table in tables:
         vschema.primary_vindex(table)  # raises VSchemaError naming the table
     serving = ShardMap(KeyRange.parse(s) for s in keyspace.spec.serving_shards)
+    declared = {endpoint.shard: endpoint for endpoint in endpoints_of(keyspace)}
     shards = []
     for shard_range in serving.shards_for(key_range):
-        spec = keyspace.spec.shard(shard_range.name)
-        shards.append(
-            ShardEndpoint(
-                keyspace=name,
-                shard=spec.name,
-                host=spec.mysql.host,
-                port=spec.mysql.port,
-                secret=spec.credentials_secret.name,
-                flavor=spec.flavor,
-                tls=spec.mysql.tls,
-            )
-        )
+        keyspace.spec.shard(shard_range.name)  # raises SpecError naming an undeclared shard
+        shards.append(declared[shard_range.name])
     if not opts.get("secretsDir"):
         raise SourceOptionsError(
             "option 'secretsDir' is required: the directory where the shards' Secrets are "
@@ -319,7 +328,38 @@ def parse_options(options: Mapping[str, str]) -> SourceConfig:
         heartbeat_interval=_int_option(opts, "heartbeatIntervalSeconds", 5),
         max_partition_bytes=_int_option(opts, "maxPartitionBytes", 1024 * 1024, 65536),
         arrow_batch_rows=_int_option(opts, "arrowBatchRows", 2048, 1),
+        keyspace_source=opts["keyspace"],
+        keyspace_watch=opts.get("keyspaceWatch") or None,
+        hop_lookback=_int_option(opts, "hopLookbackSeconds", 5),
+        dedup=_dedup_option(opts.get("dedup")),
     )
+
+
+def _dedup_option(text: str | None) -> str | None:
+    if not text or not text.strip():
+        return None
+    from updatestream.core.dedup import DedupFilter, DedupFilterError
+
+    try:
+        return json.dumps(DedupFilter.from_json(json.loads(text)).to_json(), sort_keys=True)
+    except (ValueError, DedupFilterError) as exc:
+        raise SourceOptionsError(f"option 'dedup' is not a dedup filter: {exc}") from None
+
+
+def endpoints_of(keyspace: Keyspace) -> list[ShardEndpoint]:
+    """Where each shard the Keyspace declares listens, and its replication user's Secret."""
+    return [
+        ShardEndpoint(
+            keyspace=keyspace.metadata.name,
+            shard=spec.name,
+            host=spec.mysql.host,
+            port=spec.mysql.port,
+            secret=spec.credentials_secret.name,
+            flavor=spec.flavor,
+            tls=spec.mysql.tls,
+        )
+        for spec in keyspace.spec.shards
+    ]
 
 
 _NAMES = (
@@ -336,4 +376,7 @@ _NAMES = (
     "heartbeatIntervalSeconds",
     "maxPartitionBytes",
     "arrowBatchRows",
+    "keyspaceWatch",
+    "hopLookbackSeconds",
+    "dedup",
 )

@@ -6,9 +6,12 @@ source provenance. Filtered replication updates its `_vt.vreplication` row first
 transaction it applies, so by the time the copied rows arrive the provenance is known.
 
 `RowConverter` decides per row: `_vt` and system schemas are never emitted; tables outside the
-requested list are skipped; every row of a keyspace table gets the next `tx_index` (counted before
-any filtering, so the index does not depend on a stream's tables or key range); the row's
-keyspace id comes from the table's primary vindex and decides the key-range filter.
+requested list are skipped; each row's `tx_index` counts the changes to its table and primary key
+earlier in the same transaction (0 for the first). A transaction copied by filtered replication
+applies each key's changes in the source's order, so a change and its copy get the same index,
+whatever other rows the copy left out: (origin, table, key, index) names one change wherever it
+is read. The row's keyspace id comes from the table's primary vindex and decides the key-range
+filter.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ def _text(value: Any) -> str:
 class Transaction:
     """The binlog transaction being read: shared fields of its rows and the reading progress."""
 
-    __slots__ = ("_token", "gtid", "ordinal", "position", "source", "timestamp", "tx_index")
+    __slots__ = ("_token", "gtid", "ordinal", "position", "seen", "source", "timestamp", "tx_index")
 
     def __init__(self, gtid: str, position: GTIDPosition, timestamp: int) -> None:
         self.gtid = gtid  # the transaction's own GTID, e.g. "1-1-42"
@@ -51,6 +54,7 @@ class Transaction:
         self.source: SourceProvenance | None = None
         self.ordinal = 0  # rows seen so far, of every table (drives the resume skip)
         self.tx_index = 0  # rows of keyspace tables seen so far
+        self.seen: dict[tuple[str, str], int] = {}  # (table, pk JSON) -> changes seen
         self._token: tuple[str, str, int] | None = None
 
     def token(self, shard: str) -> tuple[str, str, int]:
@@ -169,16 +173,19 @@ class RowConverter:
             simple = None
         keyspace, shard = self.keyspace, self.shard
         source_shard, source_gtid, source_timestamp = provenance
+        seen = tx.seen
         for row in rows:
             ordinal = tx.ordinal
-            index = tx.tx_index
             tx.ordinal += 1
             tx.tx_index += 1
-            if ordinal < skip:
-                continue
             before = row[before_key] if before_key else None
             after = row[after_key] if after_key else None
             image: dict[str, Any] = after if after is not None else before  # type: ignore[assignment]
+            pk = _pk_json(pk_columns, image, simple)
+            index = seen.get((table, pk), 0)
+            seen[(table, pk)] = index + 1
+            if ordinal < skip:
+                continue
             if column is not None and column in image:
                 assert vindex_map is not None
                 keyspace_id = vindex_map(image[column])
@@ -191,7 +198,7 @@ class RowConverter:
                 shard,
                 op,
                 table,
-                _pk_json(pk_columns, image, simple),
+                pk,
                 None if keyspace_id is None else keyspace_id.hex(),
                 None if before is None else encode_row(before),
                 None if after is None else encode_row(after),

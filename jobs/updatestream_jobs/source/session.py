@@ -28,7 +28,7 @@ from updatestream.core.gtid import (
     parse_position,
     position_contains,
 )
-from updatestream.mysqltls import tls_context
+from updatestream.mysqltls import tls_arguments
 from updatestream.spec import MySQLEndpoint, SecretRef, read_credentials
 from updatestream_jobs.source.errors import BinlogSettingsError, ShardUnreachable
 from updatestream_jobs.source.options import RetryPolicy, ShardEndpoint, SourceConfig
@@ -61,13 +61,13 @@ def connection_settings(endpoint: ShardEndpoint, config: SourceConfig) -> dict[s
         "read_timeout": config.retry.read_timeout,
         "write_timeout": config.retry.read_timeout,
     }
-    context = tls_context(
-        MySQLEndpoint(host=endpoint.host, port=endpoint.port, tls=endpoint.tls),
-        Path(config.secrets_dir),
-        secret,
+    settings.update(
+        tls_arguments(
+            MySQLEndpoint(host=endpoint.host, port=endpoint.port, tls=endpoint.tls),
+            Path(config.secrets_dir),
+            secret,
+        )
     )
-    if context is not None:
-        settings["ssl"] = context
     return settings
 
 
