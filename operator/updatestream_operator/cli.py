@@ -65,6 +65,21 @@ def _check_liveness(ctx: click.Context, param: click.Parameter, value: str | Non
     default=None,
     help="Local launcher: Secrets as <dir>/<name>/<key> files (default: read from the API).",
 )
+@click.option(
+    "--in-job-hops/--no-in-job-hops",
+    default=True,
+    show_default=True,
+    help="Launch jobs watching their Keyspace, so that they hop inside the running query when "
+    "its serving shards change (otherwise every hop stops and relaunches the job).",
+)
+@click.option(
+    "--in-job-hop-timeout",
+    type=click.FloatRange(min=1),
+    default=120.0,
+    show_default=True,
+    help="Seconds a job has to report an in-job hop before it is stopped and relaunched from "
+    "planned positions.",
+)
 @click.option("--image", default=None, help="Container image of the Spark driver and executors.")
 @click.option("--service-account", default=None, help="ServiceAccount of the Spark drivers.")
 @click.option("--kubeconfig", default=None, help="Default: in-cluster, else $KUBECONFIG.")
@@ -84,6 +99,8 @@ def operator_command(
     interval: float,
     state_dir: Path,
     secrets_dir: Path | None,
+    in_job_hops: bool,
+    in_job_hop_timeout: float,
     image: str | None,
     service_account: str | None,
     kubeconfig: str | None,
@@ -112,6 +129,8 @@ def operator_command(
         state_dir=state_dir.absolute(),
         secrets_dir=secrets_dir.absolute() if secrets_dir else None,
         kubeconfig=kubeconfig,
+        in_job_hops=in_job_hops,
+        in_job_hop_timeout=in_job_hop_timeout,
     )
     cfg.cluster = dataclasses.replace(
         cfg.cluster,

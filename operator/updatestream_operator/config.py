@@ -52,6 +52,8 @@ class OperatorConfig:
     spark_submit: str | None = None
     kubeconfig: str | None = None
     max_restarts: int = 3
+    in_job_hops: bool = True  # launch jobs that hop inside their running query
+    in_job_hop_timeout: float = 120.0  # seconds before such a hop falls back to a relaunch
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
 
     @property

@@ -60,6 +60,8 @@ def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
         cfg.default_launcher,
         book,
         max_restarts=cfg.max_restarts,
+        in_job_hops=cfg.in_job_hops,
+        in_job_hop_timeout=cfg.in_job_hop_timeout,
     )
     memo.interval = cfg.timer_interval
     memo.last_fold = {}

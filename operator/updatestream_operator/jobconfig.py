@@ -4,6 +4,11 @@ A job reads two manifests: the UpdateStream (with `spec.start` rewritten by the 
 where this launch starts: the user's start on the first launch, the recorded positions
 afterwards) and its Keyspace; after a hop also the hop's dedup filter. In a cluster they are
 keys of one ConfigMap mounted into the driver; the local launcher writes them as files.
+
+A job launched for in-job hops also watches its Keyspace (`--keyspace-watch`): the local
+launcher's keyspace file, which the operator rewrites when the Keyspace changes, or in a
+cluster the Keyspace object itself (`kubernetes:<namespace>/<name>`, read with the driver's
+ServiceAccount).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from collections.abc import Sequence
 
 import yaml
 
-from updatestream.spec import API_VERSION, dump_keyspace
+from updatestream.spec import API_VERSION, Keyspace, dump_keyspace
 from updatestream_operator.models import JobSpec
 
 STREAM_FILE = "stream.yaml"
@@ -32,8 +37,17 @@ def stream_manifest(job: JobSpec) -> str:
 
 
 def keyspace_manifest(job: JobSpec) -> str:
-    keyspace = job.keyspace.model_copy(update={"status": None})
-    return dump_keyspace(keyspace)
+    return keyspace_document(job.keyspace)
+
+
+def keyspace_document(keyspace: Keyspace) -> str:
+    """The Keyspace as a job reads it (its spec; the status is the operator's)."""
+    return dump_keyspace(keyspace.model_copy(update={"status": None}))
+
+
+def kubernetes_watch(job: JobSpec) -> str:
+    """The watch source of a driver in a cluster: the Keyspace object, through the API."""
+    return f"kubernetes:{job.stream.namespace}/{job.spec.keyspace}"
 
 
 def config_files(job: JobSpec) -> dict[str, str]:
@@ -52,8 +66,10 @@ def run_arguments(
     checkpoint: str,
     metrics_port: int,
     status_file: str,
+    keyspace_watch: str | None = None,
 ) -> list[str]:
-    """Arguments of `updatestream run` (after the program or the Spark main file)."""
+    """Arguments of `updatestream run` (after the program or the Spark main file);
+    `keyspace_watch` where a job launched for in-job hops re-reads its Keyspace."""
     arguments = [
         "run",
         "--stream",
@@ -75,6 +91,8 @@ def run_arguments(
         arguments += ["--dedup", f"{config_dir}/{DEDUP_FILE}"]
     if job.hop_started_at is not None:
         arguments += ["--hop-started-at", f"{job.hop_started_at:.3f}"]
+    if job.in_job_hops and keyspace_watch is not None:
+        arguments += ["--keyspace-watch", keyspace_watch]
     return arguments
 
 

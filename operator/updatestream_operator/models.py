@@ -58,6 +58,9 @@ class JobInfo:
     created_at: dt.datetime | None = None
     namespace: str = ""
     launcher: str = ""  # which launcher runs it (set when listed)
+    # launched watching its Keyspace, so it can hop inside its running query (jobs launched
+    # by an operator that did not record this are assumed not to)
+    in_job_hops: bool = False
 
     @property
     def key(self) -> str:
@@ -75,6 +78,29 @@ class ShardProgress:
 
 
 @dataclass(frozen=True)
+class ReportedHop:
+    """A hop a running job made inside its query, as its progress report tells it.
+
+    `from_shards`/`to_shards` are the shards of the job's key range before and after, in key
+    order; times are unix seconds. `completed_at` is None while the hop is in flight.
+    """
+
+    from_map: str
+    to_map: str
+    from_shards: tuple[str, ...]
+    to_shards: tuple[str, ...]
+    detected_at: float | None = None
+    serving_changed_at: float | None = None  # the Keyspace's newest shardMapHistory entry
+    completed_at: float | None = None
+    duration_seconds: float | None = None
+    duplicates_dropped: int = 0
+
+    @property
+    def completed(self) -> bool:
+        return self.completed_at is not None
+
+
+@dataclass(frozen=True)
 class JobProgress:
     """A job's progress report (the status file, or the progress ConfigMap in a cluster)."""
 
@@ -83,6 +109,10 @@ class JobProgress:
     duplicates: dict[str, int] = field(default_factory=dict)  # cause -> count
     updated_at: float | None = None
     error: str | None = None
+    phase: str | None = None  # the job's own phase: starting, running, hopping, ...
+    # a job that hops inside its query: the serving map it reads now, and its hops, oldest first
+    shard_map: str | None = None
+    hops: tuple[ReportedHop, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -111,6 +141,8 @@ class JobSpec:
     # after a hop: the dedup filter (DedupFilter JSON) and when the hop began (unix seconds)
     dedup: dict[str, Any] | None = None
     hop_started_at: float | None = None
+    # watch the Keyspace and hop inside the running query when its serving shards change
+    in_job_hops: bool = False
 
     @property
     def spark(self) -> SparkSpec:
@@ -156,14 +188,20 @@ class ShardPosition(_Status):
 
 
 class HopRecord(_Status):
-    """One hop of one key range from the shards of one serving map to those of the next."""
+    """One hop of one key range from the shards of one serving map to those of the next.
+
+    `method` says how: `InJob` (the running job hopped inside its query; phase `InJob` while
+    it does, times and duplicates are the job's own) or `Relaunch` (the job was stopped and
+    relaunched from planned positions: phases `Stopping`, `Launching`).
+    """
 
     key_range: str = Field(alias="keyRange")
     from_map: str = Field(alias="fromShardMap")
     to_map: str = Field(alias="toShardMap")
     from_shards: list[str] = Field(default_factory=list, alias="fromShards")
     to_shards: list[str] = Field(default_factory=list, alias="toShards")
-    phase: Literal["Stopping", "Launching", "Completed"] = "Stopping"
+    method: Literal["Relaunch", "InJob"] = "Relaunch"
+    phase: Literal["InJob", "Stopping", "Launching", "Completed"] = "Stopping"
     started_at: str = Field(alias="startedAt")
     completed_at: str | None = Field(None, alias="completedAt")
     duration_seconds: float | None = Field(None, alias="durationSeconds")
@@ -174,6 +212,10 @@ class HopRecord(_Status):
     # the plan's inputs, so that the relaunched job can rebuild the same plan
     last_delivered: dict[str, dict[str, Any]] = Field(default_factory=dict, alias="lastDelivered")
     duplicates_dropped: int = Field(0, alias="duplicatesDropped")
+    # an in-job hop: when the job noticed it (unix seconds, as the job reports it: this
+    # identifies the job's hop) and when the serving shards changed (the Keyspace's history)
+    detected_at: float | None = Field(None, alias="detectedAt")
+    serving_changed_at: str | None = Field(None, alias="servingChangedAt")
 
 
 class KeyRangeStatus(_Status):

@@ -27,6 +27,8 @@ ANNOTATION_KEY_RANGE = f"{API_GROUP}/key-range"
 ANNOTATION_SHARD_MAP = f"{API_GROUP}/shard-map"
 ANNOTATION_SPEC_HASH = f"{API_GROUP}/spec-hash"
 ANNOTATION_LAUNCH_ID = f"{API_GROUP}/launch-id"
+# "true" on a job launched watching its Keyspace, able to hop inside its running query
+ANNOTATION_IN_JOB_HOPS = f"{API_GROUP}/in-job-hops"
 
 # Where the driver finds its configuration and Secrets (cluster launchers).
 CONFIG_MOUNT = "/etc/updatestream/job"
@@ -90,9 +92,12 @@ def job_labels(stream: StreamRef, key_range: str, role: str = "job") -> dict[str
 
 
 def job_annotations(job: JobSpec) -> dict[str, str]:
-    return {
+    annotations = {
         ANNOTATION_KEY_RANGE: job.key_range,
         ANNOTATION_SHARD_MAP: job.shard_map,
         ANNOTATION_SPEC_HASH: job.spec_hash,
         ANNOTATION_LAUNCH_ID: str(job.launch_id),
     }
+    if job.in_job_hops:
+        annotations[ANNOTATION_IN_JOB_HOPS] = "true"
+    return annotations

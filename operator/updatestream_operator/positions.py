@@ -32,22 +32,26 @@ def relevant_shards(shard_map: str, key_range: str) -> list[str]:
     return [s.name for s in ShardMap.parse(shard_map).shards_for(KeyRange.parse(key_range))]
 
 
-def spec_hash(spec: UpdateStreamSpec, keyspace: Keyspace, key_range: str) -> str:
+def spec_hash(
+    spec: UpdateStreamSpec, keyspace: Keyspace, key_range: str, shard_map: str | None = None
+) -> str:
     """A hash of what a running job was configured with; a change means relaunching it.
 
     Covers the stream's tables, sinks and Spark settings, the VSchema, and the endpoints of the
-    shards the key range reads. Not the start (positions win), suspend, or the serving map
-    (a change there is a hop).
+    shards the key range reads in `shard_map` (default: the serving map; a shard no longer
+    declared counts as no endpoint). Not the start (positions win), suspend, the serving map
+    itself or its history: a change there is a hop, and a job that hops in place keeps its
+    configuration.
     """
-    shards = relevant_shards(",".join(keyspace.spec.serving_shards), key_range)
+    serving = shard_map or ",".join(keyspace.spec.serving_shards)
+    declared = {shard.name: shard for shard in keyspace.spec.shards}
+    shards = [declared.get(name) for name in relevant_shards(serving, key_range)]
     content = {
         "stream": spec.model_dump(
             mode="json", by_alias=True, include={"tables", "sinks", "spark", "keyspace"}
         ),
         "vschema": keyspace.spec.vschema,
-        "shards": [
-            keyspace.spec.shard(name).model_dump(mode="json", by_alias=True) for name in shards
-        ],
+        "shards": [s.model_dump(mode="json", by_alias=True) if s else None for s in shards],
     }
     text = json.dumps(content, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]

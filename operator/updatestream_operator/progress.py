@@ -1,10 +1,12 @@
 """Reading a job's progress report: the JSON status file the streaming job writes.
 
 The job writes, per shard, the last delivered Event Token, event counts by op (`byOp`) and the
-lag; and counts of dropped duplicates by cause (`duplicates`). The reader accepts camelCase and
-snake_case keys, shards as a mapping or a list, and tokens as JSON text or objects, and ignores
-fields it does not know, so it does not break when the job adds some. A report that cannot be
-read gives a `ProgressError` naming what was wrong.
+lag; and counts of dropped duplicates by cause (`duplicates`). A job that hops inside its
+running query also writes the serving shard map it reads (`shardMap`) and its hops (`hops`,
+oldest first). The reader accepts camelCase and snake_case keys, shards as a mapping or a list,
+and tokens as JSON text or objects, and ignores fields it does not know, so it does not break
+when the job adds some. A report that cannot be read gives a `ProgressError` naming what was
+wrong.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from updatestream.core.errors import UpdateStreamError
+from updatestream.core.keyrange import KeyRange
+from updatestream.core.shardmap import ShardMap
 from updatestream.core.token import EventToken, TokenError
-from updatestream_operator.models import JobProgress, ShardProgress
+from updatestream_operator.models import JobProgress, ReportedHop, ShardProgress
 
 
 class ProgressError(UpdateStreamError):
@@ -64,6 +68,88 @@ def _lag(value: Any, shard: str) -> float | None:
     return max(0.0, float(value))
 
 
+def _seconds(value: Any, what: str) -> float | None:
+    """Unix seconds (or a duration): a finite number, or null."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ProgressError(f"{what} must be a number of seconds or null, got {value!r}")
+    return float(value)
+
+
+def _shard_map(value: Any, what: str) -> str | None:
+    """A serving shard map, `-40,40-80,80-` (or a list of names), in canonical form."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        value = ",".join(value)
+    if not isinstance(value, str):
+        raise ProgressError(f"{what} must be a shard map such as '-80,80-', got {value!r}")
+    try:
+        return str(ShardMap.parse(value))
+    except UpdateStreamError as exc:
+        raise ProgressError(f"{what} is not a shard map: {exc}") from None
+
+
+def _shard_names(value: Any, what: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ProgressError(f"{what} must be a list of shard names, got {value!r}")
+    try:
+        return tuple(KeyRange.parse(v).name for v in value)
+    except UpdateStreamError as exc:
+        raise ProgressError(f"{what} holds a name that is not a shard: {exc}") from None
+
+
+def _hops(raw: Any) -> tuple[ReportedHop, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ProgressError(f"hops must be a list, got {type(raw).__name__}")
+    hops = []
+    for index, item in enumerate(raw):
+        where = f"hops[{index}]"
+        if not isinstance(item, Mapping):
+            raise ProgressError(f"{where} must be an object, got {item!r}")
+        from_map = _shard_map(_first(item, "fromMap", "from_map"), f"{where}.fromMap")
+        to_map = _shard_map(_first(item, "toMap", "to_map"), f"{where}.toMap")
+        if from_map is None or to_map is None:
+            missing = "fromMap" if from_map is None else "toMap"
+            raise ProgressError(f"{where}.{missing} is missing")
+        dropped = _first(item, "duplicatesDropped", "duplicates_dropped")
+        if dropped is None:
+            dropped = 0
+        if isinstance(dropped, bool) or not isinstance(dropped, int) or dropped < 0:
+            raise ProgressError(
+                f"{where}.duplicatesDropped must be a non-negative count, got {dropped!r}"
+            )
+        hops.append(
+            ReportedHop(
+                from_map=from_map,
+                to_map=to_map,
+                from_shards=_shard_names(item.get("from"), f"{where}.from"),
+                to_shards=_shard_names(item.get("to"), f"{where}.to"),
+                detected_at=_seconds(
+                    _first(item, "detectedAt", "detected_at"), f"{where}.detectedAt"
+                ),
+                serving_changed_at=_seconds(
+                    _first(item, "servingChangedAt", "serving_changed_at"),
+                    f"{where}.servingChangedAt",
+                ),
+                completed_at=_seconds(
+                    _first(item, "completedAt", "completed_at"), f"{where}.completedAt"
+                ),
+                duration_seconds=_seconds(
+                    _first(item, "durationSeconds", "duration_seconds"),
+                    f"{where}.durationSeconds",
+                ),
+                duplicates_dropped=dropped,
+            )
+        )
+    return tuple(hops)
+
+
 def _shard_entries(raw: Any) -> list[tuple[str, Mapping[str, Any]]]:
     if raw is None:
         return []
@@ -104,12 +190,16 @@ def parse_progress(data: Any, *, launch_id: int | None) -> JobProgress:
         )
     updated = _first(data, "updatedAt", "updated_at", "time")
     error = data.get("error")
+    phase = data.get("phase")
     return JobProgress(
         launch_id=launch_id,
         shards=shards,
         duplicates=_counts(data.get("duplicates"), "duplicates"),
         updated_at=float(updated) if isinstance(updated, int | float) else None,
         error=str(error) if error else None,
+        phase=phase if isinstance(phase, str) and phase else None,
+        shard_map=_shard_map(_first(data, "shardMap", "shard_map"), "shardMap"),
+        hops=_hops(data.get("hops")),
     )
 
 

@@ -7,47 +7,57 @@ actions, observes again and calls `reconcile` again until no action is left. Bec
 status (the intent) is written before anything is done, and the jobs themselves carry the
 shard map and launch they belong to, a crash between any two steps leaves a state from which
 the next call continues: a hop is planned once per serving-map change, and a key range never
-gets a second job while one exists.
+gets a second job while one exists. How a key range hops (inside the running job, or by
+stopping and relaunching it) is in `hops.py`; the step's input and output types in `steps.py`.
 
 No Kubernetes client and no kopf here: everything is data in, data out.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Literal
+from collections.abc import Sequence
 
-from updatestream.core.hop import HopPlanningError, plan_hop
+from updatestream.core.hop import HopPlanningError
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.shardmap import ShardMap
 from updatestream.spec import Keyspace, StartPosition, UpdateStreamSpec
 from updatestream_operator import conditions as cond
+from updatestream_operator.hops import (
+    can_hop_in_job,
+    complete_relaunch,
+    count_hop_duplicates,
+    in_job_hop,
+    plan_relaunch,
+    stop_for_hop,
+)
 from updatestream_operator.models import (
-    HopRecord,
     JobInfo,
     JobPhase,
-    JobProgress,
     JobSpec,
     KeyRangeStatus,
     ShardPosition,
-    StreamRef,
     StreamStatus,
 )
 from updatestream_operator.naming import job_name
 from updatestream_operator.positions import (
     dedup_filter,
-    delivered_token,
-    flavor_of,
     fold_progress,
     initial_positions,
     relevant_shards,
     resume_start,
-    seconds_between,
     secret_names,
     spec_hash,
 )
+from updatestream_operator.steps import (
+    Action,
+    Decision,
+    Launch,
+    Note,
+    Observed,
+    Settings,
+    Stop,
+)
+from updatestream_operator.steps import Step as _Step
 from updatestream_operator.validation import Problem, validate
 
 __all__ = [
@@ -64,78 +74,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class Observed:
-    """Everything `reconcile` looks at."""
-
-    stream: StreamRef
-    spec: UpdateStreamSpec
-    keyspace: Keyspace | None
-    status: StreamStatus
-    jobs: Sequence[JobInfo]
-    progress: Mapping[str, JobProgress]  # key range -> the latest report of its job
-    now: dt.datetime
-    keyspace_error: str | None = None  # why the Keyspace object could not be read
-
-
-@dataclass(frozen=True)
-class Settings:
-    launcher: str = "spark-submit"
-    max_restarts: int = 3  # relaunches of a failed job before the stream is left Degraded
-    hops_kept: int = 20  # hop records kept in status.hops (counters keep the totals)
-
-
-@dataclass(frozen=True)
-class Launch:
-    job: JobSpec
-
-
-@dataclass(frozen=True)
-class Stop:
-    job: JobInfo
-    reason: str
-
-
-Action = Launch | Stop
-
-
-@dataclass(frozen=True)
-class Note:
-    """A Kubernetes Event to post on the UpdateStream."""
-
-    type: Literal["Normal", "Warning"]
-    reason: str
-    message: str
-
-
-@dataclass(frozen=True)
-class Decision:
-    status: StreamStatus
-    actions: tuple[Action, ...] = ()
-    notes: tuple[Note, ...] = ()
-
-
 # -- the reconciler -----------------------------------------------------------------------------
-
-
-@dataclass
-class _Step:
-    obs: Observed
-    settings: Settings
-    status: StreamStatus
-    actions: list[Action] = field(default_factory=list)
-    notes: list[Note] = field(default_factory=list)
-    degraded: list[Problem] = field(default_factory=list)
-
-    @property
-    def now_text(self) -> str:
-        return cond.rfc3339(self.obs.now)
-
-    def note(self, type_: Literal["Normal", "Warning"], reason: str, message: str) -> None:
-        self.notes.append(Note(type_, reason, message))
-
-    def stop(self, job: JobInfo, reason: str) -> None:
-        self.actions.append(Stop(job, reason))
 
 
 def _group_jobs(step: _Step, wanted: Sequence[str]) -> dict[str, JobInfo]:
@@ -188,6 +127,7 @@ def _launch(
         secret_names=secret_names(spec, keyspace),
         dedup=dedup_filter(hops[-step.settings.hops_kept :]),
         hop_started_at=hop_started_at,
+        in_job_hops=step.settings.in_job_hops,
     )
     step.actions.append(Launch(job))
     step.note(
@@ -209,90 +149,28 @@ def _launch(
     )
 
 
-def _plan_hop(
-    step: _Step, entry: KeyRangeStatus, keyspace: Keyspace, serving: str
+def _adopt(
+    step: _Step, entry: KeyRangeStatus, job: JobInfo, spec: UpdateStreamSpec, keyspace: Keyspace
 ) -> KeyRangeStatus:
-    """No job runs and the entry's shards are not the serving ones: plan the hop, record it."""
-    assert entry.shard_map is not None
-    last = {p.name: delivered_token(p, flavor_of(keyspace, p.name)) for p in entry.shards}
-    plan = plan_hop(
-        ShardMap.parse(entry.shard_map),
-        ShardMap.parse(serving),
-        last,
-        KeyRange.parse(entry.key_range),
+    """The status was lost but the job runs: adopt it, positions unknown until it reports.
+    A job that hopped in place says which map it reads now."""
+    report = step.obs.progress.get(entry.key_range)
+    reads = job.shard_map
+    if report is not None and report.launch_id == job.launch_id and report.shard_map:
+        reads = report.shard_map
+    same = relevant_shards(reads, entry.key_range) == relevant_shards(
+        job.shard_map, entry.key_range
     )
-    old_shards = relevant_shards(entry.shard_map, entry.key_range)
-    new_shards = relevant_shards(serving, entry.key_range)
-    hop = entry.hop
-    if hop is None or hop.to_map != serving:
-        hop = HopRecord(
-            key_range=entry.key_range,
-            from_map=entry.shard_map,
-            to_map=serving,
-            started_at=step.now_text,
-        )
-    sources = {s for d in plan.destinations.values() for s in d.sources}
-    hop = hop.model_copy(
+    return entry.model_copy(
         update={
-            "from_map": entry.shard_map,
-            "from_shards": old_shards,
-            "to_shards": new_shards,
-            "phase": "Launching",
-            "destinations": {n: d.start_timestamp for n, d in plan.destinations.items()},
-            "watermarks": {n: str(p) for n, p in plan.watermarks.items()},
-            "last_delivered": {n: t.to_json() for n, t in last.items() if n in sources},
-        }
-    )
-    positions = []
-    for name in new_shards:
-        existing = entry.shard(name)
-        if name in plan.unchanged and existing is not None:
-            positions.append(existing)
-        else:
-            start = plan.destinations[name].start_timestamp
-            positions.append(ShardPosition(name=name, start_timestamp=start))
-    step.note(
-        "Normal",
-        "HopPlanned",
-        f"key range {entry.key_range}: hop from {','.join(old_shards)} to "
-        f"{','.join(new_shards)}; destinations start at "
-        + ", ".join(f"{n}@{d.start_timestamp}" for n, d in plan.destinations.items()),
-    )
-    return entry.model_copy(update={"shards": positions, "shard_map": serving, "hop": hop})
-
-
-def _complete_hop(step: _Step, entry: KeyRangeStatus, job: JobInfo) -> KeyRangeStatus:
-    hop = entry.hop
-    if hop is None or hop.phase != "Launching" or job.launch_id != entry.launch_id:
-        return entry
-    duration = seconds_between(hop.started_at, step.obs.now)
-    done = hop.model_copy(
-        update={
-            "phase": "Completed",
-            "completed_at": step.now_text,
-            "duration_seconds": round(duration, 3),
             "launch_id": job.launch_id,
+            "shard_map": reads,
+            "spec_hash": job.spec_hash
+            if same
+            else spec_hash(spec, keyspace, entry.key_range, reads),
+            "shards": [ShardPosition(name=n) for n in relevant_shards(reads, entry.key_range)],
         }
     )
-    step.status.hops = [*step.status.hops, done][-step.settings.hops_kept :]
-    step.status.hop_count += 1
-    step.status.hop_seconds_total = round(step.status.hop_seconds_total + duration, 3)
-    step.note(
-        "Normal",
-        "HopCompleted",
-        f"key range {entry.key_range}: now reading {','.join(hop.to_shards)} "
-        f"(was {','.join(hop.from_shards)}) with job {job.job_id}, after {duration:.1f}s",
-    )
-    return entry.model_copy(update={"hop": None})
-
-
-def _count_hop_duplicates(status: StreamStatus, entry: KeyRangeStatus) -> None:
-    """Attribute the duplicates the job of a hop dropped to that hop's record."""
-    for index, hop in enumerate(status.hops):
-        if hop.key_range == entry.key_range and hop.launch_id == entry.launch_id:
-            status.hops[index] = hop.model_copy(
-                update={"duplicates_dropped": entry.duplicates_dropped}
-            )
 
 
 def _key_range_step(
@@ -316,29 +194,24 @@ def _key_range_step(
     if job is None:
         if entry.shard_map and relevant_shards(entry.shard_map, entry.key_range) != wanted_shards:
             try:
-                entry = _plan_hop(step, entry, keyspace, serving)
+                entry = plan_relaunch(step, entry, keyspace, serving)
             except HopPlanningError as exc:
                 step.degraded.append(Problem("HopPlanningFailed", str(exc)))
                 return entry.model_copy(update={"phase": "Degraded", "message": str(exc)})
         return _launch(step, entry, spec, keyspace, resume_start(entry))
 
-    if entry.launch_id == 0:  # the status was lost: adopt the job, positions unknown
-        entry = entry.model_copy(
-            update={
-                "launch_id": job.launch_id,
-                "shard_map": job.shard_map,
-                "spec_hash": job.spec_hash,
-                "shards": [
-                    ShardPosition(name=n) for n in relevant_shards(job.shard_map, entry.key_range)
-                ],
-            }
-        )
+    # the map whose shards the job reads: what it was launched for, or hopped to in place
+    reads = entry.shard_map or job.shard_map
+    if entry.launch_id == 0:
+        entry = _adopt(step, entry, job, spec, keyspace)
+        reads = entry.shard_map or job.shard_map
     elif job.launch_id != entry.launch_id:
         # Two launches raced (an operator killed while launching, restarted, launching again):
         # the API server kept one job; it is the launch that runs, so its reports count.
         entry = entry.model_copy(update={"launch_id": job.launch_id})
+        reads = job.shard_map
     entry = entry.model_copy(update={"job": job.job_id, "phase": job.phase.value})
-    entry = _complete_hop(step, entry, job)
+    entry = complete_relaunch(step, entry, job)
     if job.phase is JobPhase.TERMINATING:
         return entry.model_copy(update={"phase": "Stopping"})
     if job.phase in (JobPhase.FAILED, JobPhase.SUCCEEDED):
@@ -354,29 +227,24 @@ def _key_range_step(
         step.stop(job, f"it ended ({job.phase.value}); relaunching from its positions")
         step.note("Warning", "JobFailed", f"job {job.job_id} ended: {job.message or job.phase}")
         return entry.model_copy(update={"restarts": entry.restarts + 1, "phase": "Restarting"})
-    if relevant_shards(job.shard_map, entry.key_range) != wanted_shards:
-        if entry.hop is None or entry.hop.to_map != serving:
-            entry = entry.model_copy(
-                update={
-                    "hop": HopRecord(
-                        key_range=entry.key_range,
-                        from_map=job.shard_map,
-                        to_map=serving,
-                        from_shards=relevant_shards(job.shard_map, entry.key_range),
-                        to_shards=wanted_shards,
-                        started_at=step.now_text,
-                    )
-                }
-            )
-            step.note(
-                "Normal",
-                "HopStarted",
-                f"key range {entry.key_range}: serving shards changed from {job.shard_map} to "
-                f"{serving}; stopping job {job.job_id} to relaunch it from its positions",
-            )
-        step.stop(job, f"hop from {job.shard_map} to {serving}")
-        return entry.model_copy(update={"phase": "Hopping"})
-    if job.spec_hash != spec_hash(spec, keyspace, entry.key_range):
+    if relevant_shards(reads, entry.key_range) != wanted_shards:
+        why = can_hop_in_job(step, entry, job)
+        if why:
+            return stop_for_hop(step, entry, job, reads, serving, why)
+        try:
+            entry = in_job_hop(step, entry, job, spec, keyspace, serving)
+        except HopPlanningError as exc:
+            step.degraded.append(Problem("HopPlanningFailed", str(exc)))
+            return entry.model_copy(update={"message": str(exc)})
+        if entry.hop is not None or step.stopping(job):
+            return entry
+        reads = entry.shard_map or reads
+    # after an in-job hop the job runs with what its record says, not what it was launched with
+    same = relevant_shards(reads, entry.key_range) == relevant_shards(
+        job.shard_map, entry.key_range
+    )
+    configured = job.spec_hash if same else entry.spec_hash
+    if configured != spec_hash(spec, keyspace, entry.key_range, reads):
         step.stop(job, "its configuration changed; relaunching from its positions")
         step.note(
             "Normal",
@@ -469,6 +337,7 @@ def reconcile(obs: Observed, settings: Settings | None = None) -> Decision:
     step.degraded.extend(problems)
 
     entries: list[KeyRangeStatus] = []
+    watchers: list[JobInfo] = []
     for key_range in wanted:
         entry = step.status.key_range(key_range) or KeyRangeStatus(key_range=key_range)
         job = jobs.get(key_range)
@@ -483,8 +352,10 @@ def reconcile(obs: Observed, settings: Settings | None = None) -> Decision:
                 entry = entry.model_copy(update={"job": job.job_id, "phase": job.phase.value})
         else:
             entry = _key_range_step(step, entry, job, spec, keyspace)
+            if job is not None and _watches(step, job):
+                watchers.append(job)
         entries.append(entry)
-        _count_hop_duplicates(step.status, entry)
+        count_hop_duplicates(step, entry)
     # entries of removed key ranges stay until their job is gone
     for entry in step.status.key_ranges:
         if entry.key_range not in wanted and any(
@@ -496,7 +367,17 @@ def reconcile(obs: Observed, settings: Settings | None = None) -> Decision:
 
     _conditions(step, spec.suspend)
     _summarise(step.status, obs.stream.generation)
-    return Decision(step.status, tuple(step.actions), tuple(step.notes))
+    return Decision(step.status, tuple(step.actions), tuple(step.notes), tuple(watchers))
+
+
+def _watches(step: _Step, job: JobInfo) -> bool:
+    """A running job that hops in place is shown the Keyspace (when it is valid)."""
+    return (
+        step.settings.in_job_hops
+        and job.in_job_hops
+        and job.phase.is_alive
+        and not step.stopping(job)
+    )
 
 
 def plan_cleanup(jobs: Sequence[JobInfo]) -> tuple[Stop, ...]:

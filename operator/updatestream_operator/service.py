@@ -5,6 +5,11 @@ and the Keyspace handler reconciles streams too, so every reconciliation of one 
 the lock, reads the stream fresh from the API, and writes its status itself (inside the lock,
 before acting) rather than leaving the write to kopf after the handler returns, when another
 reconciliation could already have read the older status.
+
+Once a step needs no action, the jobs that hop in place are shown the Keyspace just observed
+(`Launcher.publish_keyspace`): after the status recording their hop is written, so the record
+comes first. Every reconciliation does it, so a Keyspace change missed while the operator was
+down reaches them too.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from updatestream.core.keyrange import KeyRange
 from updatestream.spec import Keyspace, SpecError, UpdateStream, parse_keyspace, parse_update_stream
@@ -26,12 +31,26 @@ from updatestream_operator.models import JobInfo, JobProgress, StreamRef, Stream
 from updatestream_operator.naming import job_name
 from updatestream_operator.progress import ProgressError
 from updatestream_operator.scrub import SCRUBBER
-from updatestream_operator.storage import KubeStore
 
 log = logging.getLogger(__name__)
 
 MAX_STEPS = 6  # a hop takes three steps (stop, plan and launch, complete)
 LAUNCH_BACKOFF = (20.0, 300.0)  # seconds before retrying a failed launch: first, at most
+
+
+class ObjectStore(Protocol):
+    """Where the service reads UpdateStreams and Keyspaces and writes status and Events: the
+    API server (`storage.KubeStore`), or local files (`filestore.FileStore`, the demo)."""
+
+    def get_stream(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+    def get_keyspace(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+    def list_streams(self, namespace: str) -> list[dict[str, Any]]: ...
+
+    def patch_stream_status(self, namespace: str, name: str, status: dict[str, Any]) -> None: ...
+
+    def post_event(self, ref: StreamRef, note: rec.Note) -> None: ...
 
 
 class StreamGone(Exception):
@@ -58,12 +77,14 @@ def _status_patch(status: StreamStatus) -> dict[str, Any]:
 class StreamService:
     def __init__(
         self,
-        store: KubeStore,
+        store: ObjectStore,
         launchers: Mapping[str, Launcher],
         default_launcher: str,
         metrics: MetricsBook | None = None,
         *,
         max_restarts: int = 3,
+        in_job_hops: bool = True,
+        in_job_hop_timeout: float = 120.0,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
     ) -> None:
         if default_launcher not in launchers:
@@ -73,6 +94,8 @@ class StreamService:
         self.default_launcher = default_launcher
         self.metrics = metrics or MetricsBook()
         self.max_restarts = max_restarts
+        self.in_job_hops = in_job_hops
+        self.in_job_hop_timeout = in_job_hop_timeout
         self.clock = clock
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._locks_guard = threading.Lock()
@@ -157,6 +180,12 @@ class StreamService:
                     self.store.post_event(ref, note)
                     raise
 
+    def _publish_keyspace(self, jobs: tuple[JobInfo, ...], keyspace: Keyspace) -> None:
+        for job in jobs:
+            launcher = self.launchers.get(job.launcher)
+            if launcher is not None:
+                launcher.publish_keyspace(job, keyspace)
+
     def reconcile(self, namespace: str, name: str) -> StreamStatus | None:
         """Bring one stream to its desired state; None if it is gone or being deleted."""
         with self._lock(namespace, name):
@@ -188,7 +217,12 @@ class StreamService:
                     now=self.clock(),
                     keyspace_error=keyspace_error,
                 )
-                settings = rec.Settings(launcher=launcher_name, max_restarts=self.max_restarts)
+                settings = rec.Settings(
+                    launcher=launcher_name,
+                    max_restarts=self.max_restarts,
+                    in_job_hops=self.in_job_hops,
+                    in_job_hop_timeout=self.in_job_hop_timeout,
+                )
                 decision = rec.reconcile(observed, settings)
                 if self._backing_off(namespace, name) and any(
                     isinstance(a, rec.Launch) for a in decision.actions
@@ -201,6 +235,8 @@ class StreamService:
                     log.info("%s/%s: %s: %s", namespace, name, note.reason, note.message)
                     self.store.post_event(ref, note)
                 if not decision.actions:
+                    if keyspace is not None:
+                        self._publish_keyspace(decision.keyspace_watchers, keyspace)
                     break
                 try:
                     self._execute(ref, decision.actions, launcher_name)

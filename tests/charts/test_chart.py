@@ -276,12 +276,15 @@ def test_default_rbac_is_namespaced_to_the_release_namespace(
     assert "secrets" not in rules, "the operator never reads Secrets: jobs mount them"
 
 
-def test_spark_drivers_get_exactly_pods_services_and_configmaps(
-    default_manifests: list[dict[str, Any]], full_manifests: list[dict[str, Any]]
+def test_spark_drivers_get_exactly_pods_services_configmaps_and_their_keyspace(
+    default_manifests: list[dict[str, Any]], full_manifests: list[dict[str, Any]], helm: Helm
 ) -> None:
+    keyspaces = "updatestream.io/keyspaces"
+    no_in_job_hops = helm.template("--set", "operator.inJobHops=false")
     for manifests, extra in (
-        (default_manifests, set()),
-        (full_manifests, {"persistentvolumeclaims"}),
+        (default_manifests, {keyspaces}),
+        (full_manifests, {keyspaces, "persistentvolumeclaims"}),
+        (no_in_job_hops, set()),
     ):
         spark_roles = [
             r for r in by_kind(manifests, "Role") if r["metadata"]["name"].endswith("spark")
@@ -292,6 +295,19 @@ def test_spark_drivers_get_exactly_pods_services_and_configmaps(
             assert set(rules) == {"pods", "services", "configmaps"} | extra
             assert all("*" not in verbs for verbs in rules.values())
             assert {"create", "delete"} <= rules["pods"] & rules["services"] & rules["configmaps"]
+            if keyspaces in extra:
+                # a job hopping in place reads its own Keyspace by name; nothing more
+                assert rules[keyspaces] == {"get"}
+
+
+def test_in_job_hops_are_on_by_default_with_their_timeout(
+    default_manifests: list[dict[str, Any]], full_manifests: list[dict[str, Any]], helm: Helm
+) -> None:
+    assert "--in-job-hop-timeout=120" in operator_container(default_manifests)["args"]
+    assert "--in-job-hop-timeout=90" in operator_container(full_manifests)["args"]
+    args = operator_container(helm.template("--set", "operator.inJobHops=false"))["args"]
+    assert "--no-in-job-hops" in args
+    assert not [a for a in args if a.startswith("--in-job-hop-timeout")]
 
 
 def test_cluster_wide_rbac_and_spark_accounts_in_every_job_namespace(

@@ -217,12 +217,17 @@ def test_spark_drivers_may_run_executors_and_nothing_more(
         ("delete", "services"),
         ("create", "configmaps"),
         ("patch", "configmaps"),
+        ("get", "keyspaces.updatestream.io"),  # a job hopping in place reads its Keyspace
     ]:
         assert can_i(kube_api, account, verb, resource, namespace), f"{verb} {resource}"
     for verb, resource in [
         ("get", "secrets"),
         ("create", "deployments.apps"),
         ("get", "updatestreams.updatestream.io"),
+        ("list", "keyspaces.updatestream.io"),
+        ("watch", "keyspaces.updatestream.io"),
+        ("patch", "keyspaces.updatestream.io"),
+        ("get", "keyspaces.updatestream.io/status"),
         ("create", "persistentvolumeclaims"),
         ("create", "roles.rbac.authorization.k8s.io"),
     ]:

@@ -21,7 +21,12 @@ from updatestream_operator.launchers.local import LocalLauncher, _processes_usin
 from updatestream_operator.models import JobPhase, JobSpec, StreamRef
 
 from tests.operator.fixtures_operator import wait_for
-from updatestream.spec import parse_keyspace, parse_update_stream
+from updatestream.spec import (
+    ShardMapHistoryEntry,
+    load_keyspace,
+    parse_keyspace,
+    parse_update_stream,
+)
 
 STAND_IN = r"""
 import json, sys, time
@@ -165,3 +170,56 @@ def test_cleanup_removes_the_streams_directories(launcher: LocalLauncher) -> Non
     assert not launcher.job_dir("ns", "us-orders-all-abc123").exists()
     assert [j.job_id for j in launcher.list()] == ["other"]
     assert os.listdir(launcher.state_dir / "ns") == ["other"]
+
+
+def _arguments(pid: int) -> list[str]:
+    """The job process's arguments, once it runs the stand-in (not the forking interpreter)."""
+
+    def read() -> list[str]:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+        return args if "--status-file" in args else []
+
+    return wait_for(read, "the job's command line", timeout=20)
+
+
+def test_a_job_for_in_job_hops_watches_its_keyspace_file_which_publish_rewrites(
+    launcher: LocalLauncher,
+) -> None:
+    job = dataclasses.replace(job_spec(), in_job_hops=True)
+    launcher.launch(job)
+    directory = launcher.job_dir("ns", job.job_id)
+    args = _arguments(json.loads((directory / "job.json").read_text())["pid"])
+    keyspace_file = directory / "keyspace.yaml"
+    assert args[args.index("--keyspace-watch") + 1] == str(keyspace_file)
+    (info,) = launcher.list("ns", "uid-1")
+    assert info.in_job_hops is True
+
+    before = keyspace_file.stat()
+    launcher.publish_keyspace(info, job.keyspace)  # unchanged: the file is left alone
+    assert keyspace_file.stat().st_ino == before.st_ino
+    assert keyspace_file.stat().st_mtime_ns == before.st_mtime_ns
+
+    changed = job.keyspace.model_copy(
+        update={
+            "spec": job.keyspace.spec.model_copy(
+                update={"shard_map_history": [ShardMapHistoryEntry(at=5.0, shards=["-"])]}
+            ),
+            "status": {"servingShardMap": "-"},
+        }
+    )
+    launcher.publish_keyspace(info, changed)
+    after = keyspace_file.stat()
+    assert after.st_ino != before.st_ino  # a new file renamed over the old one
+    written = load_keyspace(keyspace_file)
+    assert written.spec.shard_map_history == changed.spec.shard_map_history
+    assert written.status is None  # the operator's status is not the job's business
+    assert sorted(p.name for p in directory.iterdir() if p.name.endswith(".tmp")) == []
+
+
+def test_a_job_without_in_job_hops_is_not_told_to_watch(launcher: LocalLauncher) -> None:
+    job = job_spec()
+    launcher.launch(job)
+    directory = launcher.job_dir("ns", job.job_id)
+    args = _arguments(json.loads((directory / "job.json").read_text())["pid"])
+    assert "--keyspace-watch" not in args
+    assert [j.in_job_hops for j in launcher.list()] == [False]

@@ -32,6 +32,7 @@ from tests.operator.fixtures_operator import (
     SPARK_ACCOUNT,
     apply,
     apply_crds,
+    apply_spark_application_crd,
     get,
     install_operator_identity,
     items,
@@ -44,34 +45,6 @@ from tests.support.kube import KubeApi, free_port
 
 NS = "us-life"
 T0 = 1_700_000_100
-SPARK_APPLICATION_CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {
-        "name": "sparkapplications.sparkoperator.k8s.io",
-        # *.k8s.io groups need this; the spark-operator's own CRD carries it too
-        "annotations": {"api-approved.kubernetes.io": "unapproved, test-only"},
-    },
-    "spec": {
-        "group": "sparkoperator.k8s.io",
-        "scope": "Namespaced",
-        "names": {"kind": "SparkApplication", "plural": "sparkapplications"},
-        "versions": [
-            {
-                "name": "v1beta2",
-                "served": True,
-                "storage": True,
-                "subresources": {"status": {}},
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "x-kubernetes-preserve-unknown-fields": True,
-                    }
-                },
-            }
-        ],
-    },
-}
 
 
 class _Capture(logging.Handler):
@@ -227,6 +200,9 @@ class TestLifecycle:
         assert args[args.index("--key-range") + 1] == "-"
         assert args[args.index("--status-file") + 1] == "/var/run/updatestream/status.json"
         assert "--dedup" not in args
+        # the driver re-reads its Keyspace through the API to hop inside its running query
+        assert args[args.index("--keyspace-watch") + 1] == f"kubernetes:{NS}/commerce"
+        assert pod["metadata"]["annotations"]["updatestream.io/in-job-hops"] == "true"
         containers = {c["name"] for c in pod["spec"]["containers"]}
         assert containers == {"spark-kubernetes-driver", "progress-publisher"}
         # the Pod spark-submit made from the launcher's template, held to the chart's checker
@@ -370,6 +346,8 @@ class TestLifecycle:
         wait_for(moved, "the new positions in status")
 
     def test_a_split_hops_exactly_once(self, operator: Operator) -> None:
+        # The driver Pod is Pending (no kubelet runs here), so it cannot hop inside a running
+        # query: the hop stops it and relaunches it from planned positions.
         op, job = operator, TestLifecycle.job
         apply(op.api, NS, keyspace_manifest("commerce", serving=["-40", "40-80", "80-"]))
         pods = wait_for(
@@ -430,10 +408,7 @@ def test_the_spark_operator_launcher_creates_an_owned_spark_application(
     operator: Operator,
 ) -> None:
     op = operator
-    apply(op.api, "default", SPARK_APPLICATION_CRD)
-    op.api.kubectl(
-        "wait", "--for=condition=Established", "crd/sparkapplications.sparkoperator.k8s.io"
-    )
+    apply_spark_application_crd(op.api)
     apply(op.api, NS, stream_manifest("audit", "commerce", spark={"launcher": "spark-operator"}))
     uid = wait_for(lambda: op.stream("audit"), "the stream")["metadata"]["uid"]
     apps = wait_for(
@@ -447,6 +422,9 @@ def test_the_spark_operator_launcher_creates_an_owned_spark_application(
     assert spec["driver"]["secrets"][0]["name"] == "reader"
     assert spec["driver"]["sidecars"][0]["name"] == "progress-publisher"
     assert "--status-file" in spec["arguments"]
+    arguments = spec["arguments"]
+    assert arguments[arguments.index("--keyspace-watch") + 1] == f"kubernetes:{NS}/commerce"
+    assert app["metadata"]["annotations"]["updatestream.io/in-job-hops"] == "true"
     wait_for(lambda: op.condition("audit", "Ready") == ("True", "Launched"), "Ready")
     op.api.kubectl("delete", "-n", NS, "updatestream", "audit", "--wait=false")
     wait_for(lambda: op.stream("audit") is None, "the stream to be deleted")

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 from updatestream_jobs.events import ChangeEvent
 from updatestream_jobs.progress import ProgressTracker
+from updatestream_operator.models import ReportedHop
 from updatestream_operator.progress import ProgressError, loads_progress, parse_progress
 
 from updatestream.core.token import EventToken
@@ -55,6 +57,18 @@ def test_the_jobs_own_status_file_is_read(tmp_path: Path) -> None:
     assert progress.updated_at == 1_000.0
 
 
+HOP: dict[str, Any] = {
+    "fromMap": "-80,80-",
+    "toMap": "-40,40-80,80-",
+    "from": ["-80"],
+    "to": ["-40", "40-80"],
+    "servingChangedAt": 1_000,
+    "detectedAt": 1_002.5,
+    "completedAt": 1_004.0,
+    "durationSeconds": 4.0,
+    "duplicatesDropped": 7,
+}
+
 GOOD: dict[str, Any] = {
     "shards": {"-80": {"token": {"ts": 5, "shard": "-80", "pos": "0-1-1"}, "lagSeconds": 1}},
     "duplicates": {"hop": 3},
@@ -73,10 +87,21 @@ GOOD: dict[str, Any] = {
         ({"shards": {"-80": {"lagSeconds": "slow"}}}, "lag must be a number"),
         ({"shards": {"-80": {"byOp": {"insert": -1}}}}, "shards.-80.byOp.insert"),
         ({"duplicates": {"hop": "many"}}, "duplicates.hop"),
+        ({"shardMap": 80}, "shardMap must be a shard map"),
+        ({"shardMap": "-80,70-"}, "shardMap is not a shard map"),
+        ({"hops": {"toMap": "-"}}, "hops must be a list"),
+        ({"hops": ["-80"]}, "hops[0] must be an object"),
+        ({"hops": [{"toMap": "-40,40-"}]}, "hops[0].fromMap is missing"),
+        ({"hops": [{**HOP, "to": "-40"}]}, "hops[0].to must be a list of shard names"),
+        ({"hops": [{**HOP, "from": ["zz"]}]}, "hops[0].from holds a name that is not a shard"),
+        ({"hops": [HOP, {**HOP, "completedAt": "soon"}]}, "hops[1].completedAt must be a number"),
+        ({"hops": [{**HOP, "detectedAt": float("nan")}]}, "hops[0].detectedAt must be a number"),
+        ({"hops": [{**HOP, "duplicatesDropped": -2}]}, "hops[0].duplicatesDropped"),
+        ({"hops": [{**HOP, "duplicatesDropped": True}]}, "hops[0].duplicatesDropped"),
     ],
 )
 def test_malformed_reports_are_refused_naming_the_field(report: Any, words: str) -> None:
-    with pytest.raises(ProgressError, match=words.replace(".", r"\.")):
+    with pytest.raises(ProgressError, match=re.escape(words)):
         parse_progress(report, launch_id=1)
 
 
@@ -98,3 +123,51 @@ def test_text_that_is_not_json_names_its_source() -> None:
     with pytest.raises(ProgressError, match="ConfigMap ns/x-progress is not JSON"):
         loads_progress("{half", launch_id=1, source="ConfigMap ns/x-progress")
     assert json.loads(json.dumps(GOOD))  # the good report is plain JSON
+
+
+def test_a_job_that_hops_in_place_reports_its_map_and_hops() -> None:
+    in_flight = {
+        "from_map": "-40,40-80,80-",
+        "to_map": "-40,40-80,80-c0,c0-",
+        "from": ["80-"],
+        "to": ["80-c0", "c0-"],
+        "serving_changed_at": None,
+        "detected_at": 1_010,
+        "completed_at": None,
+        "duration_seconds": None,
+        "somethingNew": {"x": 1},
+    }
+    report = {
+        **GOOD,
+        "phase": "hopping",
+        "shardMap": "-40,40-80,80-",
+        "hops": [{**HOP, "from": ["00-80"]}, in_flight],
+    }
+    progress = parse_progress(report, launch_id=2)
+    assert progress.phase == "hopping"
+    assert progress.shard_map == "-40,40-80,80-"
+    done, flying = progress.hops
+    assert done == ReportedHop(
+        from_map="-80,80-",
+        to_map="-40,40-80,80-",
+        from_shards=("-80",),  # canonical spelling
+        to_shards=("-40", "40-80"),
+        detected_at=1_002.5,
+        serving_changed_at=1_000.0,
+        completed_at=1_004.0,
+        duration_seconds=4.0,
+        duplicates_dropped=7,
+    )
+    assert done.completed and not flying.completed
+    assert (flying.to_shards, flying.detected_at, flying.duplicates_dropped) == (
+        ("80-c0", "c0-"),
+        1_010.0,
+        0,
+    )
+
+
+def test_a_report_without_hop_fields_and_a_map_given_as_a_list() -> None:
+    plain = parse_progress(GOOD, launch_id=1)
+    assert (plain.shard_map, plain.hops, plain.phase) == (None, (), None)
+    listed = parse_progress({**GOOD, "shardMap": ["80-", "-80"], "hops": []}, launch_id=1)
+    assert listed.shard_map == "-80,80-"  # key order

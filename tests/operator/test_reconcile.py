@@ -2,131 +2,28 @@
 
 from __future__ import annotations
 
-import datetime as dt
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from updatestream_operator import reconcile as rec
 from updatestream_operator.models import (
-    JobInfo,
     JobPhase,
     JobProgress,
     KeyRangeStatus,
     ShardProgress,
-    StreamRef,
     StreamStatus,
 )
 
-from updatestream.core.token import EventToken
-from updatestream.spec import Keyspace, UpdateStreamSpec, parse_keyspace, parse_update_stream
-
-NOW = dt.datetime(2024, 5, 1, 12, 0, 0, tzinfo=dt.UTC)
-REF = StreamRef(namespace="ns", name="orders", uid="uid-1", generation=3)
-T0 = 1_714_560_000
-
-
-def keyspace(serving: list[str] | None = None, **vschema: Any) -> Keyspace:
-    names = ["-80", "80-", "-40", "40-80", "-"]
-    return parse_keyspace(
-        {
-            "metadata": {"name": "commerce", "namespace": "ns"},
-            "spec": {
-                "shards": [
-                    {
-                        "name": n,
-                        "mysql": {"host": "db", "port": 3306 + i},
-                        "credentialsSecret": {"name": "reader"},
-                    }
-                    for i, n in enumerate(names)
-                ],
-                "vschema": {"sharded": True, "tables": {"orders": {}, "users": {}}, **vschema},
-                "servingShards": serving or ["-80", "80-"],
-            },
-        }
-    )
-
-
-def stream_spec(**overrides: Any) -> UpdateStreamSpec:
-    spec = {"keyspace": "commerce", "sinks": [{"type": "console"}], **overrides}
-    return parse_update_stream({"metadata": {"name": "orders"}, "spec": spec}).spec
-
-
-def token(shard: str, ts: int, seq: int) -> EventToken:
-    return EventToken.from_json({"ts": ts, "shard": shard, "pos": f"0-1-{seq}"})
-
-
-@dataclass
-class World:
-    """What the actions of each step change: the jobs that exist, and the written status."""
-
-    spec: UpdateStreamSpec = field(default_factory=stream_spec)
-    keyspace: Keyspace | None = field(default_factory=keyspace)
-    status: StreamStatus = field(default_factory=StreamStatus)
-    jobs: list[JobInfo] = field(default_factory=list)
-    progress: dict[str, JobProgress] = field(default_factory=dict)
-    now: dt.datetime = NOW
-    decisions: list[rec.Decision] = field(default_factory=list)
-
-    def observe(self) -> rec.Observed:
-        return rec.Observed(
-            REF, self.spec, self.keyspace, self.status, list(self.jobs), self.progress, self.now
-        )
-
-    def step(self) -> rec.Decision:
-        decision = rec.reconcile(self.observe())
-        self.decisions.append(decision)
-        self.status = decision.status
-        for action in decision.actions:
-            if isinstance(action, rec.Stop):
-                self.jobs = [j for j in self.jobs if j.job_id != action.job.job_id]
-            else:
-                spec = action.job
-                self.jobs.append(
-                    JobInfo(
-                        job_id=spec.job_id,
-                        stream_uid=spec.stream.uid,
-                        key_range=spec.key_range,
-                        shard_map=spec.shard_map,
-                        spec_hash=spec.spec_hash,
-                        launch_id=spec.launch_id,
-                        phase=JobPhase.PENDING,
-                    )
-                )
-        self.now += dt.timedelta(seconds=2)
-        return decision
-
-    def settle(self, limit: int = 6) -> list[rec.Decision]:
-        steps = []
-        for _ in range(limit):
-            steps.append(self.step())
-            if not steps[-1].actions:
-                return steps
-        raise AssertionError("reconcile did not settle")
-
-    def launches(self) -> list[rec.Launch]:
-        return [a for d in self.decisions for a in d.actions if isinstance(a, rec.Launch)]
-
-    def stops(self) -> list[rec.Stop]:
-        return [a for d in self.decisions for a in d.actions if isinstance(a, rec.Stop)]
-
-    def report(self, key_range: str, **tokens: EventToken) -> None:
-        entry = self.status.key_range(key_range)
-        assert entry is not None
-        self.progress[key_range] = JobProgress(
-            launch_id=entry.launch_id,
-            shards={
-                t.shard: ShardProgress(token=t, events={"insert": 5}, lag_seconds=1.5)
-                for t in tokens.values()
-            },
-            duplicates={"hop": 2},
-        )
-
-
-def condition(status: StreamStatus, type_: str) -> tuple[str, str]:
-    found = status.condition(type_)
-    assert found is not None, type_
-    return found.status, found.reason
+from tests.operator.reconcile_world import (
+    NOW,
+    T0,
+    World,
+    condition,
+    keyspace,
+    stream_spec,
+    token,
+)
 
 
 @pytest.mark.parametrize(
@@ -224,9 +121,19 @@ def test_suspend_stops_jobs_keeping_positions_and_resume_continues_from_them() -
     assert condition(world.status, "Ready") == ("True", "Launched")
 
 
-def test_a_split_hops_once_from_the_planned_positions() -> None:
-    world = World()
+@pytest.mark.parametrize(
+    "world",
+    [
+        World(legacy_jobs=True),
+        World(settings=rec.Settings(in_job_hops=False)),
+        World(),
+    ],
+    ids=["job-without-in-job-hops", "in-job-hops-off", "job-not-running"],
+)
+def test_a_split_hops_once_from_the_planned_positions(world: World) -> None:
     world.settle()
+    if world.legacy_jobs or not world.settings.in_job_hops:
+        world.run()  # running, but it cannot (or may not) hop in place
     world.report("-", a=token("-80", T0 + 10, 7), b=token("80-", T0 + 12, 9))
     world.step()
     world.keyspace = keyspace(["-40", "40-80", "80-"])

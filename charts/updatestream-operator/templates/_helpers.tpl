@@ -162,6 +162,11 @@ The operator container's arguments: the image's entrypoint dispatches on the fir
 - --image={{ include "updatestream-operator.image" . }}
 - --service-account={{ include "updatestream-operator.spark.serviceAccountName" . }}
 - --state-dir=/tmp/updatestream-operator
+{{- if .Values.operator.inJobHops }}
+- --in-job-hop-timeout={{ .Values.operator.inJobHopTimeoutSeconds }}
+{{- else }}
+- --no-in-job-hops
+{{- end }}
 {{- if .Values.operator.verbose }}
 - --verbose
 {{- end }}

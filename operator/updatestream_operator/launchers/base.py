@@ -5,6 +5,9 @@ Job keys are `namespace/job_id`. `launch` never starts a second job under a key 
 local launcher on a lock and a pid file). `stop` returns True once the job is gone, False if
 it is still terminating (the caller looks again later). `status` also answers for a stopped
 job: its last progress report outlives it, since that is where a hop reads its positions.
+`publish_keyspace` shows a running job that hops in place the current Keyspace, where that
+launcher's jobs watch it (the local launcher's keyspace file; in a cluster the driver reads
+the Keyspace object itself, so there is nothing to do).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from collections.abc import Mapping
 from typing import Protocol, runtime_checkable
 
 from updatestream.core.errors import UpdateStreamError
+from updatestream.spec import Keyspace
 from updatestream_operator import naming
 from updatestream_operator.models import JobInfo, JobPhase, JobSpec, JobStatus
 
@@ -35,6 +39,8 @@ class Launcher(Protocol):
     ) -> list[JobInfo]: ...
 
     def status(self, key: str) -> JobStatus: ...
+
+    def publish_keyspace(self, job: JobInfo, keyspace: Keyspace) -> None: ...
 
     def cleanup(self, namespace: str, stream_uid: str) -> None:
         """Remove what outlives a stream's jobs (progress reports) once the stream is deleted."""
@@ -68,6 +74,7 @@ def job_info(
             shard_map=annotations[naming.ANNOTATION_SHARD_MAP],
             spec_hash=annotations.get(naming.ANNOTATION_SPEC_HASH, ""),
             launch_id=int(annotations.get(naming.ANNOTATION_LAUNCH_ID, "0")),
+            in_job_hops=annotations.get(naming.ANNOTATION_IN_JOB_HOPS) == "true",
             phase=phase,
             message=message,
             created_at=created_at,

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from updatestream.spec import Keyspace
 from updatestream_operator import naming
 from updatestream_operator.config import ClusterSettings
-from updatestream_operator.jobconfig import config_files, run_arguments
-from updatestream_operator.models import JobProgress, JobSpec
+from updatestream_operator.jobconfig import config_files, kubernetes_watch, run_arguments
+from updatestream_operator.models import JobInfo, JobProgress, JobSpec
 from updatestream_operator.progress import loads_progress
 from updatestream_operator.storage import KubeStore
 
@@ -61,7 +62,14 @@ def driver_arguments(job: JobSpec, settings: ClusterSettings) -> list[str]:
         checkpoint=checkpoint,
         metrics_port=settings.driver_metrics_port,
         status_file=naming.STATUS_FILE,
+        # the driver reads the Keyspace object (its Role may get keyspaces, nothing more)
+        keyspace_watch=kubernetes_watch(job),
     )
+
+
+def publish_keyspace(job: JobInfo, keyspace: Keyspace) -> None:
+    """Nothing to do: a driver watching its Keyspace reads the object from the API."""
+    return None
 
 
 def publisher_container(job: JobSpec, settings: ClusterSettings) -> dict[str, Any]:

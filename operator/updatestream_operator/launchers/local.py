@@ -2,11 +2,15 @@
 
 For an operator running outside a cluster, and for the demo. Each job has a directory under
 the state directory (`<state>/<namespace>/<job>/`) holding its configuration, its Secrets as
-files (0600), a `job.json` with the pid, and one `launch-<n>/` per launch (status file,
-checkpoint, log). A job is never started twice: launching takes a file lock on the job's
-directory and looks for a live process first, both through the pid file and by scanning
-process command lines for the job's directory (which also finds a process started by an
-operator killed before it wrote the pid file).
+files (0600), a `job.json` with the pid and the metrics port the launcher picked, and one
+`launch-<n>/` per launch (status file, checkpoint, log). A job is never started twice:
+launching takes a file lock on the job's directory and looks for a live process first, both
+through the pid file and by scanning process command lines for the job's directory (which also
+finds a process started by an operator killed before it wrote the pid file).
+
+A job launched for in-job hops watches the job directory's `keyspace.yaml`
+(`--keyspace-watch`); `publish_keyspace` rewrites it (a temporary file renamed over it, so the
+job never reads half a file) whenever the Keyspace the operator observes differs from it.
 """
 
 from __future__ import annotations
@@ -27,7 +31,13 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from updatestream_operator.jobconfig import config_files, run_arguments
+from updatestream.spec import Keyspace
+from updatestream_operator.jobconfig import (
+    KEYSPACE_FILE,
+    config_files,
+    keyspace_document,
+    run_arguments,
+)
 from updatestream_operator.launchers.base import LaunchError, split_key
 from updatestream_operator.models import JobInfo, JobPhase, JobProgress, JobSpec, JobStatus
 from updatestream_operator.progress import ProgressError, loads_progress
@@ -86,6 +96,13 @@ def _launch_dir_of(pid: int, directory: Path) -> Path | None:
 def _write_json(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, sort_keys=True))
+    tmp.replace(path)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Replace `path` by a whole new file: a reader sees the old content or the new."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
     tmp.replace(path)
 
 
@@ -181,18 +198,20 @@ class LocalLauncher:
                 log.info("job %s is running already; not starting it again", job.key)
                 return
             for name, content in config_files(job).items():
-                (directory / name).write_text(content)
+                _write_atomically(directory / name, content)
             _write_json(directory / "owner.json", {"streamUid": job.stream.uid})
             secrets = self._secrets(job, directory)
             launch_dir = directory / f"launch-{job.launch_id}"
             launch_dir.mkdir(exist_ok=True)
+            metrics_port = _free_port()
             arguments = run_arguments(
                 job,
                 config_dir=str(directory),
                 secrets_dir=str(secrets),
                 checkpoint=str(launch_dir / "checkpoint"),
-                metrics_port=_free_port(),
+                metrics_port=metrics_port,
                 status_file=str(launch_dir / "status.json"),
+                keyspace_watch=str(directory / KEYSPACE_FILE),
             )
             meta = {
                 "streamUid": job.stream.uid,
@@ -200,6 +219,8 @@ class LocalLauncher:
                 "shardMap": job.shard_map,
                 "specHash": job.spec_hash,
                 "launchId": job.launch_id,
+                "inJobHops": job.in_job_hops,
+                "metricsPort": metrics_port,
             }
             _write_json(launch_dir / "meta.json", meta)
             with (launch_dir / "job.log").open("ab") as out:
@@ -217,6 +238,11 @@ class LocalLauncher:
                 meta | {"pid": child.pid, "pidStart": _process_start(child.pid)},
             )
             log.info("started job %s (launch %s) as pid %s", job.key, job.launch_id, child.pid)
+
+    def record(self, key: str) -> dict[str, Any] | None:
+        """The job's record (`job.json`): pid, launch, key range, metrics port; None if none."""
+        namespace, job_id = split_key(key)
+        return self._meta(self.job_dir(namespace, job_id))
 
     # -- stop -------------------------------------------------------------------------------
 
@@ -265,6 +291,7 @@ class LocalLauncher:
             launch_id=int(meta.get("launchId", 0)),
             phase=JobPhase.RUNNING if alive else JobPhase.FAILED,
             message=message,
+            in_job_hops=meta.get("inJobHops") is True,
         )
 
     @staticmethod
@@ -322,6 +349,20 @@ class LocalLauncher:
         except ProgressError as exc:
             log.warning("%s", exc)  # a half-written file: the next read gets the whole
             return JobProgress(launch_id=launch_id)
+
+    def publish_keyspace(self, job: JobInfo, keyspace: Keyspace) -> None:
+        """Rewrite the job's keyspace file when the Keyspace differs from it."""
+        path = self.job_dir(job.namespace, job.job_id) / KEYSPACE_FILE
+        if not path.parent.is_dir():
+            return  # the job is gone
+        text = keyspace_document(keyspace)
+        try:
+            if path.read_text() == text:
+                return
+        except OSError:
+            pass
+        _write_atomically(path, text)
+        log.info("showed job %s the current Keyspace %s", job.key, keyspace.metadata.name)
 
     def cleanup(self, namespace: str, stream_uid: str) -> None:
         root = self.state_dir / namespace

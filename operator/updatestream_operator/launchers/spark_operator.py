@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from updatestream.spec import Keyspace
 from updatestream_operator import naming
 from updatestream_operator.config import ClusterSettings
 from updatestream_operator.launchers.base import LaunchError, job_info, parse_time, split_key
@@ -20,6 +21,7 @@ from updatestream_operator.launchers.cluster import (
     driver_volume_mounts,
     job_volumes,
     pod_security_context,
+    publish_keyspace,
     publisher_container,
     read_progress,
     remove_stream_objects,
@@ -189,6 +191,9 @@ class SparkOperatorLauncher:
         )
         phase, message = application_phase(app) if app is not None else (JobPhase.ABSENT, "")
         return JobStatus(name, phase, message, read_progress(self.store, namespace, name))
+
+    def publish_keyspace(self, job: JobInfo, keyspace: Keyspace) -> None:
+        publish_keyspace(job, keyspace)
 
     def cleanup(self, namespace: str, stream_uid: str) -> None:
         remove_stream_objects(self.store, namespace, stream_uid)

@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from updatestream.spec import Keyspace
 from updatestream_operator import naming
 from updatestream_operator.config import ClusterSettings
 from updatestream_operator.jobconfig import conf_arguments, spark_resource_conf
@@ -31,6 +32,7 @@ from updatestream_operator.launchers.cluster import (
     driver_volume_mounts,
     job_volumes,
     pod_security_context,
+    publish_keyspace,
     publisher_container,
     read_progress,
     remove_stream_objects,
@@ -260,6 +262,9 @@ class SparkSubmitLauncher:
         pod = self.store.get_pod(namespace, name)
         phase, message = pod_phase(pod) if pod is not None else (JobPhase.ABSENT, "")
         return JobStatus(name, phase, message, read_progress(self.store, namespace, name))
+
+    def publish_keyspace(self, job: JobInfo, keyspace: Keyspace) -> None:
+        publish_keyspace(job, keyspace)
 
     def cleanup(self, namespace: str, stream_uid: str) -> None:
         remove_stream_objects(self.store, namespace, stream_uid)
