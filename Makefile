@@ -61,8 +61,8 @@ format: $(STAMP) ## apply ruff's formatting and safe fixes
 	$(BIN)/ruff format .
 
 .PHONY: demo
-demo: system-deps $(STAMP) ## real local MariaDB shards, live traffic and a live split, verified
-	@bash scripts/demo.sh
+demo: system-deps $(STAMP) ## the whole system on one machine: a live split hopped by the operator's job, verified
+	$(BIN)/updatestream demo $(DEMO_ARGS)
 
 .PHONY: bench-sinks
 bench-sinks: $(STAMP) ## sink throughput (memcached, Version Stream vs single-row appends) into bench/results

@@ -19,6 +19,7 @@ from updatestream.core.errors import UpdateStreamError
 _COMMANDS: tuple[tuple[str, str], ...] = (
     ("updatestream.commands.keys", "keyspace_id"),
     ("updatestream.commands.keys", "shard_for"),
+    ("updatestream.demo.cli", "demo"),
     ("updatestream.devcluster.cli", "devcluster"),
     ("updatestream.verify.cli", "verify"),
     ("updatestream_jobs.cli", "run"),

@@ -1,0 +1,61 @@
+"""`updatestream demo --json` end to end, with short traffic: real shards, memcached, a Version
+Stream MariaDB, the operator's service and local launcher running a real Spark job, a live
+split and its hop, and the verifier on every sink. Then nothing it started may still run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from updatestream_operator.launchers.local import _processes_using
+
+from updatestream.devcluster.server import pid_alive
+
+CLI = str(Path(sys.executable).with_name("updatestream"))
+REPORT_KEYS = {
+    "committed",
+    "delivered",
+    "lost",
+    "duplicates_delivered",
+    "duplicates_dropped",
+    "duplicates_dropped_by_cause",
+    "out_of_order_keys",
+}
+
+
+def test_the_demo_hops_a_live_split_and_every_sink_verifies_clean(tmp_path: Path) -> None:
+    directory = tmp_path / "demo"
+    done = subprocess.run(
+        [CLI, "demo", "--json", "--dir", str(directory),
+         "--rate", "100", "--seconds", "10", "--split-after", "3", "--seed", "7"],
+        capture_output=True, text=True, timeout=540,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    result = json.loads(done.stdout)  # exactly one JSON object on stdout
+    assert set(result) == {"sinks", "hops", "events", "elapsed_s"}
+
+    assert set(result["sinks"]) == {"memcached", "versionstream", "cdcv2"}
+    committed = result["sinks"]["versionstream"]["committed"]
+    assert committed > 300
+    for sink, report in result["sinks"].items():
+        assert set(report) - {"stale_keys"} == REPORT_KEYS, sink  # stale: memcached only
+        assert report["committed"] == committed, (sink, report)
+        assert report["lost"] == 0 and report["duplicates_delivered"] == 0, (sink, report)
+        assert report["duplicates_dropped"] > 0, (sink, report)  # the split's overlap
+
+    assert result["sinks"]["memcached"]["stale_keys"] == 0
+
+    (hop,) = result["hops"]
+    assert hop["from"] == ["-80", "80-"] and hop["to"] == ["-40", "40-80", "80-"]
+    assert 0 < hop["duration_s"] < 120
+    assert 0 < hop["duplicates_dropped"] <= result["sinks"]["cdcv2"]["duplicates_dropped"]
+    assert result["events"] >= committed
+    assert 0 < result["elapsed_s"] < 540
+
+    # everything the demo started is stopped: servers, memcached, the job
+    state = json.loads((directory / "demo.json").read_text())
+    pids = [state["memcached"]["pid"], state["versionstream"]["pid"], state["jobPid"]]
+    assert all(pids) and not [p for p in pids if pid_alive(p)], pids
+    assert _processes_using(directory) == []  # the shards' mariadbds and the job's processes
