@@ -72,6 +72,30 @@ bench-sinks: $(STAMP) ## sink throughput (memcached, Version Stream vs single-ro
 bench-source: $(STAMP) ## binlog source rows/s vs python-mysql-replication and mariadb-binlog into bench/results
 	$(BIN)/python bench/source_bench.py
 
+.PHONY: bench-hop
+bench-hop: system-deps $(STAMP) ## hop time over 5 live splits and 5 merges, verified, into bench/results
+	$(BIN)/python bench/hop_bench.py
+
+.PHONY: bench-lag
+bench-lag: $(STAMP) ## end-to-end lag per sink at 25/50/90% of the max rate, 2 shards, into bench/results
+	$(BIN)/python bench/lag_bench.py
+
+.PHONY: bench-footprint
+bench-footprint: kube-tools $(STAMP) ## peak RSS: operator with 100 streams, job driver on a 100k-row tx, into bench/results
+	$(BIN)/python bench/footprint_bench.py
+
+.PHONY: bench-scaling
+bench-scaling: $(STAMP) ## source rows/s with 1, 2 and 4 shards, into bench/results
+	$(BIN)/python bench/scaling_bench.py
+
+# Every benchmark, one after another (they measure a shared machine, so never in parallel),
+# then one table of bench/results/summary.json.
+.PHONY: bench
+bench: system-deps bench-source bench-sinks bench-lag bench-footprint bench-scaling bench-hop ## every benchmark in turn, then the summary table
+	$(BIN)/python bench/show_summary.py
+
+.NOTPARALLEL: bench
+
 .PHONY: clean
 clean: ## remove the virtual environment and local cluster state
 	rm -rf $(VENV) .updatestream

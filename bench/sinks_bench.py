@@ -9,16 +9,15 @@
   against the same server, with the ratio.
 
 Each figure is the best of ``--rounds`` rounds (default 3): the machine may be shared, and the
-best round is the one least disturbed. Figures are printed and merged into
-``bench/results/summary.json`` (other keys are kept).
-Run it with ``make bench-sinks`` or ``python bench/sinks_bench.py [--events N]``.
+best round is the one least disturbed. Figures are printed, written with the load average to
+``bench/results/sinks.json`` and merged into ``bench/results/summary.json`` (other keys are
+kept). Run it with ``make bench-sinks`` or ``python bench/sinks_bench.py [--events N]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
@@ -33,10 +32,11 @@ from updatestream_jobs.sinks.base import BatchContext  # noqa: E402
 from updatestream_jobs.sinks.memcached import MemcachedSink  # noqa: E402
 from updatestream_jobs.sinks.versionstream import VersionStreamSink  # noqa: E402
 
+from bench.report import machine, say_load, write_result  # noqa: E402
 from bench.summary import merge_summary  # noqa: E402
-from tests.jobs.memcached_server import MemcachedServer  # noqa: E402
 from tests.jobs.sink_events import ShardLog  # noqa: E402
 from updatestream import spec  # noqa: E402
+from updatestream.devcluster.memcached import MemcachedServer  # noqa: E402
 from updatestream.devcluster.server import MariaDBServer  # noqa: E402
 from updatestream.versionstream.repository import VersionStreamRepository  # noqa: E402
 
@@ -157,10 +157,12 @@ def main() -> None:
     parser.add_argument("--naive", type=int, default=1_000, help="single-row appends")
     parser.add_argument("--rounds", type=int, default=3, help="report the best round")
     args = parser.parse_args()
-    print(f"load average: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
+    load = say_load()
     figures = bench_memcached(args.events, args.rounds)
     figures |= bench_versionstream(args.events, args.naive, args.rounds)
     print(json.dumps(figures, indent=2))
+    write_result("sinks", {"machine": machine(), "load_average": load, "events": args.events,
+                           "naive": args.naive, "rounds": args.rounds, **figures})  # fmt: skip
     merge_summary(figures)
 
 

@@ -14,8 +14,9 @@ The source splits a shard's range at about every ``maxPartitionBytes`` (1 MiB) o
 Spark (``local[2]``) decodes pieces of it in parallel; the plain read is one thread. Last, it
 reads one 100k-row transaction through Spark and reports the Python worker's peak RSS.
 
-Each figure is the median of ``--rounds`` runs. Figures are printed and merged into
-``bench/results/summary.json`` (other keys are kept). Run it with ``make bench-source`` or
+Each figure is the median of ``--rounds`` runs. Figures are printed, written with the load
+average to ``bench/results/source.json`` and merged into ``bench/results/summary.json`` (other
+keys are kept). Run it with ``make bench-source`` or
 ``python bench/source_bench.py [--rows N] [--rounds R]``.
 """
 
@@ -49,10 +50,14 @@ from updatestream_jobs.source.datasource import (  # noqa: E402
 )
 from updatestream_jobs.source.options import parse_options  # noqa: E402
 
+from bench.report import machine, say_load, write_result  # noqa: E402
+from bench.rss import pyspark_worker_peak_rss_mb  # noqa: E402
 from bench.summary import merge_summary  # noqa: E402
 from updatestream.core.gtid import parse_position  # noqa: E402
 from updatestream.core.token import EventToken  # noqa: E402
 from updatestream.devcluster.server import MariaDBServer  # noqa: E402
+
+READER_SECRET = "bench-reader"
 
 
 def prepare(root: Path, rows: int) -> tuple[MariaDBServer, dict[str, str], str, str]:
@@ -60,16 +65,23 @@ def prepare(root: Path, rows: int) -> tuple[MariaDBServer, dict[str, str], str, 
     server = MariaDBServer(base_dir=root / "shard", server_id=1)
     server.start()
     try:
-        return _fill(server, root, rows)
+        password = secrets.token_urlsafe(16)
+        start, end = fill_shard(server, password, 0, rows)
+        options = bounded_options(
+            bench_keyspace({"-": server.port}),
+            write_secret(root, password),
+            {"-": start},
+            {"-": end},
+        )
     except BaseException:
         server.stop()
         raise
+    return server, options, start, end
 
 
-def _fill(
-    server: MariaDBServer, root: Path, rows: int
-) -> tuple[MariaDBServer, dict[str, str], str, str]:
-    password = secrets.token_urlsafe(16)
+def fill_shard(server: MariaDBServer, password: str, first_id: int, rows: int) -> tuple[str, str]:
+    """The reader user, database `bench` and table `items` on `server`, then `rows` rows (ids
+    from `first_id + 1`) in transactions of 100; returns the GTID positions before and after."""
     with server.root_connect() as conn, conn.cursor() as cur:
         cur.execute("CREATE USER 'bench'@'127.0.0.1' IDENTIFIED BY %s", (password,))
         cur.execute("GRANT REPLICATION SLAVE, BINLOG MONITOR, SELECT ON *.* TO 'bench'@'127.0.0.1'")
@@ -80,30 +92,41 @@ def _fill(
         )
         cur.execute("SELECT @@gtid_binlog_pos")
         start = str(cur.fetchone()[0])
-        for first in range(0, rows, TX_ROWS):
+        for first in range(first_id, first_id + rows, TX_ROWS):
             cur.execute(
                 "INSERT INTO bench.items SELECT seq, seq % 100, CONCAT('sku-', seq % 997) "
                 f"FROM bench.seq_{first + 1}_to_{first + TX_ROWS}"
             )
         cur.execute("SELECT @@gtid_binlog_pos")
         end = str(cur.fetchone()[0])
-    secret = root / "secrets" / "bench-reader"
+    return start, end
+
+
+def write_secret(root: Path, password: str) -> Path:
+    """The reader's Secret as files under `root/secrets`; returns that directory."""
+    secret = root / "secrets" / READER_SECRET
     secret.mkdir(parents=True)
     (secret / "username").write_text("bench")
     (secret / "password").write_text(password)
-    keyspace = {
+    return root / "secrets"
+
+
+def bench_keyspace(ports: dict[str, int]) -> dict[str, Any]:
+    """Keyspace `bench`: the given shards (name -> port on 127.0.0.1), `items` hashed on id."""
+    return {
         "apiVersion": "updatestream.io/v1alpha1",
         "kind": "Keyspace",
         "metadata": {"name": "bench"},
         "spec": {
             "shards": [
                 {
-                    "name": "-",
-                    "mysql": {"host": "127.0.0.1", "port": server.port},
-                    "credentialsSecret": {"name": "bench-reader"},
+                    "name": name,
+                    "mysql": {"host": "127.0.0.1", "port": port},
+                    "credentialsSecret": {"name": READER_SECRET},
                 }
+                for name, port in ports.items()
             ],
-            "servingShards": ["-"],
+            "servingShards": list(ports),
             "vschema": {
                 "sharded": True,
                 "vindexes": {"hash": {"type": "hash"}},
@@ -111,13 +134,18 @@ def _fill(
             },
         },
     }
-    options = {
+
+
+def bounded_options(
+    keyspace: dict[str, Any], secrets_dir: Path, start: dict[str, str], end: dict[str, str]
+) -> dict[str, str]:
+    """Source options for a bounded read of every shard from `start` to `end`."""
+    return {
         "keyspace": json.dumps(keyspace),
-        "secretsDir": str(root / "secrets"),
-        "start": json.dumps({"-": start}),
-        "end": json.dumps({"-": end}),
+        "secretsDir": str(secrets_dir),
+        "start": json.dumps(start),
+        "end": json.dumps(end),
     }
-    return server, options, start, end
 
 
 def timed(count: Callable[[], int], expected: int, rounds: int, label: str) -> float:
@@ -196,26 +224,8 @@ def noop_write(spark: Any, options: dict[str, str], rows: int) -> int:
     return rows  # the warm-up counted them
 
 
-def worker_peak_rss_mb() -> float:
-    """The largest peak RSS (VmHWM) among this user's PySpark Python worker processes."""
-    peak = 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            command = (entry / "cmdline").read_bytes()
-            if b"pyspark.daemon" not in command and b"pyspark.worker" not in command:
-                continue  # not a Python worker (the JVM's class path names pyspark too)
-            for line in (entry / "status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    peak = max(peak, int(line.split()[1]))
-        except OSError:
-            continue
-    return peak / 1024
-
-
-def large_transaction(server: MariaDBServer, spark: Any, options: dict[str, str]) -> float:
-    """Peak RSS of the Spark Python worker reading one 100k-row transaction (polled)."""
+def commit_large_transaction(server: MariaDBServer) -> tuple[str, str]:
+    """One 100k-row transaction into a new table `bench.big`; the GTID positions around it."""
     with server.root_connect() as conn, conn.cursor() as cur:
         cur.execute("CREATE TABLE bench.big (id BIGINT PRIMARY KEY, note VARCHAR(120))")
         cur.execute("SELECT @@gtid_binlog_pos")
@@ -223,23 +233,34 @@ def large_transaction(server: MariaDBServer, spark: Any, options: dict[str, str]
         cur.execute("INSERT INTO bench.big SELECT seq, REPEAT('x', 100) FROM bench.seq_1_to_100000")
         cur.execute("SELECT @@gtid_binlog_pos")
         end = str(cur.fetchone()[0])
-    keyspace = json.loads(options["keyspace"])
+    return start, end
+
+
+def with_big_table(keyspace_json: str) -> str:
+    """The Keyspace JSON with `big` in its VSchema (hash on `id`)."""
+    keyspace = json.loads(keyspace_json)
     keyspace["spec"]["vschema"]["tables"]["big"] = {
         "column_vindexes": [{"column": "id", "name": "hash"}]
     }
+    return json.dumps(keyspace)
+
+
+def large_transaction(server: MariaDBServer, spark: Any, options: dict[str, str]) -> float:
+    """Peak RSS of the Spark Python worker reading one 100k-row transaction (polled)."""
+    start, end = commit_large_transaction(server)
     big = {
         **options,
-        "keyspace": json.dumps(keyspace),
+        "keyspace": with_big_table(options["keyspace"]),
         "start": json.dumps({"-": start}),
         "end": json.dumps({"-": end}),
     }
-    before = worker_peak_rss_mb()
+    before = pyspark_worker_peak_rss_mb()
     peak = [before]
     done = threading.Event()
 
     def poll() -> None:
         while not done.is_set():
-            peak[0] = max(peak[0], worker_peak_rss_mb())
+            peak[0] = max(peak[0], pyspark_worker_peak_rss_mb())
             time.sleep(0.05)
 
     thread = threading.Thread(target=poll, daemon=True)
@@ -259,10 +280,10 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=200_000, help="rows in the binlog")
     parser.add_argument("--rounds", type=int, default=3, help="report the median round")
     args = parser.parse_args()
-    print(f"load average: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
+    load = say_load()
     with tempfile.TemporaryDirectory(prefix="source-bench-") as tmp:
         server, options, start, end = prepare(Path(tmp), args.rows)
-        password = (Path(tmp) / "secrets" / "bench-reader" / "password").read_text()
+        password = (Path(tmp) / "secrets" / READER_SECRET / "password").read_text()
         try:
             print(f"binlog: {args.rows} rows in {args.rows // TX_ROWS} transactions")
             plain = timed(lambda: plain_reader(server, password), args.rows, args.rounds, "plain")
@@ -290,6 +311,8 @@ def main() -> None:
         "source_large_tx_worker_peak_rss_mb": round(rss),
     }
     print(json.dumps(figures, indent=2))
+    write_result("source", {"machine": machine(), "load_average": load, "rows": args.rows,
+                            "rounds": args.rounds, **figures})  # fmt: skip
     merge_summary(figures)
 
 

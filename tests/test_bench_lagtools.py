@@ -1,0 +1,126 @@
+"""The lag benchmark's bookkeeping: batch write times per transaction, joined with a ledger."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+from updatestream_jobs.sinks.base import BatchContext
+from updatestream_jobs.sinks.cdcv2 import CDCv2Sink, stream_directory
+from updatestream_jobs.sinks.console import ConsoleSink
+
+from bench.lagtools import (
+    TimedSink,
+    cdcv2_complete_times,
+    event_lags,
+    summarize,
+    transaction_keys,
+)
+from tests.jobs.sink_events import ShardLog
+from updatestream import spec
+from updatestream.devcluster.ledger import LedgerEntry
+
+
+def user(uid: int) -> dict[str, object]:
+    return {"id": uid, "name": f"user{uid}"}
+
+
+def entry(shard: str, gtid: str, commit_time: float, order: int = 1) -> LedgerEntry:
+    return LedgerEntry(
+        order,
+        order,
+        "users",
+        json.dumps({"id": order}),
+        "insert",
+        "d",
+        shard,
+        "00",
+        gtid,
+        commit_time,
+    )
+
+
+def test_timed_sink_passes_the_batch_on_and_records_its_transactions(tmp_path: Path) -> None:
+    out = tmp_path / "events.jsonl"
+    clock = itertools.count(1000.0, 0.5)
+    sink = TimedSink(
+        ConsoleSink(spec.ConsoleSink(type="console", path=str(out))), clock=lambda: next(clock)
+    )
+    a, b = ShardLog("-80", 1), ShardLog("80-", 2)
+    events = [
+        *a.transaction(
+            100, [("insert", "users", None, user(1)), ("insert", "users", None, user(2))]
+        ),
+        *b.transaction(100, [("insert", "users", None, user(3))]),
+        a.heartbeat(101),
+        b.heartbeat(101),
+    ]
+    sink.open()
+    result = sink.write_batch(iter(events), BatchContext("s", "-", 0))
+    sink.close()
+    assert result.written == 5 and sink.name == f"console({out})"
+    assert len(out.read_text().splitlines()) == 5
+    (batch,) = sink.batches
+    assert (batch.started_at, batch.read_at, batch.completed_at) == (1000.0, 1000.5, 1001.0)
+    assert dict(batch.transactions) == {("-80", "1-1-1"): 2, ("80-", "2-2-1"): 1}
+    assert sink.delivered_at() == {("-80", "1-1-1"): 1001.0, ("80-", "2-2-1"): 1001.0}
+    assert sink.rows() == 3 and sink.rows(since=1001.5) == 0
+
+
+def test_lags_are_write_time_minus_commit_time_and_missing_changes_are_counted() -> None:
+    delivered = {("-80", "1-1-7"): 12.0, ("80-", "2-2-3"): 15.5}
+    ledger = [
+        entry("-80", "1-1-7", 11.25, 1),
+        entry("-80", "1-1-7", 11.5, 2),
+        entry("80-", "2-2-3", 15.0, 3),
+        entry("80-", "2-2-4", 15.1, 4),
+    ]
+    lags, missing = event_lags(ledger, delivered)
+    assert lags == [0.75, 0.5, 0.5] and missing == 1
+
+
+def test_summary_gives_the_median_the_99th_percentile_and_the_maximum() -> None:
+    report = summarize([float(x) for x in range(1, 101)], missing=2)
+    assert report.as_dict() == {
+        "events": 100,
+        "missing": 2,
+        "p50_s": 50.5,
+        "p99_s": 99.01,
+        "max_s": 100.0,
+    }
+    assert summarize([]).as_dict()["p50_s"] is None
+
+
+def test_a_cdcv2_change_is_complete_when_a_progress_statement_passes_its_second(
+    tmp_path: Path,
+) -> None:
+    clock = iter([10.0, 10.5, 11.0, 20.0, 20.5, 21.0, 30.0, 30.5, 31.0])
+    sink = TimedSink(
+        CDCv2Sink(spec.CDCv2Sink(type="cdcv2", path=str(tmp_path)), keyspace="ks"),
+        clock=lambda: next(clock),
+    )
+    a, b = ShardLog("-80", 1), ShardLog("80-", 2)
+    sink.open()
+    first = a.transaction(100, [("insert", "users", None, user(1))])
+    second = b.transaction(101, [("insert", "users", None, user(2))])
+    # batch 0: both shards at 101 -> watermark 100 (lateness 1): nothing complete yet
+    sink.write_batch(
+        [*first, *second, a.heartbeat(101), b.heartbeat(101)], BatchContext("s", "-", 0)
+    )
+    # batch 1: marks at 102 -> watermark 101: second 100 is complete, 101 is not
+    sink.write_batch([a.heartbeat(102), b.heartbeat(102)], BatchContext("s", "-", 1))
+    # batch 2: marks at 105 -> watermark 104: 101 is complete too
+    sink.write_batch([a.heartbeat(105), b.heartbeat(105)], BatchContext("s", "-", 2))
+    directory = stream_directory(tmp_path, BatchContext("s", "-", 0))
+    complete = cdcv2_complete_times(directory, sink)
+    assert complete == {("-80", "1-1-1"): 21.0, ("80-", "2-2-1"): 31.0}
+    assert sink.delivered_at() == {("-80", "1-1-1"): 11.0, ("80-", "2-2-1"): 11.0}
+
+
+@pytest.mark.parametrize("position", ["0-1-4,1-1-9", "1-1-9"])
+def test_an_event_is_matched_by_any_gtid_of_its_position(position: str) -> None:
+    (event,) = ShardLog("-80", 1).transaction(5, [("insert", "users", None, user(1))])
+    assert ("-80", "1-1-9") in transaction_keys(dataclasses.replace(event, gtid=position))
