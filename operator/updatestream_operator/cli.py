@@ -33,6 +33,17 @@ def _check_liveness(ctx: click.Context, param: click.Parameter, value: str | Non
     return value
 
 
+def _check_pod_template(path: Path) -> None:
+    """Refuse to start with a driver Pod template that every launch would fail on."""
+    from updatestream_operator.launchers.base import LaunchError
+    from updatestream_operator.launchers.podtemplate import load_base_template
+
+    try:
+        load_base_template(path)
+    except LaunchError as exc:
+        raise click.BadParameter(str(exc), param_hint="--driver-pod-template") from None
+
+
 @click.command("operator")
 @click.option(
     "--namespace", "-n", default=None, help="Watch only this namespace (default: every one)."
@@ -82,6 +93,13 @@ def _check_liveness(ctx: click.Context, param: click.Parameter, value: str | Non
 )
 @click.option("--image", default=None, help="Container image of the Spark driver and executors.")
 @click.option("--service-account", default=None, help="ServiceAccount of the Spark drivers.")
+@click.option(
+    "--driver-pod-template",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="spark-submit launcher: a driver Pod template (the chart's) to build the driver Pods "
+    "on, keeping its nodeSelector, tolerations, affinity, pull secrets and annotations.",
+)
 @click.option("--kubeconfig", default=None, help="Default: in-cluster, else $KUBECONFIG.")
 @click.option(
     "--liveness",
@@ -103,6 +121,7 @@ def operator_command(
     in_job_hop_timeout: float,
     image: str | None,
     service_account: str | None,
+    driver_pod_template: Path | None,
     kubeconfig: str | None,
     liveness: str | None,
     verbose: bool,
@@ -114,6 +133,8 @@ def operator_command(
             "give them different ports",
             param_hint="--liveness",
         )
+    if driver_pod_template is not None:
+        _check_pod_template(driver_pod_template)
     import dataclasses
 
     import kopf
@@ -136,6 +157,7 @@ def operator_command(
         cfg.cluster,
         image=image or cfg.cluster.image,
         service_account=service_account or cfg.cluster.service_account,
+        driver_pod_template=driver_pod_template.absolute() if driver_pod_template else None,
     )
     if kubeconfig:
         os.environ["KUBECONFIG"] = kubeconfig  # kopf's own login reads it too

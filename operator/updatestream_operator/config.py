@@ -31,6 +31,9 @@ class ClusterSettings:
     spark_version: str = "4.3.0"
     # UID and GID of the driver Pods (the image's user); Pod Security `restricted` needs non-zero
     run_as_user: int = 10001
+    # a Pod template (the chart's) the spark-submit driver template is built on, so its
+    # scheduling, pull secrets and annotations reach the driver Pods; None: the operator's alone
+    driver_pod_template: Path | None = None
 
     def image_for(self, job: JobSpec) -> str:
         return job.spark.image or self.image

@@ -514,3 +514,85 @@ def test_a_stale_readme_table_is_detected(tmp_path: Path) -> None:
     assert run_values_table("--check", str(chart)).returncode == 1
     assert run_values_table("--write", str(chart)).returncode == 0
     assert (chart / "README.md").read_text() == readme
+
+
+# -- the driver Pods spark-submit builds from the operator's template ------------------------
+
+
+def _spark_template(manifests: list[dict[str, Any]], role: str) -> dict[str, Any]:
+    config = next(d for d in by_kind(manifests, "ConfigMap") if "spark-defaults.conf" in d["data"])
+    return dict(yaml.safe_load(config["data"][f"{role}-pod-template.yaml"]))
+
+
+def test_driver_pods_keep_the_charts_scheduling_and_stay_restricted(
+    full_manifests: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    """The operator's driver template, built on the chart's, as spark-submit gets it."""
+    from kubernetes import client
+    from updatestream_operator.config import ClusterSettings
+    from updatestream_operator.launchers.cluster import DRIVER_CONTAINER, SCRATCH_MOUNT
+    from updatestream_operator.launchers.spark_submit import SparkSubmitLauncher
+    from updatestream_operator.storage import KubeStore
+
+    from tests.operator.test_local_launcher import job_spec
+
+    args = operator_container(full_manifests)["args"]
+    flag = next(a for a in args if a.startswith("--driver-pod-template="))
+    base = _spark_template(full_manifests, "driver")
+    path = tmp_path / Path(flag.split("=", 1)[1]).name
+    path.write_text(yaml.safe_dump(base))
+    settings = ClusterSettings(driver_pod_template=path)
+    store = KubeStore(client.ApiClient())  # building a template never calls the API
+    launcher = SparkSubmitLauncher(store, settings, master="k8s://https://api.invalid")
+    job = job_spec()
+    pod = launcher.pod_template(job)
+    spec = pod["spec"]
+
+    values = yaml.safe_load(FULL_VALUES.read_text())["spark"]["podTemplates"]
+    assert spec["nodeSelector"] == values["nodeSelector"]
+    assert spec["tolerations"] == values["tolerations"]
+    assert spec["imagePullSecrets"] == [{"name": "registry-credentials"}]
+    annotations = pod["metadata"]["annotations"]
+    assert annotations["example.com/owner"] == "data-platform"
+    assert annotations["updatestream.io/launch-id"] == "1"  # the operator's kept too
+    assert pod["metadata"]["labels"]["app.kubernetes.io/component"] == "spark-driver"
+    assert pod["metadata"]["labels"]["updatestream.io/role"] == "driver"
+    assert pod["metadata"]["ownerReferences"][0]["uid"] == job.stream.uid
+    names = [c["name"] for c in spec["containers"]]
+    assert names == [DRIVER_CONTAINER, "progress-publisher"]
+    driver = spec["containers"][0]
+    paths = [m["mountPath"] for m in driver["volumeMounts"]]
+    assert len(paths) == len(set(paths)), f"a path mounted twice: {paths}"
+    assert SCRATCH_MOUNT in paths and "/var/lib/updatestream" in paths
+    volumes = [v["name"] for v in spec["volumes"]]
+    assert len(volumes) == len(set(volumes))
+    for container in spec["containers"]:
+        for mount in container.get("volumeMounts", []):
+            assert mount["name"] in volumes, f"{container['name']} mounts a missing volume"
+    assert restricted_violations(spec) == []
+    # without a base, the operator's template alone (what ran before the chart passed one)
+    alone = SparkSubmitLauncher(store, ClusterSettings(), master="k8s://x").pod_template(job)
+    assert "nodeSelector" not in alone["spec"]
+
+
+def test_a_bad_driver_pod_template_stops_the_operator_with_the_files_name(
+    tmp_path: Path,
+) -> None:
+    from click.testing import CliRunner
+    from updatestream_operator.cli import operator_command
+
+    cases = {
+        "missing.yaml": None,
+        "not-yaml.yaml": "spec: [unclosed\n",
+        "deployment.yaml": "kind: Deployment\nspec: {}\n",
+        "containers.yaml": "kind: Pod\nspec:\n  containers: {name: x}\n",
+    }
+    for name, text in cases.items():
+        path = tmp_path / name
+        if text is not None:
+            path.write_text(text)
+        result = CliRunner().invoke(
+            operator_command, ["--metrics-port=0", f"--driver-pod-template={path}"]
+        )
+        assert result.exit_code == 2, (name, result.output)
+        assert "--driver-pod-template" in result.output and name in result.output, result.output

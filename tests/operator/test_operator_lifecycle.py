@@ -90,6 +90,23 @@ class Operator:
 
 
 ENFORCE = "pod-security.kubernetes.io/enforce"
+TOLERATION = {"key": "dedicated", "operator": "Equal", "value": "streaming", "effect": "NoSchedule"}
+BASE_DRIVER_TEMPLATE = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"annotations": {"example.com/owner": "data-platform"}},
+    "spec": {
+        "nodeSelector": {"kubernetes.io/os": "linux"},
+        "tolerations": [TOLERATION],
+        "containers": [
+            {
+                "name": "spark-kubernetes-driver",
+                "volumeMounts": [{"name": "work", "mountPath": "/var/lib/updatestream"}],
+            }
+        ],
+        "volumes": [{"name": "work", "emptyDir": {"sizeLimit": "1Gi"}}],
+    },
+}
 
 
 @pytest.fixture(scope="module")
@@ -101,6 +118,8 @@ def operator(kube_api: KubeApi, tmp_path_factory: pytest.TempPathFactory) -> Ite
     # the API server's PodSecurity admission refuses a driver Pod that is not `restricted`
     kube_api.kubectl("label", "namespace", NS, f"{ENFORCE}=restricted", "--overwrite")
     port = free_port()
+    base_template = workdir / "driver-pod-template.yaml"  # as the chart mounts one
+    base_template.write_text(yaml.safe_dump(BASE_DRIVER_TEMPLATE))
     config.configure(
         config.OperatorConfig(
             namespace=NS,
@@ -110,7 +129,9 @@ def operator(kube_api: KubeApi, tmp_path_factory: pytest.TempPathFactory) -> Ite
             timer_interval=2.0,
             kubeconfig=str(kubeconfig),
             cluster=config.ClusterSettings(
-                image="registry.invalid/updatestream:test", service_account=SPARK_ACCOUNT
+                image="registry.invalid/updatestream:test",
+                service_account=SPARK_ACCOUNT,
+                driver_pod_template=base_template,
             ),
         )
     )
@@ -207,6 +228,11 @@ class TestLifecycle:
         assert containers == {"spark-kubernetes-driver", "progress-publisher"}
         # the Pod spark-submit made from the launcher's template, held to the chart's checker
         assert restricted_violations(pod["spec"]) == []
+        # built on the deployment's driver template: its scheduling reaches the Pod
+        assert pod["spec"]["nodeSelector"] == {"kubernetes.io/os": "linux"}
+        assert TOLERATION in pod["spec"]["tolerations"]
+        assert pod["metadata"]["annotations"]["example.com/owner"] == "data-platform"
+        assert volumes["work"]["emptyDir"] == {"sizeLimit": "1Gi"}
         mounts = {m["mountPath"]: m["name"] for m in driver["volumeMounts"]}
         checkpoints = config.ClusterSettings().checkpoint_root
         assert volumes[mounts[checkpoints]] == {"name": mounts[checkpoints], "emptyDir": {}}
@@ -421,6 +447,10 @@ def test_the_spark_operator_launcher_creates_an_owned_spark_application(
     assert spec["type"] == "Python" and spec["mode"] == "cluster"
     assert spec["driver"]["secrets"][0]["name"] == "reader"
     assert spec["driver"]["sidecars"][0]["name"] == "progress-publisher"
+    for role in ("driver", "executor"):  # the deployment's template's scheduling
+        assert spec[role]["nodeSelector"] == {"kubernetes.io/os": "linux"}
+        assert spec[role]["tolerations"] == [TOLERATION]
+        assert "affinity" not in spec[role]
     assert "--status-file" in spec["arguments"]
     arguments = spec["arguments"]
     assert arguments[arguments.index("--keyspace-watch") + 1] == f"kubernetes:{NS}/commerce"

@@ -161,6 +161,9 @@ The operator container's arguments: the image's entrypoint dispatches on the fir
 {{- end }}
 - --image={{ include "updatestream-operator.image" . }}
 - --service-account={{ include "updatestream-operator.spark.serviceAccountName" . }}
+{{- if .Values.spark.podTemplates.enabled }}
+- --driver-pod-template={{ include "updatestream-operator.operator.sparkConfDir" . }}/driver-pod-template.yaml
+{{- end }}
 - --state-dir=/tmp/updatestream-operator
 {{- if .Values.operator.inJobHops }}
 - --in-job-hop-timeout={{ .Values.operator.inJobHopTimeoutSeconds }}

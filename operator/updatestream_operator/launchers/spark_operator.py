@@ -2,8 +2,9 @@
 
 The SparkApplication is named after the job (a second one of that name is refused), labelled
 and annotated like a driver Pod, and owned by the UpdateStream; the spark-operator makes the
-driver Pod from it. Used when `spec.spark.launcher`-style operator setting chooses it and the
-CRD is served.
+driver Pod from it. With a driver Pod template configured, its nodeSelector, tolerations and
+affinity are set on the driver and the executors. Used when the operator's `--launcher` or a
+stream's `spec.spark.launcher` chooses it and the CRD is served.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from updatestream_operator.launchers.cluster import (
     remove_stream_objects,
     write_config_maps,
 )
+from updatestream_operator.launchers.podtemplate import load_base_template, scheduling
 from updatestream_operator.models import JobInfo, JobPhase, JobSpec, JobStatus
 from updatestream_operator.storage import KubeStore, owner_reference
 
@@ -86,6 +88,8 @@ class SparkOperatorLauncher:
 
     def application(self, job: JobSpec) -> dict[str, Any]:
         settings = self.settings
+        path = settings.driver_pod_template
+        placement = scheduling(load_base_template(path) if path is not None else None)
         secrets = [
             {"name": s, "path": f"{naming.SECRETS_MOUNT}/{s}", "secretType": "Generic"}
             for s in job.secret_names
@@ -122,11 +126,13 @@ class SparkOperatorLauncher:
                     "sidecars": [publisher_container(job, settings)],
                     "podSecurityContext": pod_security_context(settings),
                     "securityContext": container_security_context(),
+                    **placement,
                     **({"cores": 1, "memory": "1g"} | _resources(job.spark.driver)),
                 },
                 "executor": {
                     "labels": executor_labels,
                     "secrets": secrets,
+                    **placement,
                     **(
                         {"instances": 1, "cores": 1, "memory": "1g"}
                         | _resources(job.spark.executor)

@@ -3,7 +3,8 @@
 spark-submit creates the driver Pod (named after the job, so a second submission of the same
 job is refused by the API server) from a Pod template that carries the operator's labels,
 annotations and an owner reference to the UpdateStream, mounts the job's ConfigMap and adds
-the progress-publisher sidecar. `waitAppCompletion=false`: spark-submit returns once the Pod
+the progress-publisher sidecar, built on the deployment's driver template when one is
+configured (`podtemplate`). `waitAppCompletion=false`: spark-submit returns once the Pod
 exists. The Keyspace's Secrets are mounted with `spark.kubernetes.driver.secrets.*`: the
 operator never reads them.
 """
@@ -38,6 +39,7 @@ from updatestream_operator.launchers.cluster import (
     remove_stream_objects,
     write_config_maps,
 )
+from updatestream_operator.launchers.podtemplate import load_base_template, merge_driver_template
 from updatestream_operator.models import JobInfo, JobPhase, JobSpec, JobStatus
 from updatestream_operator.scrub import SCRUBBER
 from updatestream_operator.storage import KubeStore, owner_reference
@@ -107,6 +109,12 @@ class SparkSubmitLauncher:
     # -- launch -----------------------------------------------------------------------------
 
     def pod_template(self, job: JobSpec) -> dict[str, Any]:
+        """The driver Pod template: the operator's, built on the configured base template."""
+        path = self.settings.driver_pod_template
+        base = load_base_template(path) if path is not None else None
+        return merge_driver_template(base, self._own_template(job), DRIVER_CONTAINER)
+
+    def _own_template(self, job: JobSpec) -> dict[str, Any]:
         return {
             "apiVersion": "v1",
             "kind": "Pod",
