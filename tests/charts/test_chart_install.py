@@ -311,17 +311,30 @@ def test_the_operator_starts_with_the_charts_arguments_and_identity(
     """The operator process started with the Deployment's exact arguments (the entrypoint
     runs `updatestream <args>`), as the chart's ServiceAccount: the endpoint the probes call
     answers, and so does the metrics endpoint. Addresses are moved to loopback and the ports
-    to free ones."""
+    to free ones; the Spark ConfigMap's files, which the Pod mounts, are written to a directory
+    that stands for the mount."""
     deployment = next(d for d in default_release.manifests if d["kind"] == "Deployment")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     free = {name: free_port() for name in ports}
+    env_of = {e["name"]: e.get("value") for e in container["env"]}
+    spark_conf = next(
+        d
+        for d in default_release.manifests
+        if d["kind"] == "ConfigMap" and "spark-defaults.conf" in d.get("data", {})
+    )
+    mount = tmp_path / "spark-conf"
+    mount.mkdir()
+    for name, text in spark_conf["data"].items():
+        (mount / name).write_text(text)
     args = []
     for arg in container["args"]:
-        arg = arg.replace("0.0.0.0", "127.0.0.1")
+        arg = arg.replace("0.0.0.0", "127.0.0.1").replace(env_of["SPARK_CONF_DIR"], str(mount))
         for name, port in ports.items():
             arg = arg.replace(f":{port}/", f":{free[name]}/").replace(f"={port}", f"={free[name]}")
         args.append(arg)
+    template = next(a for a in args if a.startswith("--driver-pod-template="))
+    assert Path(template.split("=", 1)[1]).parent == mount  # the operator checks it at start
     probe = container["livenessProbe"]["httpGet"]
     assert container["readinessProbe"]["httpGet"] == probe
     probed = f"http://127.0.0.1:{free[probe['port']]}{probe['path']}"
