@@ -37,8 +37,12 @@ from updatestream.demo.driver import (
     stream_manifest,
 )
 from updatestream.demo.errors import DemoError
-from updatestream.devcluster.replay import ReplayWindow
-from updatestream.devcluster.reshard import ReshardOptions, ReshardWorkflow, plan_reshard
+from updatestream.devcluster.reshard import (
+    QuietReporter,
+    ReshardOptions,
+    ReshardWorkflow,
+    plan_reshard,
+)
 from updatestream.devcluster.traffic import TrafficGenerator, TrafficOptions
 
 STREAM = "demo-feed"
@@ -92,7 +96,7 @@ class DemoResult:
         }
 
 
-class _SplitPhases:
+class _SplitPhases(QuietReporter):
     """The reshard workflow's reporter: keeps its current phase, shown with the live figures."""
 
     def __init__(self) -> None:
@@ -100,15 +104,6 @@ class _SplitPhases:
 
     def phase(self, name: str, detail: str = "") -> None:
         self.text = f"{name} {detail}".strip()
-
-    def copied(self, source: str, target: str, rows: int) -> None:
-        pass
-
-    def lag(self, report: list[dict[str, Any]]) -> None:
-        pass
-
-    def replay(self, window: ReplayWindow) -> None:
-        pass
 
 
 class Demo:

@@ -60,7 +60,9 @@ class Reporter(Protocol):
     def replay(self, window: ReplayWindow) -> None: ...
 
 
-class _Quiet:
+class QuietReporter:
+    """A Reporter that shows nothing; subclass it to show only some steps."""
+
     def phase(self, name: str, detail: str = "") -> None:
         pass
 
@@ -106,7 +108,7 @@ class ReshardWorkflow:
     cluster: DevCluster
     plan: ReshardPlan
     options: ReshardOptions = field(default_factory=ReshardOptions)
-    reporter: Reporter = field(default_factory=_Quiet)
+    reporter: Reporter = field(default_factory=QuietReporter)
     state: dict[str, Any] = field(default_factory=dict)
     replications: list[FilteredReplication] = field(default_factory=list)
 
