@@ -1,0 +1,138 @@
+"""How the job hands one micro-batch to several sinks (Spark local mode, a real DataFrame):
+read from Spark once when it is small, once per sink when it is larger than the driver should
+hold; either way every sink gets the same events in the same order, duplicates counted once."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from updatestream_jobs.events import HOP_MARKER, SPARK_SCHEMA_DDL, ChangeEvent
+from updatestream_jobs.job import SINGLE_PASS_EVENTS, Job, JobOptions
+
+from updatestream import spec
+
+
+class CountingFrame:
+    """A real DataFrame that counts how often the job reads it back to the driver."""
+
+    def __init__(self, frame: Any) -> None:
+        self.frame = frame
+        self.reads = 0
+        self.persisted = 0
+
+    def toLocalIterator(self) -> Any:
+        self.reads += 1
+        return self.frame.toLocalIterator()
+
+    def persist(self) -> CountingFrame:
+        self.persisted += 1
+        self.frame.persist()
+        return self
+
+    def unpersist(self) -> CountingFrame:
+        self.persisted -= 1
+        self.frame.unpersist()
+        return self
+
+
+def _event(n: int, op: str = "insert", dedup: str | None = None) -> ChangeEvent:
+    token = json.dumps({"shard": "-", "pos": f"0-1-{n}", "ts": 1_700_000_000 + n})
+    return ChangeEvent(
+        keyspace="commerce",
+        shard="-",
+        op=op,  # type: ignore[arg-type]
+        table=None if op == HOP_MARKER else "orders",
+        pk=None if op == HOP_MARKER else json.dumps({"id": n}),
+        keyspace_id=None,
+        before=None,
+        after=json.dumps({"number": 1, "from": ["-"], "to": ["-"]}) if op == HOP_MARKER else "{}",
+        token=token,
+        timestamp=1_700_000_000 + n,
+        gtid=f"0-1-{n}",
+        tx_index=0,
+        dedup=dedup,
+    )
+
+
+def _job(tmp_path: Path, sinks: int) -> tuple[Job, list[Path]]:
+    paths = [tmp_path / f"sink{i}.jsonl" for i in range(sinks)]
+    stream = spec.parse_update_stream(
+        {
+            "metadata": {"name": "orders-feed"},
+            "spec": {
+                "keyspace": "commerce",
+                "tables": ["orders"],
+                "sinks": [{"type": "console", "path": str(p)} for p in paths],
+            },
+        }
+    )
+    keyspace = spec.parse_keyspace(
+        {
+            "metadata": {"name": "commerce"},
+            "spec": {
+                "shards": [
+                    {"name": "-", "mysql": {"host": "db"}, "credentialsSecret": {"name": "r"}}
+                ],
+                "vschema": {"sharded": False},
+                "servingShards": ["-"],
+            },
+        }
+    )
+    options = JobOptions(
+        stream=stream, keyspace=keyspace, secrets_dir=tmp_path, checkpoint=tmp_path / "cp"
+    )
+    return Job(options), paths
+
+
+def _batch(spark: Any, events: list[ChangeEvent]) -> CountingFrame:
+    return CountingFrame(spark.createDataFrame([e.as_tuple() for e in events], SPARK_SCHEMA_DDL))
+
+
+def _written(path: Path) -> list[tuple[str, str | None]]:
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    return [(line["gtid"], line["pk"]) for line in lines]
+
+
+EVENTS = [
+    _event(0, HOP_MARKER),
+    *(_event(n) for n in range(1, 6)),
+    _event(6, dedup="hop"),  # a hop duplicate: dropped, counted once
+    _event(7, dedup="unknown"),  # undecidable: delivered, counted once
+    _event(8),
+]
+DELIVERED = [(f"0-1-{n}", json.dumps({"id": n})) for n in (1, 2, 3, 4, 5, 7, 8)]
+
+
+@pytest.mark.parametrize(
+    ("limit", "reads"),
+    [(SINGLE_PASS_EVENTS, 1), (len(EVENTS), 1), (len(EVENTS) - 1, 3), (2, 3)],
+    ids=["default", "just-fits", "one-over", "large"],
+)
+def test_every_sink_gets_the_same_batch_read_once_when_it_fits(
+    spark: Any, tmp_path: Path, limit: int, reads: int
+) -> None:
+    job, paths = _job(tmp_path, sinks=3)
+    job.single_pass_events = limit
+    frame = _batch(spark, EVENTS)
+    job.write_batch(frame, 0)
+    assert frame.reads == reads
+    assert frame.persisted == 0  # persisted for the batch, released after it
+    for path in paths:
+        assert _written(path) == DELIVERED, path.name
+    assert job.tracker.duplicates == {"hop": 1, "unknown": 1}
+    assert [hop["number"] for hop in job.tracker.hops] == [1]
+    for sink in job.sinks:
+        assert job.tracker.sinks[sink.name]["written"] == len(DELIVERED)
+
+
+def test_one_sink_streams_the_batch_without_holding_it(spark: Any, tmp_path: Path) -> None:
+    job, (path,) = _job(tmp_path, sinks=1)
+    job.single_pass_events = 2  # would not fit; one sink never holds it anyway
+    frame = _batch(spark, EVENTS)
+    job.write_batch(frame, 0)
+    assert frame.reads == 1 and frame.persisted == 0
+    assert _written(path) == DELIVERED
+    assert job.tracker.duplicates == {"hop": 1, "unknown": 1}
