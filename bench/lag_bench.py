@@ -11,7 +11,8 @@ Each of the job's sinks is wrapped (`bench.lagtools.TimedSink`) to record when i
 `write_batch` returned for each batch and which transactions the batch held. The lag of a row
 change is that time minus the commit time in the ledger. The job writes the sinks one after
 another in the order of the stream's spec, Version Stream first, so a sink's lag includes the
-writes of the sinks before it; the first sink also pays for reading the batch from the shards.
+writes of the sinks before it. The job reads a batch of up to 10,000 events from Spark (the
+shards) once, before the first sink's call, so every sink's lag includes that read.
 For CDCv2 a second figure, "cdcv2 complete", is the time a progress statement declared the
 change's second complete (readers wait for it; the sink holds a second back for
 ``allowedLatenessSeconds`` = 1); the changes of the last 3 s of each load are left out of it,
