@@ -222,7 +222,12 @@ class Job:
                 else:
                     first = itertools.chain(head, first)
             for index, sink in enumerate(self.sinks):
-                source = first if index == 0 else iter(held) if held is not None else events()
+                if index == 0:
+                    source = first
+                elif held is not None:
+                    source = iter(held)
+                else:
+                    source = events()  # too large to hold: read again, from the persisted batch
                 stream = self._deduplicated(source, count=index == 0)
                 if index == 0:
                     stream = self.tracker.observe(stream)

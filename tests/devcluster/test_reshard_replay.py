@@ -8,7 +8,6 @@ import logging
 import math
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pymysql
 import pytest
@@ -25,7 +24,12 @@ from tests.devcluster.processes import run_reshard_and_kill
 from updatestream.core.gtid import MariaDBGTID, MariaDBPosition
 from updatestream.devcluster.cluster import DevCluster
 from updatestream.devcluster.replay import ReplayWindow
-from updatestream.devcluster.reshard import ReshardOptions, ReshardWorkflow, plan_reshard
+from updatestream.devcluster.reshard import (
+    QuietReporter,
+    ReshardOptions,
+    ReshardWorkflow,
+    plan_reshard,
+)
 from updatestream.devcluster.traffic import TrafficGenerator, TrafficOptions
 from updatestream.devcluster.verify import check_ledger
 
@@ -42,18 +46,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
         cluster.down()
 
 
-class _Recorder:
+class _Recorder(QuietReporter):
     def __init__(self) -> None:
         self.windows: list[ReplayWindow] = []
-
-    def phase(self, name: str, detail: str = "") -> None:
-        pass
-
-    def copied(self, source: str, target: str, rows: int) -> None:
-        pass
-
-    def lag(self, report: list[dict[str, Any]]) -> None:
-        pass
 
     def replay(self, window: ReplayWindow) -> None:
         self.windows.append(window)

@@ -36,7 +36,7 @@ import pymysql
 from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 from updatestream_jobs.source.errors import BinlogPurged, SourceError
-from updatestream_jobs.source.options import ShardEndpoint, SourceConfig
+from updatestream_jobs.source.options import ShardEndpoint, SourceConfig, endpoints_of
 from updatestream_jobs.source.positions import earliest_start, find_start_by_timestamp
 from updatestream_jobs.source.session import (
     BinlogStream,
@@ -87,15 +87,7 @@ def _endpoint(
     keyspace: Keyspace, secrets_dir: Path, source: str
 ) -> tuple[ShardEndpoint, SourceConfig]:
     shard = keyspace.spec.shard(source)
-    endpoint = ShardEndpoint(
-        keyspace=keyspace.metadata.name,
-        shard=shard.name,
-        host=shard.mysql.host,
-        port=shard.mysql.port,
-        secret=shard.credentials_secret.name,
-        flavor=shard.flavor,
-        tls=shard.mysql.tls,
-    )
+    endpoint = next(e for e in endpoints_of(keyspace) if e.shard == shard.name)
     config = SourceConfig(
         keyspace=keyspace.metadata.name,
         shards=(endpoint,),

@@ -67,22 +67,20 @@ def merge_driver_template(
         return ours
     merged = copy.deepcopy(base)
     merged["apiVersion"], merged["kind"] = ours.get("apiVersion", "v1"), "Pod"
-    metadata = merged.setdefault("metadata", None) or {}
+    metadata = merged["metadata"] = merged.get("metadata") or {}
     for key, value in ours.get("metadata", {}).items():
         if key in ("labels", "annotations"):
             metadata[key] = {**(metadata.get(key) or {}), **value}
         else:
             metadata[key] = value
-    merged["metadata"] = metadata
 
-    spec = merged.get("spec") or {}
+    spec = merged["spec"] = merged.get("spec") or {}
     our_spec = ours.get("spec", {})
     for key, value in our_spec.items():
         if key not in ("containers", "volumes"):
             spec[key] = value
     spec["containers"] = _containers(spec.get("containers") or [], our_spec["containers"], driver)
     spec["volumes"] = _by_name(spec.get("volumes") or [], our_spec.get("volumes") or [])
-    merged["spec"] = spec
     return merged
 
 
