@@ -18,7 +18,6 @@ from its checkpoint, with the same starts and the same dedup rule.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -136,7 +135,3 @@ class StreamOffset:
 def tokens_of(offset: Mapping[str, Any]) -> dict[str, Any]:
     """The shard -> token JSON part of an offset (what progress reports show per shard)."""
     return {key: value for key, value in offset.items() if is_shard_key(key)}
-
-
-def dumps_offset(offset: StreamOffset) -> str:
-    return json.dumps(offset.to_json(), sort_keys=True)
