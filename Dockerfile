@@ -18,6 +18,7 @@ COPY pyproject.toml README.md requirements.lock ./
 COPY updatestream ./updatestream
 COPY jobs ./jobs
 COPY operator ./operator
+COPY cli ./cli
 # The project's wheel, then a wheel of every runtime dependency at its locked version (pyspark
 # is published as a source archive: its wheel is built here, not in the final image).
 RUN pip wheel --no-deps --wheel-dir /wheels . \

@@ -42,7 +42,7 @@ lock: ## re-pin every dependency into requirements.lock
 lint: $(STAMP) ## ruff, mypy and the import-linter contracts
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy updatestream jobs/updatestream_jobs operator/updatestream_operator
+	$(BIN)/mypy updatestream jobs/updatestream_jobs operator/updatestream_operator cli/updatestream_cli harness
 	$(BIN)/lint-imports
 
 .PHONY: test

@@ -57,7 +57,8 @@ from bench.report import (  # noqa: E402
 from bench.rss import PeakSampler, spark_processes  # noqa: E402
 from bench.source_bench import commit_large_transaction, prepare, with_big_table  # noqa: E402
 from bench.summary import SUMMARY, merge_summary  # noqa: E402
-from tests.operator.fixtures_operator import (  # noqa: E402
+from harness.kube import ensure_kube_tools, free_port, start_kube_api  # noqa: E402
+from harness.operator import (  # noqa: E402
     apply,
     apply_crds,
     apply_spark_application_crd,
@@ -66,7 +67,6 @@ from tests.operator.fixtures_operator import (  # noqa: E402
     prepare_namespace,
     stream_manifest,
 )
-from tests.support.kube import ensure_kube_tools, free_port, start_kube_api  # noqa: E402
 
 NS = "footprint"
 UPDATESTREAM = str(Path(sys.executable).parent / "updatestream")

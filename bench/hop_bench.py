@@ -31,19 +31,20 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the test helpers drive the job and the verifier
 
+from updatestream_cli.devcluster.cluster import DevCluster  # noqa: E402
+from updatestream_cli.devcluster.reshard import ReshardOptions  # noqa: E402
+from updatestream_cli.devcluster.server import MariaDBServer  # noqa: E402
+from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions  # noqa: E402
+
 from bench.report import machine  # noqa: E402
 from bench.summary import merge_summary  # noqa: E402
-from tests.jobs.hop_harness import (  # noqa: E402
+from harness.hop import (  # noqa: E402
     SinkServer,
     StreamJob,
     completed_hops,
     reshard,
     sink_secret,
 )
-from updatestream.devcluster.cluster import DevCluster  # noqa: E402
-from updatestream.devcluster.reshard import ReshardOptions  # noqa: E402
-from updatestream.devcluster.server import MariaDBServer  # noqa: E402
-from updatestream.devcluster.traffic import TrafficGenerator, TrafficOptions  # noqa: E402
 
 RESULT = REPO / "bench" / "results" / "hop.json"
 

@@ -51,6 +51,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # bench.*, tests.* helpers that start the servers
 
 import pymysql  # noqa: E402
+from updatestream_cli.devcluster.cluster import DevCluster  # noqa: E402
+from updatestream_cli.devcluster.ledger import LedgerEntry, read_ledger  # noqa: E402
+from updatestream_cli.devcluster.memcached import MemcachedServer  # noqa: E402
+from updatestream_cli.devcluster.server import MariaDBServer  # noqa: E402
 from updatestream_jobs.job import Job, JobOptions, spark_session  # noqa: E402
 from updatestream_jobs.sinks.base import BatchContext  # noqa: E402
 from updatestream_jobs.sinks.cdcv2 import stream_directory  # noqa: E402
@@ -73,10 +77,6 @@ from bench.report import (  # noqa: E402
 from bench.sinks_bench import DURABLE  # noqa: E402
 from bench.summary import merge_summary  # noqa: E402
 from updatestream import spec  # noqa: E402
-from updatestream.devcluster.cluster import DevCluster  # noqa: E402
-from updatestream.devcluster.ledger import LedgerEntry, read_ledger  # noqa: E402
-from updatestream.devcluster.memcached import MemcachedServer  # noqa: E402
-from updatestream.devcluster.server import MariaDBServer  # noqa: E402
 
 SHARDS = ("-80", "80-")
 STREAM = "lag-bench"

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from updatestream_jobs.events import ChangeEvent
+from updatestream_cli.devcluster.ledger import LedgerEntry
 from updatestream_jobs.sinks.base import BatchContext, Sink, SinkResult
 
+from updatestream.binlog.events import ChangeEvent
 from updatestream.cdcv2.format import Progress, batch_id_of, read_file, stream_files
-from updatestream.devcluster.ledger import LedgerEntry
 
 TxKey = tuple[str, str]  # (shard, the transaction's GTID, `domain-server-seq`)
 

@@ -35,6 +35,7 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # bench.*
 
+from updatestream_cli.devcluster.server import MariaDBServer  # noqa: E402
 from updatestream_jobs.job import spark_session  # noqa: E402
 
 from bench.report import (  # noqa: E402
@@ -55,7 +56,6 @@ from bench.source_bench import (  # noqa: E402
     write_secret,
 )
 from bench.summary import merge_summary  # noqa: E402
-from updatestream.devcluster.server import MariaDBServer  # noqa: E402
 
 LAYOUTS = {
     1: ["-"],

@@ -27,17 +27,17 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the test helpers start the servers
 
-from updatestream_jobs.events import ChangeEvent  # noqa: E402
+from updatestream_cli.devcluster.memcached import MemcachedServer  # noqa: E402
+from updatestream_cli.devcluster.server import MariaDBServer  # noqa: E402
 from updatestream_jobs.sinks.base import BatchContext  # noqa: E402
 from updatestream_jobs.sinks.memcached import MemcachedSink  # noqa: E402
 from updatestream_jobs.sinks.versionstream import VersionStreamSink  # noqa: E402
 
 from bench.report import machine, say_load, write_result  # noqa: E402
 from bench.summary import merge_summary  # noqa: E402
-from tests.jobs.sink_events import ShardLog  # noqa: E402
+from harness.sink_events import ShardLog  # noqa: E402
 from updatestream import spec  # noqa: E402
-from updatestream.devcluster.memcached import MemcachedServer  # noqa: E402
-from updatestream.devcluster.server import MariaDBServer  # noqa: E402
+from updatestream.binlog.events import ChangeEvent  # noqa: E402
 from updatestream.versionstream.repository import VersionStreamRepository  # noqa: E402
 
 BATCH = 5000

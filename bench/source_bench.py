@@ -42,20 +42,20 @@ TX_ROWS = 100
 
 from pymysqlreplication import BinLogStreamReader  # noqa: E402
 from pymysqlreplication.row_event import WriteRowsEvent  # noqa: E402
+from updatestream_cli.devcluster.server import MariaDBServer  # noqa: E402
 from updatestream_jobs.job import spark_session  # noqa: E402
 from updatestream_jobs.source.datasource import (  # noqa: E402
     ShardRange,
     read_shard_rows,
     record_batches,
 )
-from updatestream_jobs.source.options import parse_options  # noqa: E402
 
 from bench.report import machine, say_load, write_result  # noqa: E402
 from bench.rss import pyspark_worker_peak_rss_mb  # noqa: E402
 from bench.summary import merge_summary  # noqa: E402
+from updatestream.binlog.options import parse_options  # noqa: E402
 from updatestream.core.gtid import parse_position  # noqa: E402
 from updatestream.core.token import EventToken  # noqa: E402
-from updatestream.devcluster.server import MariaDBServer  # noqa: E402
 
 READER_SECRET = "bench-reader"
 

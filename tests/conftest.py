@@ -4,10 +4,10 @@
 - `mariadb_server_factory`: start more servers, e.g. a deliberately misconfigured one with
   `extra_args=["--binlog-format=STATEMENT"]`; all are stopped at the end of the session.
 - `devcluster`: a two-shard (`-80,80-`) development cluster with the sample schema
-  (`updatestream.devcluster.cluster.DevCluster`).
+  (`updatestream_cli.devcluster.cluster.DevCluster`).
 
 Datadirs are copied from a template installed once per MariaDB version (see
-`updatestream.devcluster.server.template_datadir`), so each server costs about a second.
+`updatestream_cli.devcluster.server.template_datadir`), so each server costs about a second.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from updatestream_cli.devcluster.cluster import DevCluster
+from updatestream_cli.devcluster.server import Connection, MariaDBServer
 
-from updatestream.devcluster.cluster import DevCluster
-from updatestream.devcluster.server import Connection, MariaDBServer
 from updatestream.spec import Credentials
 
 _server_ids = itertools.count(100)

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from updatestream_cli.devcluster.ledger import LedgerEntry
 from updatestream_jobs.sinks.base import BatchContext
 from updatestream_jobs.sinks.cdcv2 import CDCv2Sink, stream_directory
 from updatestream_jobs.sinks.console import ConsoleSink
@@ -19,9 +20,8 @@ from bench.lagtools import (
     summarize,
     transaction_keys,
 )
-from tests.jobs.sink_events import ShardLog
+from harness.sink_events import ShardLog
 from updatestream import spec
-from updatestream.devcluster.ledger import LedgerEntry
 
 
 def user(uid: int) -> dict[str, object]:

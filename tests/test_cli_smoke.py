@@ -6,7 +6,7 @@ import sys
 
 def test_version_prints_the_package_version() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "updatestream", "--version"],
+        [sys.executable, "-m", "updatestream_cli", "--version"],
         check=True,
         capture_output=True,
         text=True,

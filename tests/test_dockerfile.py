@@ -253,11 +253,11 @@ def test_the_entrypoint_script_is_copied_and_dispatches_the_images_roles(
 
 
 def test_the_commands_the_image_runs_exist_in_the_package() -> None:
-    from updatestream.cli import cli
+    from updatestream_cli.main import cli
 
     assert {"operator", "publish-progress"} <= set(cli.commands)
     scripts = re.search(r"\[project.scripts\]\s*\nupdatestream = \"(.*)\"", _pyproject())
-    assert scripts and scripts.group(1) == "updatestream.cli:main"
+    assert scripts and scripts.group(1) == "updatestream_cli.main:main"
     spec = importlib.util.find_spec("updatestream_jobs.main")
     assert spec is not None and spec.origin, "python -m updatestream_jobs.main (the driver)"
     assert Path(spec.origin) == REPO_ROOT / "jobs" / "updatestream_jobs" / "main.py"
@@ -445,7 +445,7 @@ def test_dockerignore_keeps_what_the_build_copies_and_nothing_else() -> None:
         "pyproject.toml",
         "README.md",
         "requirements.lock",
-        "updatestream/cli.py",
+        "cli/updatestream_cli/main.py",
         "jobs/updatestream_jobs/__init__.py",
         "operator/updatestream_operator/cli.py",
         "docker/entrypoint.sh",

@@ -33,16 +33,16 @@ from pathlib import Path
 from typing import Any
 
 from updatestream import spec
+from updatestream.binlog.errors import SourceOptionsError
+from updatestream.binlog.events import HOP_MARKER, ChangeEvent
+from updatestream.binlog.options import start_option
 from updatestream.core.dedup import DedupFilter
 from updatestream.core.errors import UpdateStreamError
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.shardmap import ShardMap
-from updatestream_jobs.events import HOP_MARKER, ChangeEvent
 from updatestream_jobs.metrics import StreamMetrics
 from updatestream_jobs.progress import ProgressListener, ProgressTracker
 from updatestream_jobs.sinks import BatchContext, Sink, build_sinks
-from updatestream_jobs.source.errors import SourceOptionsError
-from updatestream_jobs.source.options import start_option
 
 log = logging.getLogger(__name__)
 
@@ -346,8 +346,8 @@ _TYPED = re.compile(r"updatestream_jobs\.[\w.]+\.(\w+(?:Error|Purged|Unreachable
 def typed_error(exc: BaseException) -> BaseException:
     """Our own typed error when a Spark failure carries one (raised in a Python worker or the
     source runner, it reaches the driver as text), otherwise the Spark error itself."""
+    from updatestream.binlog import errors as source_errors
     from updatestream_jobs.sinks import base as sink_errors
-    from updatestream_jobs.source import errors as source_errors
 
     for match in _TYPED.finditer(str(exc)):
         name, message = match.groups()

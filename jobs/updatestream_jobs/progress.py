@@ -38,9 +38,9 @@ from typing import Any
 
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
+from updatestream.binlog.events import ChangeEvent
 from updatestream.core.gtid import GTIDParseError, parse_position, position_contains
 from updatestream.core.token import EventToken
-from updatestream_jobs.events import ChangeEvent
 from updatestream_jobs.metrics import DUPLICATE_CAUSES, StreamMetrics
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support.kube import KubeApi, KubeTools, ensure_kube_tools, shared_kube_api
+from harness.kube import KubeApi, KubeTools, ensure_kube_tools, shared_kube_api
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART = REPO_ROOT / "charts" / "updatestream-operator"

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from tests.support.kube import free_port
+from harness.kube import free_port
 
 PROMETHEUS = "/usr/bin/prometheus"
 _STARTS = 3  # attempts when the picked port was taken meanwhile

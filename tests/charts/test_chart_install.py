@@ -1,4 +1,4 @@
-"""The chart against the real test API server (kube-apiserver on etcd, see tests/support/kube.py).
+"""The chart against the real test API server (kube-apiserver on etcd, see harness/kube.py).
 
 - the rendered manifests pass `kubectl apply --dry-run=server` (CRDs applied first);
 - `helm install` creates the operator Deployment, its RBAC and the CRDs, the API server's own
@@ -29,8 +29,8 @@ from typing import Any
 import pytest
 import yaml
 
+from harness.kube import KubeApi, free_port
 from tests.charts.conftest import CHART, FULL_VALUES, REPO_ROOT, Helm
-from tests.support.kube import KubeApi, free_port
 
 MONITORING_CRDS = Path(__file__).with_name("monitoring-crds.yaml")
 CRD_NAMES = ("keyspaces.updatestream.io", "updatestreams.updatestream.io")

@@ -17,9 +17,9 @@ from prometheus_client import CollectorRegistry, start_http_server
 from updatestream_operator.metrics import MetricsBook
 from updatestream_operator.models import KeyRangeStatus, ShardPosition, StreamRef, StreamStatus
 
+from harness.kube import free_port
 from tests.charts.conftest import CHART
 from tests.charts.prometheus import Prometheus, running_prometheus
-from tests.support.kube import free_port
 
 DASHBOARD = CHART / "dashboards" / "updatestream.json"
 METRICS = frozenset(

@@ -9,9 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from updatestream_cli.devcluster.server import pid_alive
 from updatestream_operator.launchers.local import _processes_using
-
-from updatestream.devcluster.server import pid_alive
 
 CLI = str(Path(sys.executable).with_name("updatestream"))
 REPORT_KEYS = {

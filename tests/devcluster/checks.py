@@ -1,6 +1,6 @@
 """Assertions over a development cluster's data shared by the tests (test helper).
 
-`shard_state` is re-exported from `updatestream.devcluster.verify` for the test modules.
+`shard_state` is re-exported from `updatestream_cli.devcluster.verify` for the test modules.
 """
 
 from __future__ import annotations
@@ -8,14 +8,14 @@ from __future__ import annotations
 from typing import Any
 
 import pymysql.cursors
+from updatestream_cli.devcluster.cluster import DevCluster
+from updatestream_cli.devcluster.ledger import pk_json
+from updatestream_cli.devcluster.verify import misplaced_rows, shard_state
 
 from tests.devcluster.binlog_reader import BinlogTransaction, read_transactions
 from updatestream.core.gtid import MariaDBPosition
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.vschema import VSchema
-from updatestream.devcluster.cluster import DevCluster
-from updatestream.devcluster.ledger import pk_json
-from updatestream.devcluster.verify import misplaced_rows, shard_state
 
 __all__ = [
     "assert_filtered_replication_exact",

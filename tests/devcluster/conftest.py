@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-
-from updatestream.devcluster.cluster import DevCluster
+from updatestream_cli.devcluster.cluster import DevCluster
 
 
 @pytest.fixture(scope="module")

@@ -11,14 +11,22 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from updatestream.devcluster.cluster import DevCluster
+from updatestream_cli.devcluster.cluster import DevCluster
 
 
 def run_reshard_and_kill(
     cluster: DevCluster, args: list[str], ready: Callable[[], bool], log: Path
 ) -> None:
     """Run `updatestream devcluster reshard ARGS`, SIGKILL it as soon as `ready()` holds."""
-    cmd = [sys.executable, "-m", "updatestream", "devcluster", "reshard", "--dir", str(cluster.dir)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "updatestream_cli",
+        "devcluster",
+        "reshard",
+        "--dir",
+        str(cluster.dir),
+    ]
     with log.open("ab") as out:
         proc = subprocess.Popen([*cmd, *args], stdout=out, stderr=out)
     try:

@@ -9,13 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from updatestream.devcluster.cluster import DevCluster
-from updatestream.devcluster.server import pid_alive
+from updatestream_cli.devcluster.cluster import DevCluster
+from updatestream_cli.devcluster.server import pid_alive
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "updatestream", "devcluster", *args],
+        [sys.executable, "-m", "updatestream_cli", "devcluster", *args],
         capture_output=True,
         text=True,
         check=True,

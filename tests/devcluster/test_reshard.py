@@ -8,6 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from updatestream_cli.devcluster.cluster import DevCluster
+from updatestream_cli.devcluster.ledger import LedgerWriter, final_state, read_ledger
+from updatestream_cli.devcluster.reshard import ReshardOptions, ReshardWorkflow, plan_reshard
+from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 
 from tests.devcluster.checks import (
     assert_filtered_replication_exact,
@@ -18,10 +22,6 @@ from tests.devcluster.checks import (
     vreplication_rows,
 )
 from updatestream.core.gtid import MariaDBGTID, MariaDBPosition
-from updatestream.devcluster.cluster import DevCluster
-from updatestream.devcluster.ledger import LedgerWriter, final_state, read_ledger
-from updatestream.devcluster.reshard import ReshardOptions, ReshardWorkflow, plan_reshard
-from updatestream.devcluster.traffic import TrafficGenerator, TrafficOptions
 
 
 @pytest.fixture(scope="module")

@@ -8,14 +8,13 @@ import sys
 from collections.abc import Iterator
 
 import pytest
-
-from updatestream.devcluster.cluster import DevCluster
-from updatestream.devcluster.errors import (
+from updatestream_cli.devcluster.cluster import DevCluster
+from updatestream_cli.devcluster.errors import (
     ReshardInProgressError,
     ReshardInputError,
     ShardNotServingError,
 )
-from updatestream.devcluster.reshard import ReshardOptions, ReshardWorkflow, plan_reshard
+from updatestream_cli.devcluster.reshard import ReshardOptions, ReshardWorkflow, plan_reshard
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +58,8 @@ def test_bad_input_is_a_typed_error_and_changes_nothing(
 
 def test_cli_reports_bad_input_on_one_line(cluster: DevCluster) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "updatestream", "devcluster", "reshard", "--dir", str(cluster.dir),
+        [sys.executable, "-m", "updatestream_cli", "devcluster", "reshard",
+         "--dir", str(cluster.dir),
          "--from=-80", "--to=-40"],
         capture_output=True,
         text=True,
@@ -87,7 +87,8 @@ def test_bad_replay_seconds_is_a_typed_error_and_changes_nothing(
 def test_cli_reports_a_negative_replay_window_on_one_line(cluster: DevCluster) -> None:
     before = _snapshot(cluster)
     proc = subprocess.run(
-        [sys.executable, "-m", "updatestream", "devcluster", "reshard", "--dir", str(cluster.dir),
+        [sys.executable, "-m", "updatestream_cli", "devcluster", "reshard",
+         "--dir", str(cluster.dir),
          "--from=-80", "--to=-40,40-80", "--replay-seconds=-5"],
         capture_output=True,
         text=True,

@@ -10,6 +10,10 @@ from typing import Any
 
 import pymysql.cursors
 import pytest
+from updatestream_cli.devcluster.cluster import DevCluster
+from updatestream_cli.devcluster.ledger import final_state, read_ledger
+from updatestream_cli.devcluster.reshard import ReshardOptions, ReshardWorkflow, plan_reshard
+from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 
 from tests.devcluster.checks import (
     assert_filtered_replication_exact,
@@ -17,10 +21,6 @@ from tests.devcluster.checks import (
     shard_state,
 )
 from tests.devcluster.processes import run_reshard_and_kill
-from updatestream.devcluster.cluster import DevCluster
-from updatestream.devcluster.ledger import final_state, read_ledger
-from updatestream.devcluster.reshard import ReshardOptions, ReshardWorkflow, plan_reshard
-from updatestream.devcluster.traffic import TrafficGenerator, TrafficOptions
 
 WORKFLOW = "80-x.to.80-c0+c0-x"
 

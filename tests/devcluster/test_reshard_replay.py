@@ -11,6 +11,16 @@ from collections.abc import Iterator
 
 import pymysql
 import pytest
+from updatestream_cli.devcluster.cluster import DevCluster
+from updatestream_cli.devcluster.replay import ReplayWindow
+from updatestream_cli.devcluster.reshard import (
+    QuietReporter,
+    ReshardOptions,
+    ReshardWorkflow,
+    plan_reshard,
+)
+from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
+from updatestream_cli.devcluster.verify import check_ledger
 
 from tests.devcluster.binlog_reader import read_transactions
 from tests.devcluster.checks import (
@@ -22,16 +32,6 @@ from tests.devcluster.checks import (
 )
 from tests.devcluster.processes import run_reshard_and_kill
 from updatestream.core.gtid import MariaDBGTID, MariaDBPosition
-from updatestream.devcluster.cluster import DevCluster
-from updatestream.devcluster.replay import ReplayWindow
-from updatestream.devcluster.reshard import (
-    QuietReporter,
-    ReshardOptions,
-    ReshardWorkflow,
-    plan_reshard,
-)
-from updatestream.devcluster.traffic import TrafficGenerator, TrafficOptions
-from updatestream.devcluster.verify import check_ledger
 
 SPLIT = "x-80.to.x-40+40-80"
 
@@ -193,7 +193,7 @@ def test_replay_window_starts_at_the_oldest_binlog_left(
         time.sleep(1.0)
         plan = plan_reshard(cluster, "80-", "80-c0,c0-")
         options_ = ReshardOptions(replay_seconds=3600, min_replicate_seconds=1.0)
-        with caplog.at_level(logging.WARNING, logger="updatestream.devcluster.replay"):
+        with caplog.at_level(logging.WARNING, logger="updatestream_cli.devcluster.replay"):
             state = ReshardWorkflow(cluster, plan, options_, reporter).run()
         _wait_rows(gen, 100)
     finally:

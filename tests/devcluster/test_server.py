@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pymysql
 import pytest
+from updatestream_cli.devcluster.cluster import DevCluster
+from updatestream_cli.devcluster.server import pid_alive
 
 from tests.conftest import MariaDBFixture, MariaDBServerFactory
-from updatestream.devcluster.cluster import DevCluster
-from updatestream.devcluster.server import pid_alive
 
 
 def test_server_logs_row_events_with_its_domain(mariadb_server: MariaDBFixture) -> None:

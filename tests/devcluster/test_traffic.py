@@ -6,18 +6,18 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
-from tests.devcluster.binlog_reader import read_transactions
-from tests.devcluster.checks import assert_rows_on_their_shard, shard_state
-from updatestream.devcluster.cluster import DevCluster
-from updatestream.devcluster.ledger import (
+from updatestream_cli.devcluster.cluster import DevCluster
+from updatestream_cli.devcluster.ledger import (
     final_state,
     pk_json,
     read_ledger,
     row_digest,
 )
-from updatestream.devcluster.traffic import TrafficGenerator, TrafficOptions
-from updatestream.devcluster.verify import check_ledger
+from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
+from updatestream_cli.devcluster.verify import check_ledger
+
+from tests.devcluster.binlog_reader import read_transactions
+from tests.devcluster.checks import assert_rows_on_their_shard, shard_state
 
 
 @pytest.fixture(scope="module")

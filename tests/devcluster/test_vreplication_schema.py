@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from updatestream_cli.devcluster import schema
+from updatestream_cli.devcluster.copy import upgrade_vreplication
+
 from tests.conftest import MariaDBFixture, MariaDBServerFactory
-from updatestream.devcluster import schema
-from updatestream.devcluster.copy import upgrade_vreplication
 
 START_POS_LINE = "  start_pos VARBINARY(10000) NOT NULL DEFAULT '',\n"
 

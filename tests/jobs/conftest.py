@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-
-from updatestream.devcluster.memcached import MemcachedServer
+from updatestream_cli.devcluster.memcached import MemcachedServer
 
 
 @pytest.fixture(scope="session")

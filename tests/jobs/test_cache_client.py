@@ -14,17 +14,17 @@ from pymemcache.client.base import Client
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import MariadbGtidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
-from updatestream_jobs.events import ChangeEvent, Op, encode_row
+from updatestream_cli.devcluster.memcached import MemcachedServer
 from updatestream_jobs.sinks.base import BatchContext
 from updatestream_jobs.sinks.memcached import MemcachedSink
 
+from harness.sink_events import ShardLog
 from tests.conftest import MariaDBFixture
-from tests.jobs.sink_events import ShardLog
 from updatestream import spec
+from updatestream.binlog.events import ChangeEvent, Op, encode_row
 from updatestream.cache import CacheClient, SnapshotReader
 from updatestream.core.gtid import MariaDBGTID, MariaDBPosition
 from updatestream.core.token import EventToken
-from updatestream.devcluster.memcached import MemcachedServer
 
 DB = "us_cachetest"
 SHARD = "-"  # the server plays an unsharded keyspace's only shard

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from updatestream_jobs.sinks.base import BatchContext
 from updatestream_jobs.sinks.cdcv2 import CDCv2Sink, stream_directory
 
-from tests.jobs.sink_events import final_rows, two_shard_workload
+from harness.sink_events import final_rows, two_shard_workload
 from updatestream import spec
 from updatestream.cdcv2 import (
     CDCv2FormatError,

@@ -15,13 +15,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from updatestream_cli.devcluster.cluster import DevCluster
+from updatestream_cli.devcluster.reshard import ReshardOptions
+from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 from updatestream_jobs.job import FAULT_EXIT_AFTER_HOP_WRITE
 
+from harness.hop import SinkServer, StreamJob, completed_hops, reshard, sink_secret
 from tests.conftest import MariaDBFixture
-from tests.jobs.hop_harness import SinkServer, StreamJob, completed_hops, reshard, sink_secret
-from updatestream.devcluster.cluster import DevCluster
-from updatestream.devcluster.reshard import ReshardOptions
-from updatestream.devcluster.traffic import TrafficGenerator, TrafficOptions
 
 
 @pytest.fixture

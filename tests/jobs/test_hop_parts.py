@@ -11,8 +11,6 @@ from typing import Any
 
 import pytest
 import yaml
-from updatestream_jobs.events import ChangeEvent
-from updatestream_jobs.source.errors import SourceOptionsError
 from updatestream_jobs.source.hopping import map_for_shards, next_map
 from updatestream_jobs.source.keyspace_watch import (
     FileKeyspaceWatch,
@@ -20,9 +18,11 @@ from updatestream_jobs.source.keyspace_watch import (
     KubernetesKeyspaceWatch,
     open_watch,
 )
-from updatestream_jobs.source.offsets import HopInfo, StreamOffset, tokens_of
 from updatestream_jobs.source.partition import _FIELDS, RowClassifier, Via
 
+from updatestream.binlog.errors import SourceOptionsError
+from updatestream.binlog.events import ChangeEvent
+from updatestream.binlog.offsets import HopInfo, StreamOffset, tokens_of
 from updatestream.core.dedup import DedupFilter
 from updatestream.core.gtid import parse_position
 from updatestream.core.keyrange import KeyRange

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from updatestream_jobs.events import HOP_MARKER, SPARK_SCHEMA_DDL, ChangeEvent
 from updatestream_jobs.job import SINGLE_PASS_EVENTS, Job, JobOptions
 
 from updatestream import spec
+from updatestream.binlog.events import HOP_MARKER, SPARK_SCHEMA_DDL, ChangeEvent
 
 
 class CountingFrame:

@@ -22,14 +22,14 @@ from typing import Any
 
 import pytest
 import yaml
+from updatestream_cli.devcluster.cluster import DevCluster
+from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 from updatestream_jobs.job import FAULT_EXIT_AFTER_SINK_WRITE
 
 from tests.conftest import MariaDBFixture
 from updatestream.core.dedup import DedupFilter
 from updatestream.core.gtid import parse_position
 from updatestream.core.token import EventToken
-from updatestream.devcluster.cluster import DevCluster
-from updatestream.devcluster.traffic import TrafficGenerator, TrafficOptions
 
 SHARDS = ("-80", "80-")
 CLI = str(Path(sys.executable).with_name("updatestream"))

@@ -16,15 +16,15 @@ from typing import Any
 
 import pytest
 import yaml
+from updatestream_cli.devcluster.cluster import DevCluster
+from updatestream_cli.devcluster.ledger import read_ledger
+from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 from updatestream_jobs import main as job_main
 from updatestream_jobs.job import Job, JobOptions
 
 from updatestream import spec
 from updatestream.core.dedup import DedupFilter
 from updatestream.core.gtid import parse_position
-from updatestream.devcluster.cluster import DevCluster
-from updatestream.devcluster.ledger import read_ledger
-from updatestream.devcluster.traffic import TrafficGenerator, TrafficOptions
 
 SHARDS = ("-80", "80-")
 
@@ -190,7 +190,7 @@ def test_job_delivers_the_ledger_with_progress_metrics_and_dedup(
 def test_cli_starts_without_spark() -> None:
     """`updatestream` loads `run` without importing pyspark (it is imported when run runs)."""
     code = (
-        "import sys, updatestream.cli as cli; "
+        "import sys, updatestream_cli.main as cli; "
         "assert 'run' in cli.cli.commands; assert 'pyspark' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

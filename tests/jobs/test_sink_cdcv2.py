@@ -7,12 +7,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from updatestream_jobs.events import ChangeEvent
 from updatestream_jobs.sinks.base import BatchContext, SinkError
 from updatestream_jobs.sinks.cdcv2 import CDCv2Sink, stream_directory
 
-from tests.jobs.sink_events import ShardLog, final_rows, two_shard_workload
+from harness.sink_events import ShardLog, final_rows, two_shard_workload
 from updatestream import spec
+from updatestream.binlog.events import ChangeEvent
 from updatestream.cdcv2 import Collection, Progress, Update, read_directory
 from updatestream.cdcv2.format import read_file, stream_files
 

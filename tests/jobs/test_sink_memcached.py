@@ -10,20 +10,20 @@ from typing import Any
 
 import pytest
 from pymemcache.client.base import Client
-from updatestream_jobs.events import ChangeEvent
+from updatestream_cli.devcluster.memcached import MemcachedServer
+from updatestream_cli.devcluster.server import free_port
 from updatestream_jobs.sinks.base import BatchContext, SinkError
 from updatestream_jobs.sinks.memcached import MemcachedSink
 
-from tests.jobs.sink_events import ShardLog, two_shard_workload
+from harness.sink_events import ShardLog, two_shard_workload
 from updatestream import spec
+from updatestream.binlog.events import ChangeEvent
 from updatestream.cache.entry import decode, encode
 from updatestream.cache.invalidator import Invalidator
 from updatestream.cache.keys import KeyTemplateError, KeyTemplates
 from updatestream.cache.transport import StoreOp
 from updatestream.core.gtid import MariaDBPosition
 from updatestream.core.token import EventToken
-from updatestream.devcluster.memcached import MemcachedServer
-from updatestream.devcluster.server import free_port
 
 
 def make_sink(

@@ -8,14 +8,14 @@ import uuid
 from pathlib import Path
 
 import pytest
-from updatestream_jobs.events import ChangeEvent
+from updatestream_cli.devcluster.server import free_port
 from updatestream_jobs.sinks.base import BatchContext, SinkError
 from updatestream_jobs.sinks.versionstream import VersionStreamSink
 
+from harness.sink_events import ShardLog, final_rows, two_shard_workload
 from tests.conftest import MariaDBFixture
-from tests.jobs.sink_events import ShardLog, final_rows, two_shard_workload
 from updatestream import spec
-from updatestream.devcluster.server import free_port
+from updatestream.binlog.events import ChangeEvent
 
 DATABASE = "us_vstest"
 

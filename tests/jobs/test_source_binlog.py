@@ -12,19 +12,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from updatestream_jobs.events import ChangeEvent
-from updatestream_jobs.source.binlog import BinlogRangeReader
+from updatestream_cli.devcluster.cluster import DevCluster
+from updatestream_cli.devcluster.ledger import LedgerEntry, read_ledger
+from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 from updatestream_jobs.source.datasource import _Planner, read_shard_range
-from updatestream_jobs.source.options import SourceConfig, parse_options
-from updatestream_jobs.source.rows import RowConverter
-from updatestream_jobs.source.session import ShardSession, flavor_of
 
+from updatestream.binlog.events import ChangeEvent
+from updatestream.binlog.options import SourceConfig, parse_options
+from updatestream.binlog.reader import BinlogRangeReader
+from updatestream.binlog.rows import RowConverter
+from updatestream.binlog.session import ShardSession, flavor_of
 from updatestream.core.gtid import GTIDPosition, MariaDBPosition, parse_position
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.token import EventToken
-from updatestream.devcluster.cluster import DevCluster
-from updatestream.devcluster.ledger import LedgerEntry, read_ledger
-from updatestream.devcluster.traffic import TrafficGenerator, TrafficOptions
 
 SHARDS = ("-80", "80-")
 
@@ -300,7 +300,7 @@ def test_large_transaction_streams_in_bounded_memory(
         "import resource, sys\n"
         "from updatestream.core.token import EventToken\n"
         "from updatestream.core.gtid import parse_position\n"
-        "from updatestream_jobs.source.options import parse_options\n"
+        "from updatestream.binlog.options import parse_options\n"
         "from updatestream_jobs.source.datasource import ShardRange, read_shard_rows, "
         "record_batches\n"
         "config = parse_options({'keyspace': sys.argv[1], 'secretsDir': sys.argv[2]})\n"

@@ -10,15 +10,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from updatestream_jobs.source.binlog import BinlogRangeReader
 from updatestream_jobs.source.datasource import _Planner
-from updatestream_jobs.source.errors import BinlogSettingsError, ShardUnreachable, UnknownTable
-from updatestream_jobs.source.options import SourceConfig, StartSpec, parse_options
-from updatestream_jobs.source.rows import RowConverter
-from updatestream_jobs.source.session import flavor_of
 
 from tests.conftest import MariaDBFixture, MariaDBServerFactory
 from tests.jobs.test_source_start import single_shard_options
+from updatestream.binlog.errors import BinlogSettingsError, ShardUnreachable, UnknownTable
+from updatestream.binlog.options import SourceConfig, StartSpec, parse_options
+from updatestream.binlog.reader import BinlogRangeReader
+from updatestream.binlog.rows import RowConverter
+from updatestream.binlog.session import flavor_of
 from updatestream.core.gtid import GTIDPosition, parse_position
 from updatestream.core.vschema import VSchemaError
 

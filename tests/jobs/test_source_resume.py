@@ -9,12 +9,12 @@ import time
 from typing import Any
 
 import pytest
+from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_jobs.source.datasource import _Planner
-from updatestream_jobs.source.errors import SourceOptionsError, StartPositionError
-from updatestream_jobs.source.options import parse_options, start_option
 
+from updatestream.binlog.errors import SourceOptionsError, StartPositionError
+from updatestream.binlog.options import parse_options, start_option
 from updatestream.core.token import EventToken
-from updatestream.devcluster.cluster import DevCluster
 from updatestream.spec import StartPosition
 
 

@@ -10,15 +10,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from updatestream_jobs.events import ChangeEvent
+from updatestream_cli.devcluster.schema import VSCHEMA
 from updatestream_jobs.source.datasource import ShardRange, _Planner, read_shard_range
-from updatestream_jobs.source.errors import BinlogPurged
-from updatestream_jobs.source.options import SourceConfig, parse_options
 
 from tests.conftest import MariaDBFixture, MariaDBServerFactory
+from updatestream.binlog.errors import BinlogPurged
+from updatestream.binlog.events import ChangeEvent
+from updatestream.binlog.options import SourceConfig, parse_options
 from updatestream.core.gtid import GTIDPosition, MariaDBPosition, parse_position
 from updatestream.core.token import EventToken
-from updatestream.devcluster.schema import VSCHEMA
 
 FILES = 8
 

@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from updatestream_cli.devcluster.cluster import DevCluster
+from updatestream_cli.devcluster.ledger import LedgerEntry, read_ledger
+from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.token import EventToken
-from updatestream.devcluster.cluster import DevCluster
-from updatestream.devcluster.ledger import LedgerEntry, read_ledger
-from updatestream.devcluster.traffic import TrafficGenerator, TrafficOptions
 
 SHARDS = ("-80", "80-")
 Identity = tuple[str, str, str, str, str | None]

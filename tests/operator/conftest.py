@@ -1,4 +1,4 @@
-"""Fixtures for the operator tests: a real kube-apiserver on etcd (see tests/support/kube.py)."""
+"""Fixtures for the operator tests: a real kube-apiserver on etcd (see harness/kube.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.kube import KubeApi, ensure_kube_tools, shared_kube_api
+from harness.kube import KubeApi, ensure_kube_tools, shared_kube_api
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.operator.fixtures_operator import (
+from harness.kube import KubeApi
+from harness.operator import (
     REPO_ROOT,
     apply,
     apply_crds,
@@ -18,7 +19,6 @@ from tests.operator.fixtures_operator import (
     keyspace_manifest,
     stream_manifest,
 )
-from tests.support.kube import KubeApi
 from updatestream.spec import CDCv2Sink, MemcachedSink, parse_update_stream
 
 NAMESPACE = "crd-validation"

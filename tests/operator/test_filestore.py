@@ -21,7 +21,7 @@ from updatestream_operator.reconcile import Note
 from updatestream_operator.scrub import SCRUBBER
 from updatestream_operator.service import StreamService
 
-from tests.operator.fixtures_operator import keyspace_manifest, stream_manifest, wait_for
+from harness.operator import keyspace_manifest, stream_manifest, wait_for
 
 STAND_IN = Path(__file__).with_name("standin_job.py")
 

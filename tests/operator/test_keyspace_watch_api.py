@@ -9,8 +9,8 @@ import json
 import pytest
 from updatestream_jobs.source.keyspace_watch import KubernetesKeyspaceWatch, open_watch
 
-from tests.operator.fixtures_operator import apply, apply_crds, keyspace_manifest
-from tests.support.kube import KubeApi
+from harness.kube import KubeApi
+from harness.operator import apply, apply_crds, keyspace_manifest
 from updatestream.spec import parse_keyspace
 
 NAMESPACE = "watch-test"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support.kube import KubeApi, KubectlError, start_kube_api
+from harness.kube import KubeApi, KubectlError, start_kube_api
 
 TOOLS = Path(__file__).resolve().parents[2] / "tools"
 

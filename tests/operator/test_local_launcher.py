@@ -20,7 +20,7 @@ import pytest
 from updatestream_operator.launchers.local import LocalLauncher, _processes_using
 from updatestream_operator.models import JobPhase, JobSpec, StreamRef
 
-from tests.operator.fixtures_operator import wait_for
+from harness.operator import wait_for
 from updatestream.spec import (
     ShardMapHistoryEntry,
     load_keyspace,

@@ -8,7 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from updatestream_operator.metrics import MetricsBook, serve
 from updatestream_operator.models import StreamRef, StreamStatus
 
-from tests.support.kube import free_port
+from harness.kube import free_port
 
 STATUS = StreamStatus.parse(
     {

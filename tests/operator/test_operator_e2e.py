@@ -27,13 +27,16 @@ from typing import Any
 import pytest
 import yaml
 from kopf.testing import KopfRunner
+from updatestream_cli.devcluster.cluster import DevCluster
+from updatestream_cli.devcluster.reshard import ReshardOptions
+from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 from updatestream_operator import config
 from updatestream_operator.conditions import rfc3339
 from updatestream_operator.launchers.local import _processes_using
 
-from tests.conftest import MariaDBFixture
-from tests.jobs.hop_harness import completed_hops, read_status, reshard
-from tests.operator.fixtures_operator import (
+from harness.hop import completed_hops, read_status, reshard
+from harness.kube import KubeApi
+from harness.operator import (
     OPERATOR_ACCOUNT,
     OPERATOR_NAMESPACE,
     apply,
@@ -44,10 +47,7 @@ from tests.operator.fixtures_operator import (
     prepare_namespace,
     wait_for,
 )
-from tests.support.kube import KubeApi
-from updatestream.devcluster.cluster import DevCluster
-from updatestream.devcluster.reshard import ReshardOptions
-from updatestream.devcluster.traffic import TrafficGenerator, TrafficOptions
+from tests.conftest import MariaDBFixture
 
 NS = "us-e2e"
 STREAM = "orders-e2e"

@@ -26,7 +26,8 @@ from kopf.testing import KopfRunner
 from updatestream_operator import config
 from updatestream_operator.launchers.local import _processes_using
 
-from tests.operator.fixtures_operator import (
+from harness.kube import KubeApi
+from harness.operator import (
     SECRET_VALUE,
     SPARK_ACCOUNT,
     apply,
@@ -39,7 +40,6 @@ from tests.operator.fixtures_operator import (
     stream_manifest,
     wait_for,
 )
-from tests.support.kube import KubeApi
 
 NS = "us-injob"
 TIMEOUT = 15.0  # the operator's in-job hop timeout in these tests

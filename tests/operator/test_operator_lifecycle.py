@@ -26,8 +26,8 @@ from updatestream_operator.naming import LABEL_STREAM_UID
 from updatestream_operator.publisher import publish_once
 from updatestream_operator.storage import KubeStore
 
-from tests.charts.podsecurity import restricted_violations
-from tests.operator.fixtures_operator import (
+from harness.kube import KubeApi, free_port
+from harness.operator import (
     SECRET_VALUE,
     SPARK_ACCOUNT,
     apply,
@@ -41,7 +41,7 @@ from tests.operator.fixtures_operator import (
     stream_manifest,
     wait_for,
 )
-from tests.support.kube import KubeApi, free_port
+from tests.charts.podsecurity import restricted_violations
 
 NS = "us-life"
 T0 = 1_700_000_100

@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 from updatestream_operator.naming import LABEL_KEY_RANGE, LABEL_STREAM_UID
 
-from tests.operator.fixtures_operator import (
+from harness.kube import KubeApi, free_port
+from harness.operator import (
     SECRET_VALUE,
     SPARK_ACCOUNT,
     apply,
@@ -33,7 +34,6 @@ from tests.operator.fixtures_operator import (
     stream_manifest,
     wait_for,
 )
-from tests.support.kube import KubeApi, free_port
 
 NS = "us-restart"
 PROGRAM = str(Path(sys.executable).parent / "updatestream")

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from updatestream_jobs.events import ChangeEvent
 from updatestream_jobs.progress import ProgressTracker
 from updatestream_operator.models import ReportedHop
 from updatestream_operator.progress import ProgressError, loads_progress, parse_progress
 
+from updatestream.binlog.events import ChangeEvent
 from updatestream.core.token import EventToken
 
 

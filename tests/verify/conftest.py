@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from updatestream_jobs.events import ChangeEvent
+from updatestream_cli.devcluster.cluster import DevCluster
+from updatestream_cli.devcluster.ledger import LedgerEntry, read_ledger
+from updatestream_cli.devcluster.memcached import MemcachedServer
+from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 
 from tests.verify.streams import positions, read_events, source_config
-from updatestream.devcluster.cluster import DevCluster
-from updatestream.devcluster.ledger import LedgerEntry, read_ledger
-from updatestream.devcluster.memcached import MemcachedServer
-from updatestream.devcluster.traffic import TrafficGenerator, TrafficOptions
+from updatestream.binlog.events import ChangeEvent
 
 
 @pytest.fixture(scope="package")

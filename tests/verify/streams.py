@@ -15,16 +15,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from updatestream_jobs.events import ChangeEvent
+from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_jobs.sinks.base import BatchContext, Sink
-from updatestream_jobs.source.binlog import BinlogRangeReader
-from updatestream_jobs.source.options import SourceConfig, parse_options
-from updatestream_jobs.source.rows import RowConverter, heartbeat
-from updatestream_jobs.source.session import ShardSession, flavor_of
 
+from updatestream.binlog.events import ChangeEvent
+from updatestream.binlog.options import SourceConfig, parse_options
+from updatestream.binlog.reader import BinlogRangeReader
+from updatestream.binlog.rows import RowConverter, heartbeat
+from updatestream.binlog.session import ShardSession, flavor_of
 from updatestream.core.gtid import GTIDPosition
 from updatestream.core.token import EventToken
-from updatestream.devcluster.cluster import DevCluster
 
 SCRIPT = Path(sys.executable).parent / "updatestream"
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from updatestream.core.gtid import MariaDBPosition
-from updatestream.core.token import EventToken, SourceProvenance
-from updatestream.verify.compare import (
+from updatestream_cli.verify.compare import (
     CachedEntry,
     Committed,
     Delivered,
@@ -15,6 +13,9 @@ from updatestream.verify.compare import (
     compare_final,
     transaction_gtids,
 )
+
+from updatestream.core.gtid import MariaDBPosition
+from updatestream.core.token import EventToken, SourceProvenance
 
 PK1, PK2 = '{"id":1}', '{"id":2}'
 

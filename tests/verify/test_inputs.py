@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+from updatestream_cli.verify.inputs import VerifyInputError, read_duplicates, read_ledger
 
 from tests.verify.streams import verify
-from updatestream.verify.inputs import VerifyInputError, read_duplicates, read_ledger
 
 LINE = {
     "order": 1, "tx": 1, "table": "users", "pk": '{"id":1}', "op": "insert", "digest": "ab",

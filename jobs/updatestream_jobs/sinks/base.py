@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+from updatestream.binlog.events import ChangeEvent
 from updatestream.core.errors import UpdateStreamError
-from updatestream_jobs.events import ChangeEvent
 
 
 class SinkError(UpdateStreamError):

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from updatestream import spec
+from updatestream.binlog.events import ChangeEvent
 from updatestream.cdcv2.format import CDCv2FormatError
 from updatestream.cdcv2.writer import Change, StreamWriter
-from updatestream_jobs.events import ChangeEvent
 from updatestream_jobs.sinks.base import BatchContext, SinkError, SinkResult
 from updatestream_jobs.sinks.common import identity_text, pk_of, row_images
 

@@ -6,8 +6,8 @@ import json
 from functools import lru_cache
 from typing import Any
 
+from updatestream.binlog.events import ChangeEvent
 from updatestream.core.gtid import GTIDParseError, parse_position
-from updatestream_jobs.events import ChangeEvent
 
 
 @lru_cache(maxsize=4096)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TextIO
 
 from updatestream import spec
-from updatestream_jobs.events import ChangeEvent
+from updatestream.binlog.events import ChangeEvent
 from updatestream_jobs.sinks.base import BatchContext, SinkError, SinkResult
 
 

@@ -17,10 +17,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from updatestream import spec
+from updatestream.binlog.events import ChangeEvent
 from updatestream.cache.invalidator import CacheConflictError, CacheServerError, Invalidator
 from updatestream.cache.keys import KeyTemplateError, KeyTemplates
 from updatestream.cache.transport import CacheAddressError
-from updatestream_jobs.events import ChangeEvent
 from updatestream_jobs.sinks.base import BatchContext, SinkError, SinkResult
 from updatestream_jobs.sinks.common import loads_object
 

@@ -17,15 +17,15 @@ from typing import Any
 import pymysql
 
 from updatestream import spec
+from updatestream.binlog.events import ChangeEvent
 from updatestream.core.errors import UpdateStreamError
-from updatestream.mysqltls import tls_arguments
+from updatestream.mysql import tls_arguments
 from updatestream.versionstream.repository import (
     Origin,
     Record,
     VersionStreamRepository,
     entity_name,
 )
-from updatestream_jobs.events import ChangeEvent
 from updatestream_jobs.sinks.base import BatchContext, SinkError, SinkResult
 from updatestream_jobs.sinks.common import identity, loads_object, pk_of
 

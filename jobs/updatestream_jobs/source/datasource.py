@@ -39,28 +39,34 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from updatestream.core.dedup import DedupFilter
-from updatestream.core.gtid import position_contains
-from updatestream.core.keyrange import KeyRange
-from updatestream.core.shardmap import ShardMap
-from updatestream.core.token import EventToken
-from updatestream.spec import Keyspace
-from updatestream_jobs.events import SPARK_SCHEMA_DDL
-from updatestream_jobs.source.errors import (
+from updatestream.binlog.errors import (
     BinlogReadError,
     SourceOptionsError,
     StartPositionError,
 )
-from updatestream_jobs.source.hopping import Hopper, map_for_shards, serving_map
-from updatestream_jobs.source.keyspace_watch import KeyspaceWatch, open_watch
-from updatestream_jobs.source.offsets import StreamOffset, tokens_of
-from updatestream_jobs.source.options import (
+from updatestream.binlog.events import SPARK_SCHEMA_DDL
+from updatestream.binlog.offsets import StreamOffset, tokens_of
+from updatestream.binlog.options import (
     ShardEndpoint,
     SourceConfig,
     StartSpec,
     endpoints_of,
     parse_options,
 )
+from updatestream.binlog.positions import (
+    check_start_available,
+    earliest_start,
+    find_start_by_timestamp,
+)
+from updatestream.binlog.session import ShardSession, connection_settings, flavor_of
+from updatestream.core.dedup import DedupFilter
+from updatestream.core.gtid import position_contains
+from updatestream.core.keyrange import KeyRange
+from updatestream.core.shardmap import ShardMap
+from updatestream.core.token import EventToken
+from updatestream.spec import Keyspace
+from updatestream_jobs.source.hopping import Hopper, map_for_shards, serving_map
+from updatestream_jobs.source.keyspace_watch import KeyspaceWatch, open_watch
 from updatestream_jobs.source.partition import (
     ARROW_SCHEMA,
     ShardRange,
@@ -69,12 +75,6 @@ from updatestream_jobs.source.partition import (
     read_shard_rows,
     record_batches,
 )
-from updatestream_jobs.source.positions import (
-    check_start_available,
-    earliest_start,
-    find_start_by_timestamp,
-)
-from updatestream_jobs.source.session import ShardSession, connection_settings, flavor_of
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from updatestream.binlog.errors import SourceOptionsError
 from updatestream.spec import API_GROUP, Keyspace, SpecError, load_keyspace, parse_keyspace
-from updatestream_jobs.source.errors import SourceOptionsError
 
 log = logging.getLogger(__name__)
 

@@ -16,6 +16,12 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
+from updatestream.binlog.events import HOP_MARKER, SPARK_SCHEMA_DDL, ChangeEvent
+from updatestream.binlog.offsets import HopInfo
+from updatestream.binlog.options import ShardEndpoint, SourceConfig
+from updatestream.binlog.reader import BinlogRangeReader
+from updatestream.binlog.rows import EventRow, RowConverter, heartbeat
+from updatestream.binlog.session import ShardSession, flavor_of
 from updatestream.core.dedup import DedupFilter
 from updatestream.core.gtid import (
     GTIDPosition,
@@ -25,12 +31,6 @@ from updatestream.core.gtid import (
 )
 from updatestream.core.hop import canonical_shard_name
 from updatestream.core.token import EventToken
-from updatestream_jobs.events import HOP_MARKER, SPARK_SCHEMA_DDL, ChangeEvent
-from updatestream_jobs.source.binlog import BinlogRangeReader
-from updatestream_jobs.source.offsets import HopInfo
-from updatestream_jobs.source.options import ShardEndpoint, SourceConfig
-from updatestream_jobs.source.rows import EventRow, RowConverter, heartbeat
-from updatestream_jobs.source.session import ShardSession, flavor_of
 
 _ALL_FIELDS = tuple(ChangeEvent.__dataclass_fields__)
 _FIELDS = _ALL_FIELDS[:-1]  # what a reader's row tuples hold; the dedup verdict is added last

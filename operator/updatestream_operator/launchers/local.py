@@ -121,7 +121,7 @@ class LocalLauncher:
         stop_timeout: float = 30.0,
     ) -> None:
         self.state_dir = state_dir
-        self.command = list(command or [sys.executable, "-m", "updatestream"])
+        self.command = list(command or [sys.executable, "-m", "updatestream_cli"])
         self.secrets_dir = secrets_dir
         self.secret_reader = secret_reader
         self.stop_timeout = stop_timeout

@@ -1,0 +1,1 @@
+"""The `updatestream` console script and the tools behind it: demo, devcluster, verify."""

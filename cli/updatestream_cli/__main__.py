@@ -1,0 +1,3 @@
+from updatestream_cli.main import main
+
+main()

@@ -1,0 +1,175 @@
+"""`updatestream demo`: run the demo (see `run.py`) with live progress, then its verdict."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Column, Table
+
+from updatestream.core.errors import UpdateStreamError
+
+DEFAULT_DIR = Path(".updatestream") / "demo"
+CHECKS = (
+    "committed",
+    "delivered",
+    "lost",
+    "duplicates_delivered",
+    "duplicates_dropped",
+    "out_of_order_keys",
+    "stale_keys",
+)
+
+
+class RichReporter:
+    """One progress row per step: a spinner and live figures while it runs, a tick after."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+        self.task: TaskID | None = None
+
+    def begin(self, text: str) -> None:
+        if self.task is not None:
+            self.end(self.progress.tasks[-1].description)
+        self.task = self.progress.add_task(text, total=1)
+
+    def update(self, text: str) -> None:
+        if self.task is not None:
+            self.progress.update(self.task, description=text)
+
+    def end(self, text: str) -> None:
+        if self.task is not None:
+            self.progress.update(self.task, description=text, completed=1)
+            self.task = None
+
+    def line(self, text: str) -> None:
+        self.progress.console.print(f"  {text}", highlight=False, markup=False)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items()) or "-"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def _print_result(console: Console, result: Any, directory: Path) -> None:
+    table = Table(title="updatestream verify: the ledger against each sink")
+    table.add_column("check")
+    for sink in result.sinks:
+        table.add_column(sink, justify="right")
+    for check in CHECKS:
+        table.add_row(check, *(_cell(report.get(check)) for report in result.sinks.values()))
+    table.add_row(
+        "verdict",
+        *(
+            "[green]clean[/]" if code == 0 else "[red]FAILED[/]"
+            for code in result.exit_codes.values()
+        ),
+    )
+    console.print(table)
+    hops = Table(title="hops")
+    for column in ("from", "to", "duration (s)", "duplicates dropped"):
+        hops.add_column(column, justify="right" if column[0] == "d" else "left")
+    for hop in result.hops:
+        hops.add_row(
+            ",".join(hop["from"]),
+            ",".join(hop["to"]),
+            f"{hop['duration_s']:.2f}" if hop["duration_s"] is not None else "-",
+            _cell(hop["duplicates_dropped"]),
+        )
+    console.print(hops)
+    console.print(
+        f"{result.rows:,} row changes committed, {result.events:,} change events delivered, "
+        f"{result.elapsed_s:.0f}s in all; files in {directory}",
+        highlight=False,
+    )
+    if result.ok:
+        console.print("[green]OK[/]: every sink holds every change once, and nothing stale")
+    else:
+        console.print("[red]FAILED[/]: see lost / duplicates_delivered / stale_keys above")
+
+
+@click.command("demo")
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=DEFAULT_DIR,
+    show_default=True,
+    help="Where the demo keeps its servers, job, ledger and sink files (emptied first).",
+)
+@click.option(
+    "--rate", type=click.FloatRange(min=1), default=200.0, show_default=True,
+    help="Traffic: row changes per second.",
+)  # fmt: skip
+@click.option(
+    "--seconds", type=click.FloatRange(min=1), default=30.0, show_default=True,
+    help="Traffic: how long it runs (at least until a few seconds after the hop).",
+)  # fmt: skip
+@click.option(
+    "--split-after", type=click.FloatRange(min=0), default=8.0, show_default=True,
+    help="Seconds of traffic before the live split of -80 starts.",
+)  # fmt: skip
+@click.option("--seed", type=int, default=None, help="Seed of the traffic generator.")
+@click.option("--keep", is_flag=True, help="Leave everything running at the end.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object at the end.")
+@click.option("--down", is_flag=True, help="Only stop what a demo run with --keep left running.")
+def demo(
+    directory: Path,
+    rate: float,
+    seconds: float,
+    split_after: float,
+    seed: int | None,
+    keep: bool,
+    as_json: bool,
+    down: bool,
+) -> None:
+    """Local MariaDB shards, memcached and a Version Stream MariaDB; live traffic with a
+    ledger; one UpdateStream into all three sinks, launched by the operator's local launcher;
+    a live split of -80 and the hop inside the running job; then the verifier on every sink.
+
+    Exits 1 when a verifier finds a lost change, a delivered duplicate or a stale cache entry.
+    """
+    from updatestream_cli.demo.run import Demo, DemoOptions
+    from updatestream_cli.demo.servers import stop_recorded
+
+    console = Console(stderr=as_json)
+    if down:
+        stopped = stop_recorded(directory)
+        console.print(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
+        return
+    options = DemoOptions(
+        directory=directory, rate=rate, seconds=seconds, split_after=split_after, keep=keep,
+        seed=seed,
+    )  # fmt: skip
+    columns = (
+        SpinnerColumn(finished_text="[green]✓[/]"),
+        TextColumn("{task.description}", table_column=Column(overflow="fold")),
+        TimeElapsedColumn(table_column=Column(min_width=7, no_wrap=True)),
+    )
+    try:
+        with Progress(*columns, console=console) as progress:
+            result = Demo(options, RichReporter(progress)).run()
+    except UpdateStreamError as exc:
+        if as_json:
+            click.echo(json.dumps({"error": str(exc)}))
+        raise
+    if as_json:
+        click.echo(json.dumps(result.to_json()))
+    else:
+        _print_result(console, result, directory.absolute())
+    if keep:
+        console.print(
+            f"left running (the job's metrics: {result.metrics_url}); stop it all with "
+            f"`updatestream demo --down --dir {directory}`",
+            highlight=False,
+        )
+    if not result.ok:
+        sys.exit(1)

@@ -1,0 +1,176 @@
+"""The servers a demo runs: a development cluster, a MariaDB for the Version Stream sink and a
+memcached, recorded in `<dir>/demo.json` so that `updatestream demo --down` (or the next demo
+in the same directory) stops exactly what a kept demo left running, by pid.
+
+    <dir>/cluster/        the development cluster (shards, Keyspace manifest, Secrets)
+    <dir>/versionstream/  the Version Stream's mariadbd
+    <dir>/memcached.log   memcached's output
+    <dir>/operator/       the operator's objects and the local launcher's job directories
+    <dir>/demo.json       what runs: pids and ports
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from updatestream_cli.demo.errors import DemoError
+from updatestream_cli.devcluster.cluster import DevCluster, atomic_write
+from updatestream_cli.devcluster.memcached import MemcachedServer
+from updatestream_cli.devcluster.server import MariaDBServer, pid_cmdline
+
+STATE_FILE = "demo.json"
+SINK_SECRET = "demo-versionstream"  # the Version Stream account, beside the cluster's Secrets
+SINK_USER = "us_versionstream"
+SINK_DATABASE = "updatestream"
+SINK_SERVER_ID = 900  # apart from the shards' ids (1, 2, ...)
+
+
+def operator_dir(directory: Path) -> Path:
+    return directory / "operator"
+
+
+@dataclass
+class DemoServers:
+    """Everything the demo starts besides the streaming job; `stop()` stops all of it."""
+
+    directory: Path
+    cluster: DevCluster = field(init=False)
+    sink: MariaDBServer | None = None
+    memcached: MemcachedServer | None = None
+
+    def __post_init__(self) -> None:
+        self.directory = self.directory.absolute()
+        self.cluster = DevCluster(self.directory / "cluster")
+
+    @property
+    def state_path(self) -> Path:
+        return self.directory / STATE_FILE
+
+    def record(self, **more: Any) -> None:
+        """Add what runs now to `demo.json` (a stopped server's entry stays, for the record:
+        stopping by pid checks the command line first)."""
+        state = self.read_state()
+        if self.sink is not None and self.sink.pid is not None:
+            state["versionstream"] = {
+                "pid": self.sink.pid,
+                "port": self.sink.port,
+                "serverId": self.sink.server_id,
+            }
+        if self.memcached is not None and self.memcached.pid is not None:
+            state["memcached"] = {"pid": self.memcached.pid, "port": self.memcached.port}
+        state.update(more)
+        atomic_write(self.state_path, json.dumps(state, indent=2, sort_keys=True) + "\n")
+
+    def read_state(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.state_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    # -- starting -------------------------------------------------------------------------------
+
+    def start_cluster(self, shards: str = "-80,80-") -> DevCluster:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.record()
+        self.cluster.up(shards)
+        return self.cluster
+
+    def start_sink(self) -> MariaDBServer:
+        """A mariadbd of its own for the Version Stream, with an account limited to its
+        database; the account's Secret goes beside the cluster's (`SINK_SECRET`)."""
+        self.sink = MariaDBServer(
+            base_dir=self.directory / "versionstream",
+            server_id=SINK_SERVER_ID,
+            name="versionstream",
+        )
+        self.sink.start()
+        self.record()
+        password = secrets.token_urlsafe(18)
+        with self.sink.root_connect() as conn, conn.cursor() as cur:
+            cur.execute(
+                f"CREATE USER IF NOT EXISTS '{SINK_USER}'@'127.0.0.1' IDENTIFIED BY %s",
+                (password,),
+            )
+            cur.execute(f"ALTER USER '{SINK_USER}'@'127.0.0.1' IDENTIFIED BY %s", (password,))
+            cur.execute(f"GRANT ALL PRIVILEGES ON `{SINK_DATABASE}`.* TO '{SINK_USER}'@'127.0.0.1'")
+        folder = self.cluster.secrets_dir / SINK_SECRET
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        atomic_write(folder / "username", SINK_USER, mode=0o600)
+        atomic_write(folder / "password", password, mode=0o600)
+        return self.sink
+
+    def start_memcached(self) -> MemcachedServer:
+        self.memcached = MemcachedServer(log=self.directory / "memcached.log").start()
+        self.record()
+        return self.memcached
+
+    # -- stopping -------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop the memcached, the sink's mariadbd and the cluster's shards (by pid)."""
+        if self.memcached is not None:
+            self.memcached.stop()
+        if self.sink is not None:
+            self.sink.stop()
+        self.cluster.down()
+        self.record(stopped=True)
+
+
+def stop_recorded(directory: Path) -> list[str]:
+    """Stop what a demo in `directory` left running: its streaming jobs (through the local
+    launcher), memcached, the Version Stream's mariadbd and the cluster. Returns what it
+    stopped; a directory without a demo is left alone."""
+    from updatestream_operator.launchers.local import LocalLauncher
+
+    directory = directory.absolute()
+    servers = DemoServers(directory)
+    state = servers.read_state()
+    stopped: list[str] = []
+    jobs = operator_dir(directory) / "jobs"
+    if jobs.is_dir():
+        launcher = LocalLauncher(jobs)
+        for job in launcher.list():
+            if job.phase.is_alive:
+                launcher.stop(job.key)
+                stopped.append(f"job {job.job_id}")
+    cache = state.get("memcached") or {}
+    if cache.get("pid"):
+        server = MemcachedServer(port=int(cache["port"]), pid=int(cache["pid"]))
+        if server.is_ours():
+            server.stop()
+            stopped.append(f"memcached on {server.address}")
+    sink = state.get("versionstream") or {}
+    if sink.get("pid"):
+        mariadb = MariaDBServer(
+            base_dir=directory / "versionstream",
+            server_id=int(sink.get("serverId", SINK_SERVER_ID)),
+            port=sink.get("port"),
+            pid=int(sink["pid"]),
+        )
+        if mariadb.is_running() and str(mariadb.datadir) in pid_cmdline(int(sink["pid"])):
+            mariadb.stop()
+            stopped.append(f"Version Stream mariadbd on {mariadb.address}")
+    if servers.cluster.exists():
+        stopped += [f"shard {name}" for name in servers.cluster.down()]
+    if state:
+        servers.record(stopped=True)
+    return stopped
+
+
+def purge(directory: Path) -> None:
+    """Remove a demo directory after stopping what it left running."""
+    directory = directory.absolute()
+    if not directory.exists():
+        return
+    if not (directory / STATE_FILE).exists() and any(directory.iterdir()):
+        raise DemoError(
+            f"{directory} exists and holds no demo; choose another --dir or remove it yourself"
+        )
+    stop_recorded(directory)
+    shutil.rmtree(directory)

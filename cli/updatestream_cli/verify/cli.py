@@ -1,0 +1,236 @@
+"""`updatestream verify`: compare the traffic ledger with what a sink received.
+
+Exit status: 0 when nothing was lost, no duplicate was delivered and no cache entry is stale;
+1 when any of those was found; 2 when an input is missing or unreadable (a one-line message,
+and with ``--json`` also ``{"error": ...}`` on stdout).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from updatestream import spec
+from updatestream.core.errors import UpdateStreamError
+from updatestream_cli.verify import sinks
+from updatestream_cli.verify.compare import (
+    Committed,
+    Report,
+    compare_cache,
+    compare_changes,
+    compare_final,
+)
+from updatestream_cli.verify.inputs import (
+    VerifyInputError,
+    read_duplicates,
+    read_ledger,
+    within_key_range,
+)
+
+EXIT_FINDINGS = 1
+EXIT_INPUT = 2
+
+
+def _endpoint(text: str) -> spec.MySQLEndpoint:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise VerifyInputError(f"--mysql {text!r} is not host:port")
+    return spec.MySQLEndpoint(host=host, port=int(port))
+
+
+def _keyspace(path: Path | None, needed_for: str) -> spec.Keyspace:
+    if path is None:
+        raise VerifyInputError(f"--keyspace-manifest is needed {needed_for}")
+    try:
+        return spec.load_keyspace(path)
+    except spec.SpecError as exc:
+        raise VerifyInputError(str(exc)) from None
+
+
+def _require(value: Any, option: str, sink: str) -> Any:
+    if value is None:
+        raise VerifyInputError(f"--sink {sink} needs {option}")
+    return value
+
+
+def _versionstream(ledger: list[Committed], options: dict[str, Any]) -> Report:
+    if options["mysql"]:
+        endpoint = _endpoint(options["mysql"])
+    else:
+        keyspace = _keyspace(options["keyspace_manifest"], "when --mysql is not given")
+        endpoint = keyspace.spec.shard(keyspace.spec.serving_shards[0]).mysql
+    secrets_dir = _require(options["secrets_dir"], "--secrets-dir", "versionstream")
+    secret = _require(options["secret"], "--secret", "versionstream")
+    records = sinks.read_versionstream(
+        endpoint,
+        sinks.read_secret(secrets_dir, secret),
+        secrets_dir=secrets_dir,
+        secret=secret,
+        database=options["database"] or "updatestream",
+        table=options["table"],
+        stream=options["stream"],
+    )
+    return compare_changes(ledger, records)
+
+
+def _cdcv2(ledger: list[Committed], options: dict[str, Any]) -> Report:
+    rows, updates = sinks.read_cdcv2(_require(options["path"], "--path", "cdcv2"))
+    return compare_final(ledger, rows, updates)
+
+
+def _memcached(ledger: list[Committed], options: dict[str, Any]) -> Report:
+    servers = [s.strip() for s in _require(options["servers"], "--servers", "memcached").split(",")]
+    keyspace = _keyspace(options["keyspace_manifest"], "for --sink memcached")
+    secrets_dir = _require(options["secrets_dir"], "--secrets-dir", "memcached")
+    name = keyspace.metadata.name
+    templates: dict[str, str] = {}
+    for item in options["key_template"]:
+        table, sep, template = item.partition("=")
+        if not sep:
+            raise VerifyInputError(f"--key-template {item!r} is not table=template")
+        templates[table] = template
+    touched = sorted({c.key for c in ledger})
+    keys = sinks.cache_keys(name, touched, templates)
+    entries = sinks.read_cache(servers, keys)
+    database = sinks.read_database(
+        keyspace,
+        secrets_dir,
+        options["secret"] or f"{name}-app",
+        options["database"] or name,
+        sorted({table for table, _ in touched}),
+    )
+    return compare_cache(
+        ledger, entries, database, value_digest=sinks.value_digest, slack=options["slack"]
+    )
+
+
+_SINKS = {"versionstream": _versionstream, "cdcv2": _cdcv2, "memcached": _memcached}
+
+
+def _fail(message: str, as_json: bool) -> NoReturn:
+    if as_json:
+        click.echo(json.dumps({"error": message}))
+    click.echo(f"error: {message}", err=True)
+    sys.exit(EXIT_INPUT)
+
+
+def _summary(report: Report, sink: str) -> None:
+    console = Console()
+    table = Table(title=f"ledger vs {sink}")
+    table.add_column("check")
+    table.add_column("count", justify="right")
+    for name, value in report.to_json().items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k}={v}" for k, v in value.items()) or "-"
+        table.add_row(name, str(value))
+    if report.unexpected:
+        table.add_row("delivered, not in the ledger", str(report.unexpected))
+    console.print(table)
+    for finding, keys in report.examples.items():
+        console.print(f"{finding}: {', '.join(keys)}", markup=False)
+    if report.ok:
+        console.print("[green]OK[/]: nothing lost, no duplicate delivered")
+    else:
+        console.print("[red]FAILED[/]: see lost / duplicates_delivered / stale_keys")
+
+
+@click.command("verify")
+@click.option(
+    "--ledger",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="Traffic ledger (JSON lines) written by 'devcluster traffic'.",
+)
+@click.option("--sink", "sink", type=click.Choice(sorted(_SINKS)), required=True)
+@click.option(
+    "--keyspace-manifest",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Keyspace manifest (memcached: the shards to read rows from).",
+)
+@click.option("--mysql", default=None, help="versionstream: host:port of the change-log DB.")
+@click.option(
+    "--secrets-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Directory of Secrets as files (<name>/username, <name>/password).",
+)
+@click.option(
+    "--secret",
+    default=None,
+    help="Secret with the credentials (memcached default: <keyspace>-app).",
+)
+@click.option(
+    "--database",
+    default=None,
+    help="versionstream: default 'updatestream'; memcached: the keyspace's database "
+    "(default: the keyspace name).",
+)
+@click.option("--table", default="versionstream", show_default=True)
+@click.option("--stream", type=int, default=0, show_default=True)
+@click.option(
+    "--path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="cdcv2: a stream directory, or a directory above range=<key range> ones.",
+)
+@click.option("--servers", default=None, help="memcached: host:port,host:port,...")
+@click.option(
+    "--key-template",
+    multiple=True,
+    metavar="TABLE=TEMPLATE",
+    help="memcached: the sink's keyTemplate of a table (repeat per table).",
+)
+@click.option(
+    "--slack",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="memcached: seconds of clock resolution when only timestamps compare.",
+)
+@click.option(
+    "--status-file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="The job's status file: duplicates it dropped, by cause.",
+)
+@click.option(
+    "--key-range",
+    default="-",
+    show_default=True,
+    help="The stream's key range: only ledger rows whose keyspace id lies in it are expected.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def verify(
+    sink: str,
+    ledger: Path,
+    status_file: Path | None,
+    key_range: str,
+    as_json: bool,
+    **options: Any,
+) -> None:
+    """Compare the traffic ledger with what a sink received: lost, duplicates, order, stale.
+
+    Exit 0: clean; 1: something was lost, a duplicate was delivered or a cache entry is
+    stale; 2: an input is missing or unreadable.
+    """
+    try:
+        committed = within_key_range(read_ledger(ledger), key_range, ledger)
+        dropped, by_cause = read_duplicates(status_file)
+        report = _SINKS[sink](committed, options)
+    except UpdateStreamError as exc:
+        _fail(str(exc), as_json)
+    report.duplicates_dropped = dropped
+    report.duplicates_dropped_by_cause = by_cause
+    if as_json:
+        click.echo(json.dumps(report.to_json(), sort_keys=False))
+    else:
+        _summary(report, sink)
+    if not report.ok:
+        sys.exit(EXIT_FINDINGS)

@@ -1,0 +1,211 @@
+"""A streaming job run as `updatestream run` against a development cluster, for the hop tests.
+
+The job writes to a Version Stream (on a MariaDB server of its own) and to CDCv2 files, follows
+the cluster's Keyspace manifest, and reports through its status file; the cluster reshards
+under traffic that keeps a ledger; `updatestream verify` then compares both sinks with the
+ledger.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from updatestream_cli.devcluster.cluster import DevCluster
+from updatestream_cli.devcluster.reshard import ReshardOptions, ReshardWorkflow, plan_reshard
+
+CLI = str(Path(sys.executable).with_name("updatestream"))
+
+
+def read_status(path: Path) -> dict[str, Any]:
+    try:
+        return dict(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        return {}
+
+
+@dataclass
+class SinkServer:
+    """Where the Version Stream sink writes: host, port and the Secret with its account."""
+
+    host: str
+    port: int
+    secret: str
+    database: str
+
+
+@dataclass
+class StreamJob:
+    cluster: DevCluster
+    workdir: Path
+    sink: SinkServer
+    key_range: str = "-"
+    name: str = "hop-feed"
+    trigger_seconds: float = 1.0
+    extra: Sequence[str] = ()
+    process: subprocess.Popen[bytes] | None = None
+    launches: int = 0
+    logs: list[Path] = field(default_factory=list)
+
+    @property
+    def status(self) -> Path:
+        return self.workdir / "status.json"
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.workdir / "checkpoint"
+
+    @property
+    def cdc(self) -> Path:
+        return self.workdir / "cdc"
+
+    def write_stream(self, start: dict[str, Any]) -> Path:
+        stream = {
+            "apiVersion": "updatestream.io/v1alpha1",
+            "kind": "UpdateStream",
+            "metadata": {"name": self.name},
+            "spec": {
+                "keyspace": "commerce",
+                "keyRanges": [self.key_range],
+                "start": start,
+                "sinks": [
+                    {
+                        "type": "versionStream",
+                        "mysql": {"host": self.sink.host, "port": self.sink.port},
+                        "database": self.sink.database,
+                        "credentialsSecret": {"name": self.sink.secret},
+                    },
+                    {"type": "cdcv2", "path": str(self.cdc), "allowedLatenessSeconds": 1},
+                ],
+            },
+        }
+        path = self.workdir / "stream.yaml"
+        path.write_text(yaml.safe_dump(stream))
+        return path
+
+    def arguments(self) -> list[str]:
+        return [
+            CLI, "run",
+            "--stream", str(self.workdir / "stream.yaml"),
+            "--keyspace", str(self.cluster.manifest_path),
+            "--secrets-dir", str(self.cluster.secrets_dir),
+            "--checkpoint", str(self.checkpoint),
+            "--master", "local[2]",
+            "--trigger-seconds", str(self.trigger_seconds),
+            "--status-file", str(self.status),
+            *self.extra,
+        ]  # fmt: skip
+
+    def start(self, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        self.launches += 1
+        log = self.workdir / f"job-{self.launches}.log"
+        self.logs.append(log)
+        with log.open("w") as out:
+            self.process = subprocess.Popen(
+                self.arguments(),
+                env={**os.environ, **(env or {})},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        return self.process
+
+    def log_tail(self) -> str:
+        return self.logs[-1].read_text()[-4000:] if self.logs else ""
+
+    def wait_for(
+        self, what: str, predicate: Callable[[dict[str, Any]], bool], timeout: float = 300
+    ) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            status = read_status(self.status)
+            if status and predicate(status):
+                return status
+            assert self.process is not None and self.process.poll() is None, (
+                f"the job ended while waiting for {what}: {self.log_tail()}"
+            )
+            assert time.monotonic() < deadline, f"timed out waiting for {what}: {status}"
+            time.sleep(0.5)
+
+    def wait_exit(self, timeout: float = 300) -> int:
+        assert self.process is not None
+        return self.process.wait(timeout=timeout)
+
+    def wait_caught_up(self, shards: Sequence[str], timeout: float = 300) -> dict[str, Any]:
+        """Every shard delivered up to its current position, and heartbeats from a few seconds
+        after now, so CDCv2 has declared every second of the traffic complete."""
+        want = {s: self.cluster.server(s).gtid_position() for s in shards}
+        after = time.time() + 3
+
+        def done(status: dict[str, Any]) -> bool:
+            got = status.get("shards", {})
+            return all(
+                got.get(s, {}).get("position") == want[s]
+                and (got[s].get("heartbeatTimestamp") or 0) >= after
+                for s in shards
+            )
+
+        return self.wait_for(f"positions {want}", done, timeout)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def verify(self, ledger: Path) -> dict[str, dict[str, Any]]:
+        def run(sink: str, *options: str) -> dict[str, Any]:
+            command = [CLI, "verify", "--ledger", str(ledger), "--sink", sink]
+            command += ["--key-range", self.key_range, *options, "--json"]
+            done = subprocess.run(
+                command,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert done.returncode in (0, 1), done.stderr
+            return dict(json.loads(done.stdout))
+
+        return {
+            "versionstream": run(
+                "versionstream",
+                "--mysql", f"{self.sink.host}:{self.sink.port}",
+                "--secrets-dir", str(self.cluster.secrets_dir),
+                "--secret", self.sink.secret,
+                "--database", self.sink.database,
+                "--status-file", str(self.status),
+            ),
+            "cdcv2": run("cdcv2", "--path", str(self.cdc), "--status-file", str(self.status)),
+        }  # fmt: skip
+
+
+def completed_hops(status: dict[str, Any]) -> list[dict[str, Any]]:
+    return [hop for hop in status.get("hops", []) if hop.get("completedAt") is not None]
+
+
+def reshard(
+    cluster: DevCluster, sources: str, targets: str, options: ReshardOptions | None = None
+) -> float:
+    """Run a split or merge to the end; returns when the serving map changed (unix seconds)."""
+    ReshardWorkflow(
+        cluster, plan_reshard(cluster, sources, targets), options or ReshardOptions()
+    ).run()
+    return float(cluster.keyspace().spec.shard_map_history[-1].at)
+
+
+def sink_secret(cluster: DevCluster, name: str, username: str, password: str) -> str:
+    folder = cluster.secrets_dir / name
+    folder.mkdir(exist_ok=True)
+    (folder / "username").write_text(username)
+    (folder / "password").write_text(password)
+    return name

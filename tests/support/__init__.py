@@ -1,1 +1,0 @@
-"""Helpers that start real components for the integration tests."""

@@ -1,3 +1,0 @@
-from updatestream.cli import main
-
-main()

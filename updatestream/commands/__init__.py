@@ -1,1 +1,0 @@
-"""CLI command modules, one per area."""
