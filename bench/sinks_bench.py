@@ -118,7 +118,7 @@ def bench_versionstream(events: int, naive: int, rounds: int) -> dict[str, Any]:
                         "stream": round_no,
                     }
                 )
-                sink = VersionStreamSink(config, keyspace="bench", secrets_dir=secrets)
+                sink = VersionStreamSink(config, secrets_dir=secrets)
                 sink.open()
                 work = batches(change_events(events, 1_700_000_000))
                 started = time.perf_counter()

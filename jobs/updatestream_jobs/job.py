@@ -42,7 +42,7 @@ from updatestream.core.keyrange import KeyRange
 from updatestream.core.shardmap import ShardMap
 from updatestream_jobs.metrics import StreamMetrics
 from updatestream_jobs.progress import ProgressListener, ProgressTracker
-from updatestream_jobs.sinks import BatchContext, Sink, build_sinks
+from updatestream_jobs.sinks import BatchContext, Sink, SinkContext, build_sinks
 
 log = logging.getLogger(__name__)
 
@@ -171,8 +171,7 @@ class Job:
         )
         self.sinks: list[Sink] = build_sinks(
             options.stream.spec.sinks,
-            keyspace=options.keyspace.metadata.name,
-            secrets_dir=options.secrets_dir,
+            SinkContext(keyspace=options.keyspace.metadata.name, secrets_dir=options.secrets_dir),
         )
         self.metrics_port: int | None = None
         self.query: Any = None

@@ -173,7 +173,7 @@ def test_any_order_any_duplication_gives_the_history(
 
 def test_files_in_any_order_with_duplicates_give_the_final_table(tmp_path: Path) -> None:
     work = two_shard_workload()
-    sink = CDCv2Sink(spec.CDCv2Sink(type="cdcv2", path=str(tmp_path)), keyspace="commerce")
+    sink = CDCv2Sink(spec.CDCv2Sink(type="cdcv2", path=str(tmp_path)))
     sink.open()
     closing = [e for e in work.batches[-1] if e.op == "heartbeat"]
     closing = [dataclasses.replace(e, timestamp=1_700_000_500) for e in closing]

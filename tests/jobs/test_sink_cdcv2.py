@@ -23,7 +23,7 @@ def make_sink(path: Path, lateness: int = 1) -> CDCv2Sink:
     config = spec.CDCv2Sink.model_validate(
         {"type": "cdcv2", "path": str(path), "allowedLatenessSeconds": lateness}
     )
-    sink = CDCv2Sink(config, keyspace="commerce")
+    sink = CDCv2Sink(config)
     sink.open()
     return sink
 
@@ -176,7 +176,7 @@ def test_restarted_checkpoint_is_refused(tmp_path: Path) -> None:
 def test_unwritable_path_raises_sink_error_naming_sink_and_path(tmp_path: Path) -> None:
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("x")
-    sink = CDCv2Sink(spec.CDCv2Sink(type="cdcv2", path=str(blocker)), keyspace="commerce")
+    sink = CDCv2Sink(spec.CDCv2Sink(type="cdcv2", path=str(blocker)))
     with pytest.raises(SinkError) as err:
         sink.write_batch([ShardLog("-80", 1).heartbeat(5)], ctx(0))
     assert f"cdcv2({blocker})" in str(err.value)
@@ -190,7 +190,6 @@ def test_parquet_files_hold_the_same_stream(tmp_path: Path) -> None:
     sinks.append(
         CDCv2Sink(
             spec.CDCv2Sink(type="cdcv2", path=str(as_parquet), format="parquet"),
-            keyspace="commerce",
         )
     )
     for i, batch in enumerate([*work.batches, closing_batch(1_700_000_100)]):

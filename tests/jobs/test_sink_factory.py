@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from updatestream_jobs.sinks import build_sinks
+import pytest
+from updatestream_jobs.sinks import SinkContext, SinkError, build_sinks
 from updatestream_jobs.sinks.cdcv2 import CDCv2Sink
 from updatestream_jobs.sinks.memcached import MemcachedSink
 from updatestream_jobs.sinks.versionstream import VersionStreamSink
@@ -39,7 +40,7 @@ def test_build_sinks_from_an_update_stream(tmp_path: Path) -> None:
             },
         }
     )
-    sinks = build_sinks(stream.spec.sinks, keyspace="commerce", secrets_dir=tmp_path)
+    sinks = build_sinks(stream.spec.sinks, SinkContext(keyspace="commerce", secrets_dir=tmp_path))
     assert [type(s) for s in sinks] == [MemcachedSink, VersionStreamSink, CDCv2Sink]
     assert [s.name for s in sinks] == [
         "memcached(127.0.0.1:11211,127.0.0.1:11212)",
@@ -54,3 +55,11 @@ def test_build_sinks_from_an_update_stream(tmp_path: Path) -> None:
         "orders-of:4"
     ]
     assert all("s3cret-pw" not in repr(vars(s)) for s in sinks)
+
+
+def test_an_unknown_sink_type_names_the_known_ones(tmp_path: Path) -> None:
+    class Kafka:
+        type = "kafka"
+
+    with pytest.raises(SinkError, match=r"unknown sink type 'kafka'.*known types: memcached, "):
+        build_sinks([Kafka()], SinkContext(keyspace="commerce", secrets_dir=tmp_path))

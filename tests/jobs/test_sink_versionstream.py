@@ -42,7 +42,7 @@ def make_sink(
             "credentialsSecret": {"name": "vs"},
         }
     )
-    return VersionStreamSink(config, keyspace="commerce", secrets_dir=secrets)
+    return VersionStreamSink(config, secrets_dir=secrets)
 
 
 def new_table() -> str:

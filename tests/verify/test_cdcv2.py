@@ -20,9 +20,7 @@ from updatestream.cdcv2.format import batch_file_name, batch_id_of, encode, read
 @pytest.fixture(scope="module")
 def cdc_root(scenario: Scenario, tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("cdc")
-    sink = CDCv2Sink(
-        spec.CDCv2Sink.model_validate({"type": "cdcv2", "path": str(root)}), keyspace="commerce"
-    )
+    sink = CDCv2Sink(spec.CDCv2Sink.model_validate({"type": "cdcv2", "path": str(root)}))
     feed(sink, batches(scenario.events))
     return root
 

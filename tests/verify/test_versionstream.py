@@ -38,7 +38,7 @@ def changelog(
                 "stream": stream,
             }
         )
-        sink = VersionStreamSink(config, keyspace="commerce", secrets_dir=secrets)
+        sink = VersionStreamSink(config, secrets_dir=secrets)
         feed(sink, batches(scenario.events))
     return mariadb_server, secrets
 

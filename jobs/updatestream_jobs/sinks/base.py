@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from updatestream.binlog.events import ChangeEvent
@@ -26,6 +27,14 @@ class BatchContext:
     stream: str  # UpdateStream name
     key_range: str  # the key range this job serves
     batch_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class SinkContext:
+    """What a sink is built with besides its spec."""
+
+    keyspace: str  # the Keyspace the stream reads (cache keys carry it)
+    secrets_dir: Path  # where Secrets are mounted: <dir>/<secret>/<key>
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from updatestream import spec
 from updatestream.binlog.events import ChangeEvent
 from updatestream.cdcv2.format import CDCv2FormatError
 from updatestream.cdcv2.writer import Change, StreamWriter
-from updatestream_jobs.sinks.base import BatchContext, SinkError, SinkResult
+from updatestream_jobs.sinks.base import BatchContext, SinkContext, SinkError, SinkResult
 from updatestream_jobs.sinks.common import identity_text, pk_of, row_images
 
 log = logging.getLogger(__name__)
@@ -43,10 +43,13 @@ def stream_directory(root: Path, ctx: BatchContext) -> Path:
 class CDCv2Sink:
     """Writes each batch into one file of the stream's directory (see the module docstring)."""
 
-    def __init__(self, config: spec.CDCv2Sink, *, keyspace: str) -> None:
+    @classmethod
+    def from_spec(cls, config: spec.CDCv2Sink, context: SinkContext) -> CDCv2Sink:
+        return cls(config)
+
+    def __init__(self, config: spec.CDCv2Sink) -> None:
         self.root = Path(config.path)
         self.file_format = config.format
-        self.keyspace = keyspace
         self.lateness = config.allowed_lateness
         self.name = f"cdcv2({self.root})"
 

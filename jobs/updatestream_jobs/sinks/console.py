@@ -19,10 +19,14 @@ from typing import TextIO
 
 from updatestream import spec
 from updatestream.binlog.events import ChangeEvent
-from updatestream_jobs.sinks.base import BatchContext, SinkError, SinkResult
+from updatestream_jobs.sinks.base import BatchContext, SinkContext, SinkError, SinkResult
 
 
 class ConsoleSink:
+    @classmethod
+    def from_spec(cls, config: spec.ConsoleSink, context: SinkContext) -> ConsoleSink:
+        return cls(config)
+
     def __init__(self, config: spec.ConsoleSink) -> None:
         self.path = Path(config.path) if config.path else None
         self.name = f"console({self.path})" if self.path else "console(stdout)"

@@ -21,7 +21,7 @@ from updatestream.binlog.events import ChangeEvent
 from updatestream.cache.invalidator import CacheConflictError, CacheServerError, Invalidator
 from updatestream.cache.keys import KeyTemplateError, KeyTemplates
 from updatestream.cache.transport import CacheAddressError
-from updatestream_jobs.sinks.base import BatchContext, SinkError, SinkResult
+from updatestream_jobs.sinks.base import BatchContext, SinkContext, SinkError, SinkResult
 from updatestream_jobs.sinks.common import loads_object
 
 
@@ -30,6 +30,10 @@ def _image(text: str | None, event: ChangeEvent) -> dict[str, Any] | None:
 
 
 class MemcachedSink:
+    @classmethod
+    def from_spec(cls, config: spec.MemcachedSink, context: SinkContext) -> MemcachedSink:
+        return cls(config, keyspace=context.keyspace)
+
     def __init__(self, config: spec.MemcachedSink, *, keyspace: str) -> None:
         self.name = f"memcached({','.join(config.servers)})"
         try:

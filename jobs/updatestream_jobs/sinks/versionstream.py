@@ -26,7 +26,7 @@ from updatestream.versionstream.repository import (
     VersionStreamRepository,
     entity_name,
 )
-from updatestream_jobs.sinks.base import BatchContext, SinkError, SinkResult
+from updatestream_jobs.sinks.base import BatchContext, SinkContext, SinkError, SinkResult
 from updatestream_jobs.sinks.common import identity, loads_object, pk_of
 
 
@@ -60,9 +60,12 @@ def _describe(exc: BaseException) -> str:
 class VersionStreamSink:
     """Appends each batch to ``<database>.<table>``, stream ``stream`` (see the module)."""
 
-    def __init__(self, config: spec.VersionStreamSink, *, keyspace: str, secrets_dir: Path) -> None:
+    @classmethod
+    def from_spec(cls, config: spec.VersionStreamSink, context: SinkContext) -> VersionStreamSink:
+        return cls(config, secrets_dir=context.secrets_dir)
+
+    def __init__(self, config: spec.VersionStreamSink, *, secrets_dir: Path) -> None:
         self.config = config
-        self.keyspace = keyspace
         self.secrets_dir = secrets_dir
         endpoint = config.mysql
         self.address = f"{endpoint.host}:{endpoint.port}"
