@@ -19,8 +19,6 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from updatestream.core.token import EventToken
-
 Op = Literal["insert", "update", "delete", "heartbeat", "hop"]
 OPS: tuple[Op, ...] = ("insert", "update", "delete", "heartbeat")  # what sinks receive
 HOP_MARKER: Op = "hop"  # the first row of a hop batch; the job records it, sinks never see it
@@ -68,9 +66,6 @@ class ChangeEvent:
     # the dedup rule's verdict, set by the reader after a hop: "hop" (a duplicate: the job drops
     # and counts it) or "unknown" (no provenance inside an overlap window: delivered, counted)
     dedup: str | None = None
-
-    def event_token(self) -> EventToken:
-        return EventToken.loads(self.token)
 
     def as_tuple(self) -> tuple[Any, ...]:
         return tuple(asdict(self).values())

@@ -153,14 +153,6 @@ class KeyRange:
         """True when the range covers the whole keyspace (``-``)."""
         return not self.start and not self.end
 
-    @property
-    def is_bounded_below(self) -> bool:
-        return bool(self.start)
-
-    @property
-    def is_bounded_above(self) -> bool:
-        return bool(self.end)
-
     def contains(self, keyspace_id: bytes) -> bool:
         """True when ``keyspace_id`` lies in ``[start, end)``."""
         kid = normalize_keyspace_id(keyspace_id)

@@ -45,7 +45,7 @@ from updatestream.binlog.errors import (
     StartPositionError,
 )
 from updatestream.binlog.events import SPARK_SCHEMA_DDL
-from updatestream.binlog.offsets import StreamOffset, tokens_of
+from updatestream.binlog.offsets import StreamOffset
 from updatestream.binlog.options import (
     ShardEndpoint,
     SourceConfig,
@@ -84,7 +84,6 @@ __all__ = [
     "ARROW_SCHEMA",
     "ShardRange",
     "UpdateStreamDataSource",
-    "offset_json",
     "read_shard_range",
     "read_shard_rows",
     "record_batches",
@@ -447,8 +446,3 @@ class UpdateStreamDataSource(DataSource):
 def register(spark: Any) -> None:
     """Make `format("updatestream")` available in a SparkSession."""
     spark.dataSource.register(UpdateStreamDataSource)
-
-
-def offset_json(tokens: dict[str, EventToken]) -> str:
-    """An offset as the JSON text the `start` option accepts (to resume from)."""
-    return json.dumps(tokens_of(StreamOffset(tokens).to_json()), sort_keys=True)
