@@ -1,4 +1,7 @@
-"""TLS for every MySQL/MariaDB connection the project opens: one rule for the spec's modes.
+"""Every MySQL/MariaDB connection the project opens: its arguments, credentials and TLS.
+
+`connection_arguments` builds the `pymysql.connect` arguments for an endpoint of the spec and
+its Secret. TLS follows one rule for the spec's modes:
 
 - `disabled`: no TLS.
 - `preferred`, `required`: encrypted, the server's certificate is not checked (PyMySQL cannot fall
@@ -14,7 +17,7 @@ import ssl
 from pathlib import Path
 from typing import Any
 
-from updatestream.spec import MySQLEndpoint, SecretRef
+from updatestream.spec import MySQLEndpoint, SecretRef, read_credentials
 
 
 def tls_context(
@@ -39,3 +42,34 @@ def tls_arguments(endpoint: MySQLEndpoint, secrets_dir: Path, secret: SecretRef)
     whenever the server offers TLS (tens of milliseconds per connection)."""
     context = tls_context(endpoint, secrets_dir, secret)
     return {"ssl_disabled": True} if context is None else {"ssl": context}
+
+
+def connection_arguments(
+    endpoint: MySQLEndpoint,
+    secrets_dir: Path,
+    secret: SecretRef,
+    *,
+    database: str | None = None,
+    connect_timeout: float = 5,
+    read_timeout: float = 60,
+    **extra: Any,
+) -> dict[str, Any]:
+    """`pymysql.connect` keyword arguments for `endpoint` with the credentials of the Secret
+    `secret` (mounted under `secrets_dir`) and the endpoint's TLS mode. They hold the password:
+    never log them. `extra` adds or overrides arguments (`autocommit`, `write_timeout`)."""
+    credentials = read_credentials(secrets_dir, secret)
+    arguments: dict[str, Any] = {
+        "host": endpoint.host,
+        "port": endpoint.port,
+        "user": credentials.username,
+        "password": credentials.password,
+        "charset": "utf8mb4",
+        "connect_timeout": connect_timeout,
+        "read_timeout": read_timeout,
+        "write_timeout": read_timeout,
+        **tls_arguments(endpoint, secrets_dir, secret),
+    }
+    if database is not None:
+        arguments["database"] = database
+    arguments.update(extra)
+    return arguments

@@ -30,8 +30,8 @@ from updatestream.core.gtid import (
     parse_position,
     position_contains,
 )
-from updatestream.mysql import tls_arguments
-from updatestream.spec import MySQLEndpoint, SecretRef, read_credentials
+from updatestream.mysql import connection_arguments
+from updatestream.spec import MySQLEndpoint, SecretRef
 
 # (variable, required value, server flag to set)
 REQUIRED_SETTINGS = (
@@ -49,26 +49,13 @@ def flavor_of(endpoint: ShardEndpoint) -> Flavor:
 
 def connection_settings(endpoint: ShardEndpoint, config: SourceConfig) -> dict[str, Any]:
     """pymysql settings for a shard; they hold the password, so they are never logged."""
-    secret = SecretRef(name=endpoint.secret)
-    credentials = read_credentials(Path(config.secrets_dir), secret)
-    settings: dict[str, Any] = {
-        "host": endpoint.host,
-        "port": endpoint.port,
-        "user": credentials.username,
-        "password": credentials.password,
-        "charset": "utf8mb4",
-        "connect_timeout": config.retry.connect_timeout,
-        "read_timeout": config.retry.read_timeout,
-        "write_timeout": config.retry.read_timeout,
-    }
-    settings.update(
-        tls_arguments(
-            MySQLEndpoint(host=endpoint.host, port=endpoint.port, tls=endpoint.tls),
-            Path(config.secrets_dir),
-            secret,
-        )
+    return connection_arguments(
+        MySQLEndpoint(host=endpoint.host, port=endpoint.port, tls=endpoint.tls),
+        Path(config.secrets_dir),
+        SecretRef(name=endpoint.secret),
+        connect_timeout=config.retry.connect_timeout,
+        read_timeout=config.retry.read_timeout,
     )
-    return settings
 
 
 class SilentReconnect(Exception):

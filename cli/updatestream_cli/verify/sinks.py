@@ -31,7 +31,7 @@ from updatestream.cache.transport import CacheAddressError, Servers
 from updatestream.cdcv2.format import CDCv2FormatError, canonical, read_file, stream_files
 from updatestream.cdcv2.reader import Collection, OrderedReader
 from updatestream.core.token import EventToken, TokenError
-from updatestream.mysql import tls_arguments
+from updatestream.mysql import connection_arguments
 from updatestream_cli.devcluster import schema
 from updatestream_cli.devcluster.ledger import table_state
 from updatestream_cli.verify.compare import CachedEntry, Delivered, FinalRow, RowKey, RowUpdate
@@ -72,20 +72,11 @@ def connect(
     secrets_dir: Path,
 ) -> Iterator[pymysql.connections.Connection[Any]]:
     where = f"{endpoint.host}:{endpoint.port}"
-    settings: dict[str, Any] = {}
-    settings.update(tls_arguments(endpoint, secrets_dir, spec.SecretRef(name=secret)))
+    arguments = connection_arguments(
+        endpoint, secrets_dir, spec.SecretRef(name=secret), database=database, read_timeout=120
+    )
     try:
-        conn = pymysql.connect(
-            host=endpoint.host,
-            port=endpoint.port,
-            user=credentials.username,
-            password=credentials.password,
-            database=database,
-            charset="utf8mb4",
-            connect_timeout=5,
-            read_timeout=120,
-            **settings,
-        )
+        conn = pymysql.connect(**arguments)
     except pymysql.err.MySQLError as exc:
         raise _mysql_error(exc, where, credentials.username, secret) from None
     try:

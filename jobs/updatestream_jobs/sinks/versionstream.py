@@ -19,7 +19,7 @@ import pymysql
 from updatestream import spec
 from updatestream.binlog.events import ChangeEvent
 from updatestream.core.errors import UpdateStreamError
-from updatestream.mysql import tls_arguments
+from updatestream.mysql import connection_arguments
 from updatestream.versionstream.repository import (
     Origin,
     Record,
@@ -75,21 +75,9 @@ class VersionStreamSink:
         self._repository: VersionStreamRepository | None = None
 
     def _settings(self) -> dict[str, Any]:
-        credentials = spec.read_credentials(self.secrets_dir, self.config.credentials_secret)
-        endpoint = self.config.mysql
-        settings: dict[str, Any] = {
-            "host": endpoint.host,
-            "port": endpoint.port,
-            "user": credentials.username,
-            "password": credentials.password,
-            "charset": "utf8mb4",
-            "autocommit": False,
-            "connect_timeout": 5,
-            "read_timeout": 60,
-            "write_timeout": 60,
-        }
-        settings.update(tls_arguments(endpoint, self.secrets_dir, self.config.credentials_secret))
-        return settings
+        return connection_arguments(
+            self.config.mysql, self.secrets_dir, self.config.credentials_secret, autocommit=False
+        )
 
     @property
     def repository(self) -> VersionStreamRepository:

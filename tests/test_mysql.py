@@ -1,16 +1,18 @@
-"""One TLS rule for every MySQL connection: what each spec mode checks."""
+"""Every MySQL connection: its arguments from the spec and a Secret; one TLS rule per mode."""
 
 import datetime as dt
 import ssl
 from pathlib import Path
+from typing import Any
 
+import pymysql
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from updatestream.mysql import tls_arguments, tls_context
+from updatestream.mysql import connection_arguments, tls_arguments, tls_context
 from updatestream.spec import MySQLEndpoint, SecretRef
 
 SECRET = SecretRef(name="reader")
@@ -77,3 +79,21 @@ def test_disabled_tls_is_said_explicitly_to_pymysql(tmp_path: Path) -> None:
     assert tls_arguments(endpoint("disabled"), tmp_path, SECRET) == {"ssl_disabled": True}
     arguments = tls_arguments(endpoint("required"), tmp_path, SECRET)
     assert set(arguments) == {"ssl"} and isinstance(arguments["ssl"], ssl.SSLContext)
+
+
+def test_connection_arguments_read_the_secret_and_connect_to_a_real_server(
+    tmp_path: Path, mariadb_server: Any
+) -> None:
+    folder = tmp_path / SECRET.name
+    folder.mkdir()
+    (folder / "username").write_text(mariadb_server.admin.username + "\n")
+    (folder / "password").write_text(mariadb_server.admin.password + "\n")
+    target = MySQLEndpoint(host=mariadb_server.host, port=mariadb_server.port, tls="disabled")
+    arguments = connection_arguments(target, tmp_path, SECRET, database="mysql", autocommit=False)
+    assert arguments["ssl_disabled"] is True
+    assert arguments["database"] == "mysql" and arguments["autocommit"] is False
+    assert "database" not in connection_arguments(target, tmp_path, SECRET)
+    with pymysql.connect(**arguments) as conn, conn.cursor() as cur:
+        cur.execute("SELECT DATABASE(), CURRENT_USER()")
+        database, user = cur.fetchone()
+    assert database == "mysql" and user.startswith(mariadb_server.admin.username + "@")
