@@ -55,7 +55,7 @@ from updatestream_cli.devcluster.cluster import DevCluster  # noqa: E402
 from updatestream_cli.devcluster.ledger import LedgerEntry, read_ledger  # noqa: E402
 from updatestream_cli.devcluster.memcached import MemcachedServer  # noqa: E402
 from updatestream_cli.devcluster.server import MariaDBServer  # noqa: E402
-from updatestream_jobs.job import Job, JobOptions, spark_session  # noqa: E402
+from updatestream_jobs.job import Job, spark_session  # noqa: E402
 from updatestream_jobs.sinks.base import BatchContext  # noqa: E402
 from updatestream_jobs.sinks.cdcv2 import stream_directory  # noqa: E402
 
@@ -77,6 +77,7 @@ from bench.report import (  # noqa: E402
 from bench.sinks_bench import DURABLE  # noqa: E402
 from bench.summary import merge_summary  # noqa: E402
 from updatestream import spec  # noqa: E402
+from updatestream.contract.job import JobConfig  # noqa: E402
 
 SHARDS = ("-80", "80-")
 STREAM = "lag-bench"
@@ -141,7 +142,7 @@ class Rig:
         self.spark = spark_session("local[2]", "lag-bench")
         self.stack.callback(self.spark.stop)
         self.job = Job(
-            JobOptions(
+            JobConfig(
                 stream=stream,
                 keyspace=self.cluster.keyspace(),
                 secrets_dir=self.cluster.secrets_dir,

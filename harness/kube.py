@@ -36,7 +36,7 @@ import yaml
 from harness.pki import KubePki, write_pki
 from updatestream.core.errors import UpdateStreamError
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 BUILD_SCRIPT = REPO_ROOT / "scripts" / "build-kube-tools.sh"
 SERVICE_CIDR = "10.0.0.0/24"
 SERVICE_IP = "10.0.0.1"  # first address of SERVICE_CIDR: the `kubernetes` Service

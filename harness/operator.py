@@ -12,7 +12,7 @@ import yaml
 
 from harness.kube import KubeApi
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 OPERATOR_NAMESPACE = "updatestream-system"
 OPERATOR_ACCOUNT = "updatestream-operator"
 SPARK_ACCOUNT = "updatestream-spark"

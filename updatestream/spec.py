@@ -194,7 +194,8 @@ class UpdateStream(_Model):
 # -- loading ------------------------------------------------------------------------------------
 
 
-def _describe(exc: ValidationError) -> str:
+def describe_validation_error(exc: ValidationError) -> str:
+    """Each error of `exc` as `field.path: message`, joined with "; "."""
     parts = []
     for err in exc.errors():
         where = ".".join(str(p) for p in err["loc"]) or "(top level)"
@@ -206,7 +207,7 @@ def parse_keyspace(data: Mapping[str, Any], *, source: str = "Keyspace") -> Keys
     try:
         return Keyspace.model_validate(dict(data))
     except ValidationError as exc:
-        raise SpecError(f"invalid Keyspace in {source}: {_describe(exc)}") from None
+        raise SpecError(f"invalid Keyspace in {source}: {describe_validation_error(exc)}") from None
     except UpdateStreamError as exc:
         raise SpecError(f"invalid Keyspace in {source}: {exc}") from None
 
@@ -215,7 +216,9 @@ def parse_update_stream(data: Mapping[str, Any], *, source: str = "UpdateStream"
     try:
         return UpdateStream.model_validate(dict(data))
     except ValidationError as exc:
-        raise SpecError(f"invalid UpdateStream in {source}: {_describe(exc)}") from None
+        raise SpecError(
+            f"invalid UpdateStream in {source}: {describe_validation_error(exc)}"
+        ) from None
     except UpdateStreamError as exc:
         raise SpecError(f"invalid UpdateStream in {source}: {exc}") from None
 

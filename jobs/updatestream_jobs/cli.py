@@ -1,53 +1,103 @@
 """`updatestream run`: run one UpdateStream key range as a Spark streaming job.
 
-This module is imported when the `updatestream` console script starts, so it imports neither
-pyspark nor the job: the command loads them when it runs.
+The job is started from one `JobConfig`: read from `--config` (the file the operator writes),
+or built from the flags for a local run. This module is imported when the `updatestream`
+console script starts, so it imports neither pyspark nor the job: the command loads them when
+it runs.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
 from updatestream import spec
+from updatestream.contract.job import JobConfig
 
 
 def _dedup(text: str | None) -> object:
     if not text:
         return None
-    from updatestream.core.dedup import DedupFilter
-
     path = Path(text)
-    data = json.loads(path.read_text(encoding="utf-8") if path.is_file() else text)
-    return DedupFilter.from_json(data)
+    return json.loads(path.read_text(encoding="utf-8") if path.is_file() else text)
+
+
+def _pairs(items: tuple[str, ...], option: str) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint=option)
+        found[key.strip()] = value.strip()
+    return found
+
+
+def _flags_config(
+    stream_path: Path | None, keyspace_path: Path | None, flags: dict[str, Any]
+) -> JobConfig:
+    """The JobConfig of a run started with flags instead of --config."""
+    missing = [
+        name
+        for name, value in (
+            ("--stream", stream_path),
+            ("--keyspace", keyspace_path),
+            ("--secrets-dir", flags["secrets_dir"]),
+            ("--checkpoint", flags["checkpoint"]),
+        )
+        if value is None
+    ]
+    if missing:
+        raise click.UsageError(f"give --config, or {', '.join(missing)}")
+    assert stream_path is not None and keyspace_path is not None
+    stream = spec.parse_update_stream(spec.load_manifest(stream_path), source=str(stream_path))
+    data = {
+        "stream": stream,
+        "keyspace": spec.load_keyspace(keyspace_path),
+        **flags,
+        "dedup": _dedup(flags["dedup"]),
+        "source_options": _pairs(flags["source_options"], "--source-option"),
+        # a local run follows its Keyspace file unless told otherwise
+        "keyspace_watch": flags["keyspace_watch"] or str(keyspace_path),
+    }
+    return JobConfig.parse(
+        {key: value for key, value in data.items() if value is not None}, source="the flags"
+    )
 
 
 @click.command("run")
 @click.option(
+    "--config",
+    "config_path",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The job configuration the operator writes (job.yaml); replaces the flags below.",
+)
+@click.option(
     "--stream",
     "stream_path",
-    required=True,
+    default=None,
     type=click.Path(exists=True, path_type=Path),
     help="UpdateStream spec (YAML or JSON).",
 )
 @click.option(
     "--keyspace",
     "keyspace_path",
-    required=True,
+    default=None,
     type=click.Path(exists=True, path_type=Path),
     help="Keyspace manifest (YAML/JSON).",
 )
 @click.option(
     "--secrets-dir",
-    required=True,
+    default=None,
     type=click.Path(file_okay=False, path_type=Path),
     help="Where the Secrets are mounted (<dir>/<secret>/username, password).",
 )
 @click.option(
     "--checkpoint",
-    required=True,
+    default=None,
     type=click.Path(file_okay=False, path_type=Path),
     help="Spark checkpoint directory: restarting with it resumes exactly.",
 )
@@ -83,7 +133,7 @@ def _dedup(text: str | None) -> object:
 )
 @click.option(
     "--source-option",
-    "source_option",
+    "source_options",
     multiple=True,
     metavar="KEY=VALUE",
     help="An extra option of the binlog source, e.g. heartbeatIntervalSeconds=10 (repeatable).",
@@ -102,55 +152,19 @@ def _dedup(text: str | None) -> object:
     help="When that hop began (unix seconds), for the hop duration metric.",
 )
 def run(
-    stream_path: Path,
-    keyspace_path: Path,
-    secrets_dir: Path,
-    checkpoint: Path,
-    key_range: str | None,
-    master: str | None,
-    trigger_seconds: float,
-    available_now: bool,
-    timeout: float | None,
-    metrics_port: int | None,
-    metrics_host: str,
-    status_file: Path | None,
-    dedup: str | None,
-    hop_started_at: float | None,
-    source_option: tuple[str, ...],
-    keyspace_watch: str | None,
+    config_path: Path | None,
+    stream_path: Path | None,
+    keyspace_path: Path | None,
+    **flags: Any,
 ) -> None:
     """Stream one key range of an UpdateStream from the shards' binlogs to its sinks."""
-    from updatestream_jobs.job import Job, JobOptions
+    from updatestream_jobs.job import Job
 
-    stream = spec.parse_update_stream(spec.load_manifest(stream_path), source=str(stream_path))
-    keyspace = spec.load_keyspace(keyspace_path)
-    extra: dict[str, str] = {}
-    for item in source_option:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--source-option")
-        extra[key.strip()] = value.strip()
-    options = JobOptions(
-        stream=stream,
-        keyspace=keyspace,
-        secrets_dir=secrets_dir,
-        checkpoint=checkpoint,
-        key_range=key_range,
-        master=master,
-        trigger_seconds=trigger_seconds,
-        available_now=available_now,
-        timeout=timeout,
-        metrics_port=metrics_port,
-        metrics_host=metrics_host,
-        status_file=status_file,
-        dedup=_dedup(dedup),  # type: ignore[arg-type]
-        hop_started_at=hop_started_at,
-        source_options=extra,
-        keyspace_watch=keyspace_watch,
-        keyspace_path=keyspace_path,
-    )
-    job = Job(options)
-    tracker = job.run()
+    if config_path is not None:
+        config = JobConfig.load(config_path)
+    else:
+        config = _flags_config(stream_path, keyspace_path, flags)
+    tracker = Job(config).run()
     for shard, progress in sorted(tracker.shards.items()):
         click.echo(
             f"{shard}: {progress.events} events, position {progress.position}, "

@@ -28,7 +28,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +35,8 @@ from updatestream import spec
 from updatestream.binlog.errors import SourceOptionsError
 from updatestream.binlog.events import HOP_MARKER, ChangeEvent
 from updatestream.binlog.options import start_option
-from updatestream.core.dedup import DedupFilter
+from updatestream.contract.job import JobConfig
 from updatestream.core.errors import UpdateStreamError
-from updatestream.core.keyrange import KeyRange
 from updatestream.core.shardmap import ShardMap
 from updatestream_jobs.metrics import StreamMetrics
 from updatestream_jobs.progress import ProgressListener, ProgressTracker
@@ -62,70 +60,26 @@ appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
 """
 
 
-@dataclass
-class JobOptions:
-    stream: spec.UpdateStream
-    keyspace: spec.Keyspace
-    secrets_dir: Path
-    checkpoint: Path
-    key_range: str | None = None  # default: the stream's only key range
-    master: str | None = None  # default: local[*], unless running under spark-submit
-    trigger_seconds: float = 2.0
-    available_now: bool = False  # read what the shards hold now, then stop
-    timeout: float | None = None  # stop after this many seconds
-    metrics_port: int | None = None
-    metrics_host: str = "127.0.0.1"  # 0.0.0.0 in a cluster, so Prometheus can scrape the pod
-    status_file: Path | None = None
-    dedup: DedupFilter | None = None  # the dedup rule of the hop this job starts after
-    hop_started_at: float | None = None  # when that hop began (unix seconds)
-    source_options: dict[str, str] = field(default_factory=dict)  # extra source options
-    # where the running job re-reads its Keyspace to notice serving-map changes and hop: a
-    # manifest path or kubernetes:<namespace>/<name>; default: `keyspace_path`
-    keyspace_watch: str | None = None
-    keyspace_path: Path | None = None  # the manifest file `keyspace` was read from
-
-
-def serving_key_range(options: JobOptions) -> str:
-    ranges = options.stream.spec.key_ranges
-    if options.key_range is not None:
-        wanted = KeyRange.parse(options.key_range).name
-        if wanted not in ranges:
-            raise SourceOptionsError(
-                f"key range {wanted} is not one of stream {options.stream.metadata.name}'s key "
-                f"ranges ({', '.join(ranges)})"
-            )
-        return wanted
-    if len(ranges) != 1:
+def source_options(config: JobConfig, key_range: str) -> dict[str, str]:
+    """The data source options of a job (Spark hands options around as text)."""
+    stream = config.stream.spec
+    if stream.keyspace != config.keyspace.metadata.name:
         raise SourceOptionsError(
-            f"stream {options.stream.metadata.name} has key ranges {', '.join(ranges)}; one job "
-            "serves one of them: pass --key-range"
+            f"stream {config.name} reads keyspace {stream.keyspace}, but the Keyspace manifest "
+            f"is {config.keyspace.metadata.name}"
         )
-    return ranges[0]
-
-
-def source_options(options: JobOptions, key_range: str) -> dict[str, str]:
-    stream = options.stream.spec
-    if stream.keyspace != options.keyspace.metadata.name:
-        raise SourceOptionsError(
-            f"stream {options.stream.metadata.name} reads keyspace {stream.keyspace}, but the "
-            f"Keyspace manifest is {options.keyspace.metadata.name}"
-        )
-    keyspace_json = options.keyspace.model_dump_json(by_alias=True, exclude_none=True)
     found = {
-        "keyspace": keyspace_json,
+        "keyspace": config.keyspace.model_dump_json(by_alias=True, exclude_none=True),
         "keyRange": key_range,
         "tables": ",".join(stream.tables),
-        "secretsDir": str(options.secrets_dir),
+        "secretsDir": str(config.secrets_dir),
         "start": start_option(stream.start),
     }
-    watch = options.keyspace_watch or (
-        str(options.keyspace_path) if options.keyspace_path is not None else None
-    )
-    if watch:
-        found["keyspaceWatch"] = watch
-    if options.dedup is not None and not options.dedup.is_empty():
-        found["dedup"] = json.dumps(options.dedup.to_json(), sort_keys=True)
-    return {**found, **options.source_options}
+    if config.keyspace_watch:
+        found["keyspaceWatch"] = config.keyspace_watch
+    if config.dedup is not None and not config.dedup.is_empty():
+        found["dedup"] = json.dumps(config.dedup.to_json(), sort_keys=True)
+    return {**found, **config.source_options}
 
 
 def spark_session(master: str | None, app_name: str) -> Any:
@@ -161,23 +115,26 @@ def spark_session(master: str | None, app_name: str) -> Any:
 class Job:
     """A running (or finished) stream job; `run()` blocks until it stops."""
 
-    def __init__(self, options: JobOptions) -> None:
-        self.options = options
-        self.name = options.stream.metadata.name
-        self.key_range = serving_key_range(options)
+    def __init__(self, config: JobConfig) -> None:
+        self.config = config
+        self.name = config.name
+        try:
+            self.key_range = config.serving_key_range()
+        except spec.SpecError as exc:
+            raise SourceOptionsError(str(exc)) from None
         self.metrics = StreamMetrics(self.name)
         self.tracker = ProgressTracker(
-            self.name, self.key_range, metrics=self.metrics, status_file=options.status_file
+            self.name, self.key_range, metrics=self.metrics, status_file=config.status_file
         )
         self.sinks: list[Sink] = build_sinks(
-            options.stream.spec.sinks,
-            SinkContext(keyspace=options.keyspace.metadata.name, secrets_dir=options.secrets_dir),
+            config.stream.spec.sinks,
+            SinkContext(keyspace=config.keyspace.metadata.name, secrets_dir=config.secrets_dir),
         )
         self.metrics_port: int | None = None
         self.query: Any = None
         self.single_pass_events = SINGLE_PASS_EVENTS
-        self._hop_pending = options.hop_started_at is not None
-        serving = options.keyspace.spec.serving_shards
+        self._hop_pending = config.hop_started_at is not None
+        serving = config.keyspace.spec.serving_shards
         self.tracker.shard_map = str(ShardMap.parse(",".join(serving)))
 
     def _deduplicated(
@@ -249,40 +206,40 @@ class Job:
                 hop["durationSeconds"],
                 hop["duplicatesDropped"],
             )
-        if self._hop_pending and self.options.hop_started_at is not None:
+        if self._hop_pending and self.config.hop_started_at is not None:
             self._hop_pending = False
             self.metrics.hops.labels(self.name).inc()
-            elapsed = max(0.0, time.time() - self.options.hop_started_at)
+            elapsed = max(0.0, time.time() - self.config.hop_started_at)
             self.metrics.hop_duration.labels(self.name).observe(elapsed)
             self.tracker.set_phase("running")
         self.tracker.finish_batch(batch_id)
 
     def start(self, spark: Any | None = None) -> Any:
-        options = self.options
-        spark = spark or spark_session(options.master, f"updatestream-{self.name}")
+        config = self.config
+        spark = spark or spark_session(config.master, f"updatestream-{self.name}")
         self.metrics.add_sinks([sink.name for sink in self.sinks])
         self.tracker.set_phase("starting")
-        if options.metrics_port is not None:
-            self.metrics_port = self.metrics.serve(options.metrics_port, options.metrics_host)
-            log.info("metrics on %s:%d/metrics", options.metrics_host, self.metrics_port)
+        if config.metrics_port is not None:
+            self.metrics_port = self.metrics.serve(config.metrics_port, config.metrics_host)
+            log.info("metrics on %s:%d/metrics", config.metrics_host, self.metrics_port)
         for sink in self.sinks:
             sink.open()
         query_name = f"updatestream_{self.name}_{self.key_range}".replace("-", "_")
         spark.streams.addListener(ProgressListener(self.tracker, query_name))
         frame = (
             spark.readStream.format("updatestream")
-            .options(**source_options(options, self.key_range))
+            .options(**source_options(config, self.key_range))
             .load()
         )
         writer = (
             frame.writeStream.queryName(query_name)
             .foreachBatch(self.write_batch)
-            .option("checkpointLocation", str(options.checkpoint))
+            .option("checkpointLocation", str(config.checkpoint))
         )
-        if options.available_now:
+        if config.available_now:
             writer = writer.trigger(availableNow=True)
         else:
-            writer = writer.trigger(processingTime=f"{options.trigger_seconds} seconds")
+            writer = writer.trigger(processingTime=f"{config.trigger_seconds} seconds")
         self.query = writer.start()
         self.tracker.set_phase("hopping" if self._hop_pending else "running")
         return self.query
@@ -300,8 +257,8 @@ class Job:
         query = self.start(spark)
         failed = True
         try:
-            if self.options.timeout is not None:
-                query.awaitTermination(self.options.timeout)
+            if self.config.timeout is not None:
+                query.awaitTermination(self.config.timeout)
             else:
                 query.awaitTermination()
             failed = False
@@ -339,7 +296,9 @@ def fault_after_hop_write(batch_id: int) -> None:
         os._exit(137)
 
 
-_TYPED = re.compile(r"updatestream_jobs\.[\w.]+\.(\w+(?:Error|Purged|Unreachable|Table)): ([^\n]+)")
+_TYPED = re.compile(
+    r"updatestream(?:_jobs)?\.[\w.]+\.(\w+(?:Error|Purged|Unreachable|Table)): ([^\n]+)"
+)
 
 
 def typed_error(exc: BaseException) -> BaseException:

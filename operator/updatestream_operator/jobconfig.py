@@ -1,43 +1,28 @@
-"""The configuration files a streaming job is started with, and its command line.
+"""The configuration a streaming job is started with, and its command line.
 
-A job reads two manifests: the UpdateStream (with `spec.start` rewritten by the operator to
-where this launch starts: the user's start on the first launch, the recorded positions
-afterwards) and its Keyspace; after a hop also the hop's dedup filter. In a cluster they are
-keys of one ConfigMap mounted into the driver; the local launcher writes them as files.
+Each launch gets one `JobConfig` (`updatestream.contract.job`): the UpdateStream with
+`spec.start` rewritten by the operator to where this launch starts (the user's start on the
+first launch, the recorded positions afterwards), its Keyspace, the key range, the dedup filter
+of the hops it starts after, and the launch's paths. It is written as `job.yaml`: in a cluster a
+key of one ConfigMap mounted into the driver, locally a file of the job's state directory. The
+job is started with `updatestream run --config <dir>/job.yaml`.
 
-A job launched for in-job hops also watches its Keyspace (`--keyspace-watch`): the local
-launcher's keyspace file, which the operator rewrites when the Keyspace changes, or in a
-cluster the Keyspace object itself (`kubernetes:<namespace>/<name>`, read with the driver's
-ServiceAccount).
+A job launched for in-job hops also watches its Keyspace: the local launcher's `keyspace.yaml`,
+which the operator rewrites when the Keyspace changes, or in a cluster the Keyspace object
+itself (`kubernetes:<namespace>/<name>`, read with the driver's ServiceAccount).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
+from pathlib import Path
 
-import yaml
-
-from updatestream.spec import API_VERSION, Keyspace, dump_keyspace
+from updatestream.contract.job import JOB_FILE, JobConfig
+from updatestream.core.dedup import DedupFilter
+from updatestream.spec import Keyspace, ObjectMeta, UpdateStream, dump_keyspace
 from updatestream_operator.models import JobSpec
 
-STREAM_FILE = "stream.yaml"
-KEYSPACE_FILE = "keyspace.yaml"
-DEDUP_FILE = "dedup.json"  # the dedup filter of the hops the job starts after
-
-
-def stream_manifest(job: JobSpec) -> str:
-    document = {
-        "apiVersion": API_VERSION,
-        "kind": "UpdateStream",
-        "metadata": {"name": job.stream.name, "namespace": job.stream.namespace},
-        "spec": job.spec.model_dump(mode="json", by_alias=True, exclude_none=True),
-    }
-    return yaml.safe_dump(document, sort_keys=False)
-
-
-def keyspace_manifest(job: JobSpec) -> str:
-    return keyspace_document(job.keyspace)
+KEYSPACE_FILE = "keyspace.yaml"  # what a local job watches for serving-map changes
 
 
 def keyspace_document(keyspace: Keyspace) -> str:
@@ -50,50 +35,42 @@ def kubernetes_watch(job: JobSpec) -> str:
     return f"kubernetes:{job.stream.namespace}/{job.spec.keyspace}"
 
 
-def config_files(job: JobSpec) -> dict[str, str]:
-    """File name -> content, for the ConfigMap or the local state directory."""
-    files = {STREAM_FILE: stream_manifest(job), KEYSPACE_FILE: keyspace_manifest(job)}
-    if job.dedup is not None:
-        files[DEDUP_FILE] = json.dumps(job.dedup, sort_keys=True)
-    return files
-
-
-def run_arguments(
+def job_config(
     job: JobSpec,
     *,
-    config_dir: str,
     secrets_dir: str,
     checkpoint: str,
     metrics_port: int,
     status_file: str,
     keyspace_watch: str | None = None,
-) -> list[str]:
-    """Arguments of `updatestream run` (after the program or the Spark main file);
-    `keyspace_watch` where a job launched for in-job hops re-reads its Keyspace."""
-    arguments = [
-        "run",
-        "--stream",
-        f"{config_dir}/{STREAM_FILE}",
-        "--keyspace",
-        f"{config_dir}/{KEYSPACE_FILE}",
-        "--key-range",
-        job.key_range,
-        "--secrets-dir",
-        secrets_dir,
-        "--checkpoint",
-        checkpoint,
-        "--metrics-port",
-        str(metrics_port),
-        "--status-file",
-        status_file,
-    ]
-    if job.dedup is not None:
-        arguments += ["--dedup", f"{config_dir}/{DEDUP_FILE}"]
-    if job.hop_started_at is not None:
-        arguments += ["--hop-started-at", f"{job.hop_started_at:.3f}"]
-    if job.in_job_hops and keyspace_watch is not None:
-        arguments += ["--keyspace-watch", keyspace_watch]
-    return arguments
+) -> JobConfig:
+    """The configuration of one launch; `keyspace_watch` where a job launched for in-job hops
+    re-reads its Keyspace to hop when the serving shards change."""
+    return JobConfig(
+        stream=UpdateStream(
+            metadata=ObjectMeta(name=job.stream.name, namespace=job.stream.namespace),
+            spec=job.spec,
+        ),
+        keyspace=job.keyspace.model_copy(update={"status": None}),
+        key_range=job.key_range,
+        secrets_dir=Path(secrets_dir),
+        checkpoint=Path(checkpoint),
+        metrics_port=metrics_port,
+        status_file=Path(status_file),
+        dedup=DedupFilter.from_json(job.dedup) if job.dedup is not None else None,
+        hop_started_at=job.hop_started_at,
+        keyspace_watch=keyspace_watch if job.in_job_hops else None,
+    )
+
+
+def config_files(config: JobConfig) -> dict[str, str]:
+    """File name -> content, for the ConfigMap or the local state directory."""
+    return {JOB_FILE: config.dump(), KEYSPACE_FILE: keyspace_document(config.keyspace)}
+
+
+def run_arguments(config_dir: str) -> list[str]:
+    """Arguments of `updatestream run` (after the program or the Spark main file)."""
+    return ["run", "--config", f"{config_dir}/{JOB_FILE}"]
 
 
 def spark_resource_conf(prefix: str, resources: dict[str, str]) -> dict[str, str]:

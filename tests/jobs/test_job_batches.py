@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from updatestream_jobs.job import SINGLE_PASS_EVENTS, Job, JobOptions
+from updatestream_jobs.job import SINGLE_PASS_EVENTS, Job
 
 from updatestream import spec
 from updatestream.binlog.events import HOP_MARKER, SPARK_SCHEMA_DDL, ChangeEvent
+from updatestream.contract.job import JobConfig
 
 
 class CountingFrame:
@@ -81,7 +82,7 @@ def _job(tmp_path: Path, sinks: int) -> tuple[Job, list[Path]]:
             },
         }
     )
-    options = JobOptions(
+    options = JobConfig(
         stream=stream, keyspace=keyspace, secrets_dir=tmp_path, checkpoint=tmp_path / "cp"
     )
     return Job(options), paths

@@ -20,9 +20,10 @@ from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.ledger import read_ledger
 from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 from updatestream_jobs import main as job_main
-from updatestream_jobs.job import Job, JobOptions
+from updatestream_jobs.job import Job
 
 from updatestream import spec
+from updatestream.contract.job import JobConfig
 from updatestream.core.dedup import DedupFilter
 from updatestream.core.gtid import parse_position
 
@@ -93,7 +94,7 @@ def test_job_delivers_the_ledger_with_progress_metrics_and_dedup(
     status = tmp_path / "status.json"
     stream = spec.parse_update_stream(stream_spec({"mode": "gtid", "gtid": start}, console))
     job = Job(
-        JobOptions(
+        JobConfig(
             stream=stream,
             keyspace=cluster.keyspace(),
             secrets_dir=cluster.secrets_dir,

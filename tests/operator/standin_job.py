@@ -1,12 +1,13 @@
 """A stand-in for `updatestream run` in the operator's API-server tests (run as a program).
 
-A real process that takes the job's arguments and writes its status file the way a job that
-hops inside its running query does: it re-reads its Keyspace from `--keyspace-watch` (else
-`--keyspace`), and when the serving shards of its key range change it reports the hop in
-flight (`phase: hopping`), then, `HOP_SECONDS` later, the new `shardMap`, the completed hop
-and tokens on the new shards. Tokens advance on every tick, so positions move as a real
-stream's would. A stream whose name starts with `silent` never hops: it keeps reporting the
-map it was started with, like a job that does not notice the change.
+A real process that takes the job's arguments (`run --config job.yaml`) and writes its status
+file the way a job that hops inside its running query does: it re-reads its Keyspace from the
+configuration's `keyspaceWatch` (else the job directory's `keyspace.yaml`), and when the serving
+shards of its key range change it reports the hop in flight (`phase: hopping`), then,
+`HOP_SECONDS` later, the new `shardMap`, the completed hop and tokens on the new shards. Tokens
+advance on every tick, so positions move as a real stream's would. A stream whose name starts
+with `silent` never hops: it keeps reporting the map it was started with, like a job that does
+not notice the change.
 
 The real job needs MariaDB shards and a Spark JVM; what these tests check is the operator.
 """
@@ -21,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from updatestream.contract.job import JobConfig
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.shardmap import ShardMap
 
@@ -35,16 +37,18 @@ def _argument(args: list[str], name: str) -> str | None:
 
 class StandIn:
     def __init__(self, args: list[str]) -> None:
-        stream_file = _argument(args, "--stream")
-        status_file = _argument(args, "--status-file")
-        watch = _argument(args, "--keyspace-watch") or _argument(args, "--keyspace")
-        assert stream_file and status_file and watch, "missing job arguments"
-        stream = yaml.safe_load(Path(stream_file).read_text())
-        self.name = str(stream["metadata"]["name"])
+        config_file = _argument(args, "--config")
+        assert config_file, "missing --config"
+        config = JobConfig.load(Path(config_file))
+        assert config.status_file, "no status file"
+        # a job launched for in-job hops watches its Keyspace; others read the local launcher's
+        # copy (<job dir>/keyspace.yaml, beside <job dir>/launch-<n>/job.yaml) once
+        watch = config.keyspace_watch or str(Path(config_file).parent.parent / "keyspace.yaml")
+        self.name = config.name
         self.silent = self.name.startswith("silent")
-        self.key_range = _argument(args, "--key-range") or "-"
+        self.key_range = config.serving_key_range()
         self.watch = Path(watch)
-        self.status_file = Path(status_file)
+        self.status_file = config.status_file
         seen = self.keyspace()
         assert seen is not None, f"cannot read {watch}"
         self.shard_map = seen[0]

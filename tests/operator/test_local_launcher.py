@@ -21,6 +21,7 @@ from updatestream_operator.launchers.local import LocalLauncher, _processes_usin
 from updatestream_operator.models import JobPhase, JobSpec, StreamRef
 
 from harness.operator import wait_for
+from updatestream.contract.job import JobConfig
 from updatestream.spec import (
     ShardMapHistoryEntry,
     load_keyspace,
@@ -31,8 +32,9 @@ from updatestream.spec import (
 STAND_IN = r"""
 import json, sys, time
 args = sys.argv[1:]
-status = args[args.index("--status-file") + 1]
-if "--fail" in open(args[args.index("--stream") + 1]).read():
+config = open(args[args.index("--config") + 1]).read()
+status = next(l[11:].strip() for l in config.splitlines() if l.startswith("statusFile:"))
+if "--fail" in config:
     print("password=hunter22 rejected; giving up", flush=True)
     sys.exit(3)
 report = {"shards": {"-80": {"token": {"ts": 5, "shard": "-80", "pos": "0-1-9"},
@@ -114,7 +116,7 @@ def test_launch_runs_one_process_and_reports_its_progress(launcher: LocalLaunche
     secret = directory / "secrets" / "reader" / "password"
     assert secret.read_text() == "hunter22-local"
     assert stat.S_IMODE(secret.stat().st_mode) == 0o600
-    assert (directory / "stream.yaml").exists() and (directory / "keyspace.yaml").exists()
+    assert (directory / "launch-1" / "job.yaml").exists() and (directory / "keyspace.yaml").exists()
 
 
 def test_no_second_process_for_a_job_across_restarts_and_a_lost_pid_file(
@@ -177,7 +179,7 @@ def _arguments(pid: int) -> list[str]:
 
     def read() -> list[str]:
         args = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
-        return args if "--status-file" in args else []
+        return args if "--config" in args else []
 
     return wait_for(read, "the job's command line", timeout=20)
 
@@ -190,7 +192,8 @@ def test_a_job_for_in_job_hops_watches_its_keyspace_file_which_publish_rewrites(
     directory = launcher.job_dir("ns", job.job_id)
     args = _arguments(json.loads((directory / "job.json").read_text())["pid"])
     keyspace_file = directory / "keyspace.yaml"
-    assert args[args.index("--keyspace-watch") + 1] == str(keyspace_file)
+    config = JobConfig.load(Path(args[args.index("--config") + 1]))
+    assert config.keyspace_watch == str(keyspace_file)
     (info,) = launcher.list("ns", "uid-1")
     assert info.in_job_hops is True
 
@@ -221,5 +224,5 @@ def test_a_job_without_in_job_hops_is_not_told_to_watch(launcher: LocalLauncher)
     launcher.launch(job)
     directory = launcher.job_dir("ns", job.job_id)
     args = _arguments(json.loads((directory / "job.json").read_text())["pid"])
-    assert "--keyspace-watch" not in args
+    assert JobConfig.load(Path(args[args.index("--config") + 1])).keyspace_watch is None
     assert [j.in_job_hops for j in launcher.list()] == [False]

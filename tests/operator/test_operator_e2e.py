@@ -48,6 +48,7 @@ from harness.operator import (
     wait_for,
 )
 from tests.conftest import MariaDBFixture
+from updatestream.contract.job import JobConfig
 
 NS = "us-e2e"
 STREAM = "orders-e2e"
@@ -229,7 +230,8 @@ def test_a_live_split_is_hopped_by_the_spark_job_the_operator_launched(
     wait_for(delivering, "the job's first batch in status", timeout=300)
     record = w.record()
     cmdline = Path(f"/proc/{record['pid']}/cmdline").read_bytes().decode().split("\0")
-    assert cmdline[cmdline.index("--keyspace-watch") + 1] == str(w.job_dir() / "keyspace.yaml")
+    config = JobConfig.load(Path(cmdline[cmdline.index("--config") + 1]))
+    assert config.keyspace_watch == str(w.job_dir() / "keyspace.yaml")
 
     ledger = w.workdir / "ledger.jsonl"
     traffic = TrafficGenerator(

@@ -40,6 +40,7 @@ from harness.operator import (
     stream_manifest,
     wait_for,
 )
+from updatestream.contract.job import JobConfig
 
 NS = "us-injob"
 TIMEOUT = 15.0  # the operator's in-job hop timeout in these tests
@@ -154,7 +155,8 @@ def test_a_split_is_hopped_inside_the_running_job(operator: Operator) -> None:
     record = _streaming(op, "orders", "commerce")
     directory = op.job_dir("orders")
     cmdline = Path(f"/proc/{record['pid']}/cmdline").read_bytes().decode().split("\0")
-    assert cmdline[cmdline.index("--keyspace-watch") + 1] == str(directory / "keyspace.yaml")
+    config = JobConfig.load(Path(cmdline[cmdline.index("--config") + 1]))
+    assert config.keyspace_watch == str(directory / "keyspace.yaml")
     assert record["inJobHops"] is True
 
     changed_at = _split(op.api, "commerce")
@@ -229,13 +231,14 @@ def test_a_job_that_never_reports_the_hop_is_relaunched_after_the_timeout(
     assert relaunched["launchId"] == 2 and relaunched["pid"] != record["pid"]
     # relaunched from planned positions: the unchanged shard from its token, the new ones
     # from the last delivered time of the shard they split from, with the hop's dedup filter
-    stream = yaml.safe_load((op.job_dir("silent-orders") / "stream.yaml").read_text())
-    start = stream["spec"]["start"]
+    launches = op.job_dir("silent-orders").glob("launch-*/job.yaml")
+    latest = max(launches, key=lambda path: int(path.parent.name.removeprefix("launch-")))
+    config = yaml.safe_load(latest.read_text())
+    start = config["stream"]["spec"]["start"]
     assert start["mode"] == "resume"
     assert set(start["tokens"]) == {"80-"}
     assert set(start["timestamps"]) == {"-40", "40-80"}
-    dedup = json.loads((op.job_dir("silent-orders") / "dedup.json").read_text())
-    assert set(dedup["watermarks"]) == {"-80"}
+    assert set(config["dedup"]["watermarks"]) == {"-80"}
     reasons = op.reasons("silent-orders")
     for reason in ("HopStarted", "HopFallback", "HopPlanned", "HopCompleted"):
         assert reasons.count(reason) == 1, (reason, reasons)

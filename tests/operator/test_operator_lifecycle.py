@@ -184,11 +184,17 @@ def _launch_of(pod: dict[str, Any]) -> int:
     return int(pod["metadata"]["annotations"]["updatestream.io/launch-id"])
 
 
-def _stream_yaml(op: Operator, job: str) -> dict[str, Any]:
+def _job_yaml(op: Operator, job: str) -> dict[str, Any]:
+    """The job configuration the launch's ConfigMap holds (`updatestream run --config`)."""
     config_map = get(op.api, NS, "configmap", f"{job}-config")
     assert config_map is not None
-    document: dict[str, Any] = yaml.safe_load(config_map["data"]["stream.yaml"])
+    document: dict[str, Any] = yaml.safe_load(config_map["data"]["job.yaml"])
     return document
+
+
+def _stream_yaml(op: Operator, job: str) -> dict[str, Any]:
+    stream: dict[str, Any] = _job_yaml(op, job)["stream"]
+    return stream
 
 
 class TestLifecycle:
@@ -217,12 +223,14 @@ class TestLifecycle:
         driver = next(
             c for c in pod["spec"]["containers"] if c["name"] == "spark-kubernetes-driver"
         )
-        args = driver["args"]
-        assert args[args.index("--key-range") + 1] == "-"
-        assert args[args.index("--status-file") + 1] == "/var/run/updatestream/status.json"
-        assert "--dedup" not in args
+        assert driver["args"][-3:] == ["run", "--config", "/etc/updatestream/job/job.yaml"]
+        job_yaml = _job_yaml(op, job)
+        assert job_yaml["keyRange"] == "-"
+        assert job_yaml["statusFile"] == "/var/run/updatestream/status.json"
+        assert job_yaml["metricsHost"] == "0.0.0.0"  # Prometheus scrapes the Pod's address
+        assert "dedup" not in job_yaml
         # the driver re-reads its Keyspace through the API to hop inside its running query
-        assert args[args.index("--keyspace-watch") + 1] == f"kubernetes:{NS}/commerce"
+        assert job_yaml["keyspaceWatch"] == f"kubernetes:{NS}/commerce"
         assert pod["metadata"]["annotations"]["updatestream.io/in-job-hops"] == "true"
         containers = {c["name"] for c in pod["spec"]["containers"]}
         assert containers == {"spark-kubernetes-driver", "progress-publisher"}
@@ -386,18 +394,12 @@ class TestLifecycle:
         assert start["mode"] == "resume"
         assert start["tokens"] == {"80-": _token("80-", T0 + 60, 25)}
         assert start["timestamps"] == {"-40": T0 + 50, "40-80": T0 + 50}
-        config_map = get(op.api, NS, "configmap", f"{job}-config")
-        assert config_map is not None
-        assert json.loads(config_map["data"]["dedup.json"]) == {
+        job_yaml = _job_yaml(op, job)
+        assert job_yaml["dedup"] == {
             "watermarks": {"-80": {"pos": "0-1-15", "flavor": "mariadb"}},
             "overlap_until": {"-40": T0 + 50, "40-80": T0 + 50},
         }
-        driver = next(
-            c for c in pods[0]["spec"]["containers"] if c["name"] == "spark-kubernetes-driver"
-        )
-        args = driver["args"]
-        assert args[args.index("--dedup") + 1] == "/etc/updatestream/job/dedup.json"
-        assert float(args[args.index("--hop-started-at") + 1]) > T0
+        assert job_yaml["hopStartedAt"] > T0
 
         wait_for(lambda: op.condition("orders", "Hopping") == ("False", "HopCompleted"), "hop done")
         wait_for(lambda: op.condition("orders", "Ready") == ("True", "Launched"), "Ready after hop")
@@ -451,9 +453,9 @@ def test_the_spark_operator_launcher_creates_an_owned_spark_application(
         assert spec[role]["nodeSelector"] == {"kubernetes.io/os": "linux"}
         assert spec[role]["tolerations"] == [TOLERATION]
         assert "affinity" not in spec[role]
-    assert "--status-file" in spec["arguments"]
-    arguments = spec["arguments"]
-    assert arguments[arguments.index("--keyspace-watch") + 1] == f"kubernetes:{NS}/commerce"
+    assert spec["arguments"] == ["run", "--config", "/etc/updatestream/job/job.yaml"]
+    job_yaml = _job_yaml(op, app["metadata"]["name"])
+    assert job_yaml["keyspaceWatch"] == f"kubernetes:{NS}/commerce"
     assert app["metadata"]["annotations"]["updatestream.io/in-job-hops"] == "true"
     wait_for(lambda: op.condition("audit", "Ready") == ("True", "Launched"), "Ready")
     op.api.kubectl("delete", "-n", NS, "updatestream", "audit", "--wait=false")

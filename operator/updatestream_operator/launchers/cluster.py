@@ -11,10 +11,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from updatestream.contract.job import JobConfig
 from updatestream.spec import Keyspace
 from updatestream_operator import naming
 from updatestream_operator.config import ClusterSettings
-from updatestream_operator.jobconfig import config_files, kubernetes_watch, run_arguments
+from updatestream_operator.jobconfig import (
+    config_files,
+    job_config,
+    kubernetes_watch,
+    run_arguments,
+)
 from updatestream_operator.models import JobInfo, JobProgress, JobSpec
 from updatestream_operator.progress import loads_progress
 from updatestream_operator.storage import KubeStore
@@ -29,14 +35,30 @@ STATE_VOLUME = "job-state"
 SCRATCH_MOUNT = "/tmp"
 
 
-def write_config_maps(store: KubeStore, job: JobSpec) -> None:
+def driver_config(job: JobSpec, settings: ClusterSettings) -> JobConfig:
+    """The job's configuration inside the driver Pod: its mounts, and the Keyspace object to
+    watch (the driver's Role may get keyspaces, nothing more)."""
+    checkpoint = (
+        f"{settings.checkpoint_root}/{job.stream.namespace}/{job.job_id}/launch-{job.launch_id}"
+    )
+    return job_config(
+        job,
+        secrets_dir=naming.SECRETS_MOUNT,
+        checkpoint=checkpoint,
+        metrics_port=settings.driver_metrics_port,
+        status_file=naming.STATUS_FILE,
+        keyspace_watch=kubernetes_watch(job),
+    ).model_copy(update={"metrics_host": "0.0.0.0"})  # Prometheus scrapes the Pod's address
+
+
+def write_config_maps(store: KubeStore, job: JobSpec, settings: ClusterSettings) -> None:
     """The job's configuration, and an empty progress report for this launch."""
     namespace = job.stream.namespace
     annotations = naming.job_annotations(job)
     store.put_config_map(
         namespace,
         naming.config_map_name(job.job_id),
-        config_files(job),
+        config_files(driver_config(job, settings)),
         labels=naming.job_labels(job.stream, job.key_range, role="config"),
         annotations=annotations,
         owner=job.stream,
@@ -52,19 +74,8 @@ def write_config_maps(store: KubeStore, job: JobSpec) -> None:
 
 
 def driver_arguments(job: JobSpec, settings: ClusterSettings) -> list[str]:
-    checkpoint = (
-        f"{settings.checkpoint_root}/{job.stream.namespace}/{job.job_id}/launch-{job.launch_id}"
-    )
-    return run_arguments(
-        job,
-        config_dir=naming.CONFIG_MOUNT,
-        secrets_dir=naming.SECRETS_MOUNT,
-        checkpoint=checkpoint,
-        metrics_port=settings.driver_metrics_port,
-        status_file=naming.STATUS_FILE,
-        # the driver reads the Keyspace object (its Role may get keyspaces, nothing more)
-        keyspace_watch=kubernetes_watch(job),
-    )
+    """`updatestream run --config` on the ConfigMap mounted into the driver."""
+    return run_arguments(naming.CONFIG_MOUNT)
 
 
 def publish_keyspace(job: JobInfo, keyspace: Keyspace) -> None:

@@ -31,10 +31,11 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from updatestream.contract.job import JOB_FILE
 from updatestream.spec import Keyspace
 from updatestream_operator.jobconfig import (
     KEYSPACE_FILE,
-    config_files,
+    job_config,
     keyspace_document,
     run_arguments,
 )
@@ -87,10 +88,10 @@ def _launch_dir_of(pid: int, directory: Path) -> Path | None:
         args = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
     except OSError:
         return None
-    if "--status-file" not in args[:-1]:
+    if "--config" not in args[:-1]:
         return None
-    status_file = Path(args[args.index("--status-file") + 1])
-    return status_file.parent if status_file.parent.parent == directory else None
+    config_file = Path(args[args.index("--config") + 1])
+    return config_file.parent if config_file.parent.parent == directory else None
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
@@ -197,22 +198,24 @@ class LocalLauncher:
             if self._alive(directory, meta):
                 log.info("job %s is running already; not starting it again", job.key)
                 return
-            for name, content in config_files(job).items():
-                _write_atomically(directory / name, content)
             _write_json(directory / "owner.json", {"streamUid": job.stream.uid})
             secrets = self._secrets(job, directory)
             launch_dir = directory / f"launch-{job.launch_id}"
             launch_dir.mkdir(exist_ok=True)
             metrics_port = _free_port()
-            arguments = run_arguments(
+            config = job_config(
                 job,
-                config_dir=str(directory),
                 secrets_dir=str(secrets),
                 checkpoint=str(launch_dir / "checkpoint"),
                 metrics_port=metrics_port,
                 status_file=str(launch_dir / "status.json"),
                 keyspace_watch=str(directory / KEYSPACE_FILE),
             )
+            # the Keyspace the job watches lives beside its launches; the configuration is
+            # the launch's own, so the job's command line names its launch directory
+            _write_atomically(directory / KEYSPACE_FILE, keyspace_document(job.keyspace))
+            _write_atomically(launch_dir / JOB_FILE, config.dump())
+            arguments = run_arguments(str(launch_dir))
             meta = {
                 "streamUid": job.stream.uid,
                 "keyRange": job.key_range,

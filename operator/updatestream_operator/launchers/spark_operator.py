@@ -151,7 +151,7 @@ class SparkOperatorLauncher:
                 "(sparkoperator.k8s.io/v1beta2) is not served; install the Kubeflow "
                 "spark-operator or run the operator with --launcher spark-submit"
             )
-        write_config_maps(self.store, job)
+        write_config_maps(self.store, job, self.settings)
         self.store.create_spark_application(namespace, self.application(job))
 
     def stop(self, key: str) -> bool:

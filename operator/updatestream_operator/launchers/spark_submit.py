@@ -183,7 +183,7 @@ class SparkSubmitLauncher:
         if self.store.get_pod(namespace, job.job_id) is not None:
             log.info("driver Pod %s/%s exists already; not submitting again", namespace, job.job_id)
             return
-        write_config_maps(self.store, job)
+        write_config_maps(self.store, job, self.settings)
         with tempfile.TemporaryDirectory(prefix="updatestream-submit-") as workdir:
             template = Path(workdir) / "driver-pod-template.yaml"
             template.write_text(yaml.safe_dump(self.pod_template(job)))

@@ -1,0 +1,114 @@
+"""`JobConfig`: everything one streaming job is started with, in one typed file.
+
+The operator builds it for each launch (the UpdateStream with `spec.start` rewritten to where
+this launch starts, the Keyspace, the key range, the dedup filter of the hops the job starts
+after, and the paths of the launch) and writes it with `dump()`; the job reads it with
+`load()`. A local run (`updatestream run --stream ... --keyspace ...`) builds the same object
+from its flags. Credentials are never part of it: sinks and shards name Secrets, read from files
+under `secrets_dir` where the job runs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator, ValidationError
+
+from updatestream.core.dedup import DedupFilter, DedupFilterError
+from updatestream.core.keyrange import KeyRange
+from updatestream.spec import Keyspace, SpecError, UpdateStream, describe_validation_error
+
+JOB_FILE = "job.yaml"
+
+
+def _dedup_filter(value: Any) -> DedupFilter:
+    if isinstance(value, DedupFilter):
+        return value
+    try:
+        return DedupFilter.from_json(value)
+    except DedupFilterError as exc:
+        raise ValueError(str(exc)) from None
+
+
+Dedup = Annotated[
+    DedupFilter,
+    PlainValidator(_dedup_filter),
+    PlainSerializer(lambda dedup: dedup.to_json(), return_type=dict),
+]
+
+
+class JobConfig(BaseModel):
+    """One job: one key range of one UpdateStream (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    stream: UpdateStream
+    keyspace: Keyspace
+    key_range: str | None = Field(None, alias="keyRange")  # None: the stream's only key range
+    secrets_dir: Path = Field(alias="secretsDir")  # <dir>/<secret>/username, password
+    checkpoint: Path  # Spark's checkpoint: restarting with it resumes exactly
+    status_file: Path | None = Field(None, alias="statusFile")  # the progress report
+    metrics_port: int | None = Field(None, ge=0, le=65535, alias="metricsPort")  # 0: any free
+    metrics_host: str = Field("127.0.0.1", alias="metricsHost")  # 0.0.0.0 in a cluster
+    master: str | None = None  # default: local[*], unless running under spark-submit
+    trigger_seconds: float = Field(2.0, gt=0, alias="triggerSeconds")
+    available_now: bool = Field(False, alias="availableNow")  # read what there is, then stop
+    timeout: float | None = Field(None, gt=0)  # stop after this many seconds
+    dedup: Dedup | None = None  # the dedup rule of the hops this job starts after
+    hop_started_at: float | None = Field(None, alias="hopStartedAt")  # when that hop began
+    source_options: dict[str, str] = Field(default_factory=dict, alias="sourceOptions")
+    # where the running job re-reads its Keyspace to follow serving-map changes and hop: a
+    # manifest path or kubernetes:<namespace>/<name>; None: no in-job hops
+    keyspace_watch: str | None = Field(None, alias="keyspaceWatch")
+
+    @property
+    def name(self) -> str:
+        return self.stream.metadata.name
+
+    def serving_key_range(self) -> str:
+        """The key range this job serves, canonical; refuses one the stream does not have."""
+        ranges = self.stream.spec.key_ranges
+        if self.key_range is not None:
+            wanted = KeyRange.parse(self.key_range).name
+            if wanted not in ranges:
+                raise SpecError(
+                    f"key range {wanted} is not one of stream {self.name}'s key ranges "
+                    f"({', '.join(ranges)})"
+                )
+            return wanted
+        if len(ranges) != 1:
+            raise SpecError(
+                f"stream {self.name} has key ranges {', '.join(ranges)}; one job serves one of "
+                "them: pass --key-range"
+            )
+        return ranges[0]
+
+    def dump(self) -> str:
+        return yaml.safe_dump(
+            self.model_dump(mode="json", by_alias=True, exclude_none=True), sort_keys=False
+        )
+
+    @classmethod
+    def parse(cls, data: Any, *, source: str) -> JobConfig:
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise SpecError(
+                f"invalid job configuration in {source}: {describe_validation_error(exc)}"
+            ) from None
+
+    @classmethod
+    def load(cls, path: Path) -> JobConfig:
+        """Read a file written by `dump()` (YAML, or JSON), with errors naming the file."""
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise SpecError(f"cannot read job configuration {path}: {exc.strerror}") from None
+        try:
+            data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        except (yaml.YAMLError, json.JSONDecodeError) as exc:
+            raise SpecError(f"job configuration {path} is not valid YAML/JSON: {exc}") from None
+        return cls.parse(data, source=str(path))
