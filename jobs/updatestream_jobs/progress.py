@@ -9,25 +9,18 @@ delivered, the timestamp of the last change event, counts per op and the lag:
 * otherwise `now - timestamp of the last change event delivered` (or of the last heartbeat when
   no change event was delivered yet).
 
-The status file is a small JSON document rewritten atomically after every batch, so an operator
-(or a person) can read where the stream is: `{"stream", "keyRange", "batchId", "updatedAt",
-"phase", "duplicates": {cause: count}, "sinks": {sink: {"written", "skipped", "late",
-"duplicatesDelivered"}}, "shards": {shard: {"token", "position", "events", "byOp",
-"lastEventTimestamp", "lagSeconds"}}}`. `duplicates` counts the events the hop dedup rule
-classified since this process started (`hop`: dropped, `unknown`: delivered); the sink counts
-are per process too, from each sink's result. `shardMap` is the serving shard map the stream
-reads (from the source's offsets) and `hops` lists the hops made inside the running query,
-oldest first: `{"number", "fromMap", "toMap", "from", "to", "servingChangedAt", "detectedAt",
-"completedAt", "durationSeconds", "duplicatesDropped"}`; `completedAt` is set once the sinks
-wrote the batch that read the destination shards, and `durationSeconds` counts from the serving
-map change (else from when the stream noticed it).
+The status file is the job's `ProgressReport` (`updatestream.contract.progress`, which
+documents its fields), rewritten atomically after every batch and on every change of phase.
+`duplicates` counts the events the hop dedup rule classified since this process started; the
+sink counts are per process too, from each sink's result; `hops` are the hops made inside the
+running query, completed once the sinks wrote the batch that read the destination shards, with
+`durationSeconds` counted from the serving map change (else from when the stream noticed it).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
 from collections import Counter
@@ -39,6 +32,7 @@ from typing import Any
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from updatestream.binlog.events import ChangeEvent
+from updatestream.contract.progress import HopReport, ProgressReport, ShardReport, SinkReport
 from updatestream.core.gtid import GTIDParseError, parse_position, position_contains
 from updatestream.core.token import EventToken
 from updatestream_jobs.metrics import DUPLICATE_CAUSES, StreamMetrics
@@ -61,17 +55,17 @@ class ShardProgress:
     caught_up: bool = False
     lag_seconds: float = 0.0
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "token": json.loads(self.token) if self.token else None,
-            "position": self.position,
-            "events": self.events,
-            "byOp": dict(self.by_op),
-            "lastEventTimestamp": self.last_event_timestamp,
-            "heartbeatTimestamp": self.heartbeat_timestamp,
-            "latestPosition": self.latest_position,
-            "lagSeconds": round(self.lag_seconds, 3),
-        }
+    def report(self) -> ShardReport:
+        return ShardReport(
+            token=EventToken.loads(self.token) if self.token else None,
+            position=self.position,
+            events=self.events,
+            by_op=dict(self.by_op),
+            last_event_timestamp=self.last_event_timestamp,
+            heartbeat_timestamp=self.heartbeat_timestamp,
+            latest_position=self.latest_position,
+            lag_seconds=round(self.lag_seconds, 3),
+        )
 
 
 class ProgressTracker:
@@ -231,34 +225,30 @@ class ProgressTracker:
             if self.metrics is not None:
                 self.metrics.lag.labels(self.stream, progress.shard).set(progress.lag_seconds)
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> ProgressReport:
         with self._lock:
-            return {
-                "stream": self.stream,
-                "keyRange": self.key_range,
-                "batchId": self.batch_id,
-                "batches": self.batches,
-                "updatedAt": self._clock(),
-                "phase": self.phase,
-                "shardMap": self.shard_map,
-                "hops": [dict(hop) for hop in self.hops],
-                "duplicates": dict(sorted(self.duplicates.items())),
-                "sinks": {
-                    name: {k: counts[k] for k in _SINK_COUNTS}
+            return ProgressReport(
+                stream=self.stream,
+                key_range=self.key_range,
+                batch_id=self.batch_id,
+                batches=self.batches,
+                updated_at=self._clock(),
+                phase=self.phase,
+                shard_map=self.shard_map,
+                hops=[HopReport.model_validate(hop) for hop in self.hops],
+                duplicates=dict(sorted(self.duplicates.items())),
+                sinks={
+                    name: SinkReport.model_validate({k: counts[k] for k in _SINK_COUNTS})
                     for name, counts in sorted(self.sinks.items())
                 },
-                "shards": {s: p.to_json() for s, p in sorted(self.shards.items())},
-            }
+                shards={s: p.report() for s, p in sorted(self.shards.items())},
+            )
 
     def write_status(self) -> None:
         if self.status_file is None:
             return
-        data = json.dumps(self.snapshot(), indent=2, sort_keys=True) + "\n"
-        tmp = self.status_file.with_name(f".{self.status_file.name}.{os.getpid()}.tmp")
         try:
-            self.status_file.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(data, encoding="utf-8")
-            tmp.replace(self.status_file)
+            self.snapshot().write(self.status_file)
         except OSError as exc:  # progress reporting must not stop the stream
             log.warning("cannot write the status file %s: %s", self.status_file, exc)
 

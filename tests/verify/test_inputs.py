@@ -64,10 +64,13 @@ def test_ledger_reading(tmp_path: Path) -> None:
 def test_status_file_reading(tmp_path: Path) -> None:
     assert read_duplicates(None) == (0, {})
     status = tmp_path / "status.json"
-    status.write_text('{"duplicates": 7}')
-    assert read_duplicates(status) == (7, {})
+    status.write_text('{"duplicates": {"hop": 7, "unknown": 2}}')
+    assert read_duplicates(status) == (7, {"hop": 7, "unknown": 2})  # unknown ones delivered
     status.write_text('{"duplicates": {"hop": "x"}}')
-    with pytest.raises(VerifyInputError, match="not a count"):
+    with pytest.raises(VerifyInputError, match=r"status.json: duplicates\.hop"):
+        read_duplicates(status)
+    status.write_text("{half")
+    with pytest.raises(VerifyInputError, match="is not JSON"):
         read_duplicates(status)
     with pytest.raises(VerifyInputError, match="does not exist"):
         read_duplicates(tmp_path / "missing.json")

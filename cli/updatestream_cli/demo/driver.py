@@ -12,7 +12,6 @@ through the file it watches.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -27,6 +26,7 @@ from updatestream_operator.reconcile import Note
 from updatestream_operator.scrub import SCRUBBER
 from updatestream_operator.service import StreamService
 
+from updatestream.contract.progress import ProgressError, ProgressReport
 from updatestream.spec import API_VERSION
 
 log = logging.getLogger(__name__)
@@ -52,30 +52,21 @@ def stream_manifest(
     }
 
 
-def read_json(path: Path | None) -> dict[str, Any]:
-    if path is None:
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def caught_up(report: Mapping[str, Any], positions: Mapping[str, str], after: float) -> bool:
+def caught_up(report: ProgressReport, positions: Mapping[str, str], after: float) -> bool:
     """The job's report shows every shard of `positions` delivered up to its position, with a
     heartbeat from `after` or later (so CDCv2 has declared every earlier second complete)."""
-    shards = report.get("shards") or {}
+    shards = report.shards
     return all(
-        (shards.get(name) or {}).get("position") == position
-        and ((shards.get(name) or {}).get("heartbeatTimestamp") or 0) >= after
+        name in shards
+        and shards[name].position == position
+        and (shards[name].heartbeat_timestamp or 0) >= after
         for name, position in positions.items()
     )
 
 
-def delivered_events(report: Mapping[str, Any]) -> int:
+def delivered_events(report: ProgressReport) -> int:
     """Change events the job delivered to its sinks (heartbeats not counted)."""
-    return sum(int(s.get("events") or 0) for s in (report.get("shards") or {}).values())
+    return sum(shard.events for shard in report.shards.values())
 
 
 class OperatorDriver:
@@ -167,9 +158,14 @@ class OperatorDriver:
         folder = self.launch_dir()
         return folder / "status.json" if folder is not None else None
 
-    def report(self) -> dict[str, Any]:
-        """The job's own status file (per shard positions, heartbeats, hops)."""
-        return read_json(self.status_file())
+    def report(self) -> ProgressReport:
+        """The job's own progress report (per shard positions, heartbeats, hops); an empty one
+        before the job wrote its first."""
+        path = self.status_file()
+        try:
+            return ProgressReport.read(path) if path is not None else ProgressReport()
+        except ProgressError:
+            return ProgressReport()
 
     def log_tail(self, lines: int = 15) -> str:
         folder = self.launch_dir()

@@ -203,9 +203,9 @@ class Demo:
         report.update("waiting for Spark to start and the job's first batch")
 
         def streaming() -> bool:
-            shards = self._driver.report().get("shards") or {}
+            shards = self._driver.report().shards
             return self._driver.condition("Ready") == ("True", "Streaming") and all(
-                (shards.get(s) or {}).get("token") for s in start
+                s in shards and shards[s].token is not None for s in start
             )
 
         self._wait("the job's first batch", streaming)
@@ -216,10 +216,10 @@ class Demo:
     def _live(self, prefix: str = "") -> str:
         rows = self.traffic.stats.rows if self.traffic is not None else 0
         report = self._driver.report()
-        lags = [s.get("lagSeconds") or 0 for s in (report.get("shards") or {}).values()]
+        lags = [shard.lag_seconds for shard in report.shards.values()]
         return (
             f"{prefix}traffic {rows:,} row changes · stream {delivered_events(report):,} events "
-            f"delivered · lag {max(lags, default=0):.1f}s · reading {report.get('shardMap', '?')}"
+            f"delivered · lag {max(lags, default=0):.1f}s · reading {report.shard_map or '?'}"
         )
 
     def _traffic_and_split(self) -> int:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
+from updatestream.contract.progress import ProgressError, ProgressReport
 from updatestream.core.errors import UpdateStreamError
 from updatestream.core.keyrange import FULL_RANGE, KeyRange
 from updatestream_cli.verify.compare import Committed
@@ -92,38 +92,16 @@ DELIVERED_CAUSES = frozenset({"unknown"})
 
 
 def read_duplicates(path: Path | None) -> tuple[int, dict[str, int]]:
-    """The duplicates the job dropped, and what its dedup rule counted by cause, from its status
-    file (key ``duplicates``: an object cause -> count, or a plain count); (0, {}) without a
-    file or without the key. The total leaves out the causes the job delivered."""
+    """The duplicates the job dropped, and what its dedup rule counted by cause, from its
+    progress report (its status file); (0, {}) without a file. The total leaves out the causes
+    the job delivered."""
     if path is None:
         return 0, {}
+    if not path.exists():
+        raise VerifyInputError(f"status file {path} does not exist; pass the job's --status-file")
     try:
-        data: Any = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise VerifyInputError(
-            f"status file {path} does not exist; pass the job's --status-file"
-        ) from None
-    except OSError as exc:
-        raise VerifyInputError(f"cannot read status file {path}: {exc.strerror}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise VerifyInputError(f"status file {path} is not JSON") from None
-    if not isinstance(data, dict):
-        raise VerifyInputError(f"status file {path} does not hold a JSON object")
-    duplicates = data.get("duplicates")
-    if duplicates is None:
-        return 0, {}
-    if isinstance(duplicates, bool) or not isinstance(duplicates, int | dict):
-        raise VerifyInputError(
-            f"status file {path}: 'duplicates' must be a count or an object cause -> count"
-        )
-    if isinstance(duplicates, int):
-        return duplicates, {}
-    by_cause: dict[str, int] = {}
-    for cause, count in duplicates.items():
-        if isinstance(count, bool) or not isinstance(count, int):
-            raise VerifyInputError(
-                f"status file {path}: duplicates of cause {cause!r} is not a count: {count!r}"
-            )
-        by_cause[str(cause)] = count
+        by_cause = dict(ProgressReport.read(path).duplicates)
+    except ProgressError as exc:
+        raise VerifyInputError(str(exc)) from None
     dropped = sum(n for cause, n in by_cause.items() if cause not in DELIVERED_CAUSES)
     return dropped, by_cause

@@ -1,0 +1,200 @@
+"""`ProgressReport`: what a running job reports after every micro-batch (its status file).
+
+The job's `ProgressTracker` is the one writer (`write()`, atomically, so a reader never sees
+half a report); the operator (from the file, or in a cluster from the progress ConfigMap a
+sidecar copies it into), the demo, the harnesses and the benchmarks read it with `read()` or
+`loads()`. Fields:
+
+- `stream`, `keyRange`, `batchId` (the last finished micro-batch), `batches`, `updatedAt`
+  (unix seconds), `phase` (`starting`, `running`, `hopping`, `stopped`, `failed`), `error`;
+- `shards`: per shard the last delivered Event Token and its GTID `position`, change `events`
+  and counts by op (`byOp`, heartbeats included), the timestamps of the last change and the last
+  heartbeat, the latest position Spark knows, and `lagSeconds`;
+- `duplicates`: events the hop dedup rule classified, by cause (`hop`: dropped, `unknown`:
+  delivered); `sinks`: per sink what its batches `written`, `skipped`, wrote `late`, and the
+  `duplicatesDelivered` it detected;
+- `shardMap` and `hops`: the serving shard map the stream reads and the hops it made inside
+  its running query, oldest first (`completedAt` is null while a hop is in flight).
+
+Unknown fields are ignored, so a reader does not break when the job reports more. A report that
+cannot be read raises `ProgressError` naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    ValidationError,
+)
+
+from updatestream.core.errors import UpdateStreamError
+from updatestream.core.keyrange import KeyRange
+from updatestream.core.shardmap import ShardMap
+from updatestream.core.token import EventToken, TokenError
+
+
+class ProgressError(UpdateStreamError):
+    """A job's progress report is malformed; the message names the field."""
+
+
+def _token(value: Any) -> EventToken:
+    if isinstance(value, EventToken):
+        return value
+    try:
+        if isinstance(value, str):
+            return EventToken.loads(value)
+        if isinstance(value, dict):
+            return EventToken.from_json(value)
+    except TokenError as exc:
+        raise ValueError(f"not an Event Token: {exc}") from None
+    raise ValueError(f"an Event Token must be an object or its JSON text, got {value!r}")
+
+
+def _shard_map(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"must be a shard map such as '-80,80-', got {value!r}")
+    try:
+        return str(ShardMap.parse(value))
+    except UpdateStreamError as exc:
+        raise ValueError(f"not a shard map: {exc}") from None
+
+
+def _shard_names(value: list[str]) -> list[str]:
+    try:
+        return [KeyRange.parse(name).name for name in value]
+    except UpdateStreamError as exc:
+        raise ValueError(f"holds a name that is not a shard: {exc}") from None
+
+
+def _finite(value: float | None) -> float | None:
+    if value is not None and not math.isfinite(value):
+        raise ValueError("must be a finite number of seconds")
+    return value
+
+
+Token = Annotated[
+    EventToken,
+    PlainValidator(_token),
+    PlainSerializer(lambda token: token.to_json(), return_type=dict),
+]
+MapText = Annotated[str, PlainValidator(_shard_map)]
+ShardNames = Annotated[list[str], AfterValidator(_shard_names)]
+Seconds = Annotated[float | None, AfterValidator(_finite)]
+Count = Annotated[int, Field(ge=0, strict=True)]
+
+
+class _Report(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+
+class ShardReport(_Report):
+    token: Token | None = None  # the last token delivered (change event or heartbeat)
+    position: str | None = None  # its GTID position
+    events: Count = 0  # change events, heartbeats not counted
+    by_op: dict[str, Count] = Field(default_factory=dict, alias="byOp")
+    last_event_timestamp: int | None = Field(None, alias="lastEventTimestamp")
+    heartbeat_timestamp: int | None = Field(None, alias="heartbeatTimestamp")
+    latest_position: str | None = Field(None, alias="latestPosition")  # known to Spark
+    lag_seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)] = Field(0.0, alias="lagSeconds")
+
+    @property
+    def changes(self) -> dict[str, int]:
+        """Counts by op without heartbeats (progress markers, not changes)."""
+        return {op: n for op, n in self.by_op.items() if op != "heartbeat"}
+
+
+class SinkReport(_Report):
+    written: Count = 0  # events that changed the sink
+    skipped: Count = 0  # events it already had or dropped by its rules
+    late: Count = 0  # CDCv2: written at a later time than their own
+    duplicates_delivered: Count = Field(0, alias="duplicatesDelivered")
+
+
+class HopReport(_Report):
+    number: int | None = None
+    from_map: MapText = Field(alias="fromMap")
+    to_map: MapText = Field(alias="toMap")
+    from_shards: ShardNames = Field(default_factory=list, alias="from")
+    to_shards: ShardNames = Field(default_factory=list, alias="to")
+    serving_changed_at: Seconds = Field(None, alias="servingChangedAt")
+    detected_at: Seconds = Field(None, alias="detectedAt")
+    completed_at: Seconds = Field(None, alias="completedAt")  # None while in flight
+    duration_seconds: Seconds = Field(None, alias="durationSeconds")
+    duplicates_dropped: Count = Field(0, alias="duplicatesDropped")
+
+
+class ProgressReport(_Report):
+    stream: str = ""
+    key_range: str | None = Field(None, alias="keyRange")
+    batch_id: int | None = Field(None, alias="batchId")
+    batches: Count = 0
+    updated_at: Seconds = Field(None, alias="updatedAt")
+    phase: str | None = None
+    error: str | None = None
+    shard_map: MapText | None = Field(None, alias="shardMap")
+    hops: list[HopReport] = Field(default_factory=list)
+    duplicates: dict[str, Count] = Field(default_factory=dict)
+    sinks: dict[str, SinkReport] = Field(default_factory=dict)
+    shards: dict[str, ShardReport] = Field(default_factory=dict)
+
+    def dumps(self) -> str:
+        data = self.model_dump(mode="json", by_alias=True)
+        return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def parse(cls, data: Any) -> ProgressReport:
+        if not isinstance(data, dict):
+            raise ProgressError(
+                f"a progress report must be a JSON object, got {type(data).__name__}"
+            )
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise ProgressError(_describe(exc)) from None
+
+    @classmethod
+    def loads(cls, text: str, *, source: str) -> ProgressReport:
+        """Parse a report's text; errors name `source` (a file or a ConfigMap)."""
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise ProgressError(f"progress report {source} is not JSON: {exc}") from None
+        try:
+            return cls.parse(data)
+        except ProgressError as exc:
+            raise ProgressError(f"progress report {source}: {exc}") from None
+
+    @classmethod
+    def read(cls, path: Path) -> ProgressReport:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ProgressError(f"cannot read progress report {path}: {exc.strerror}") from None
+        return cls.loads(text, source=str(path))
+
+    def write(self, path: Path) -> None:
+        """Replace `path` atomically (a reader sees the old report or the new, never half)."""
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(self.dumps(), encoding="utf-8")
+        tmp.replace(path)
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        message = str(err["msg"]).removeprefix("Value error, ")
+        parts.append(f"{where}: {message}")
+    return "; ".join(parts)
