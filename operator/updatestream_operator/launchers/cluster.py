@@ -1,5 +1,10 @@
 """What the two cluster launchers (spark-submit, spark-operator) share.
 
+`ClusterLauncher` is their base: each job is one object in the cluster (a driver Pod, a
+SparkApplication) named after it and labelled with its stream; listing, status, stopping and
+cleaning up go through that object, and a subclass says only which object it is and how to
+make it. Both take their settings from `settings.ClusterSettings`.
+
 Per job, two ConfigMaps owned by the UpdateStream: `<job>-config` (the job's configuration,
 mounted into the driver) and `<job>-progress`, which the driver's `progress-publisher` sidecar
 fills from the job's status file and the operator reads. The progress ConfigMap outlives the
@@ -9,13 +14,16 @@ and carries the launch id, so a report is never taken for another launch's.
 
 from __future__ import annotations
 
+import time
+from abc import ABC, abstractmethod
 from typing import Any
 
 from updatestream.spec import Keyspace
 from updatestream_operator import naming
-from updatestream_operator.config import ClusterSettings
 from updatestream_operator.jobconfig import config_files, kubernetes_watch, run_arguments
-from updatestream_operator.models import JobInfo, JobProgress, JobSpec
+from updatestream_operator.launchers.base import job_info, parse_time, split_key
+from updatestream_operator.launchers.settings import ClusterSettings
+from updatestream_operator.models import JobInfo, JobPhase, JobProgress, JobSpec, JobStatus
 from updatestream_operator.progress import loads_progress
 from updatestream_operator.storage import KubeStore
 
@@ -65,11 +73,6 @@ def driver_arguments(job: JobSpec, settings: ClusterSettings) -> list[str]:
         # the driver reads the Keyspace object (its Role may get keyspaces, nothing more)
         keyspace_watch=kubernetes_watch(job),
     )
-
-
-def publish_keyspace(job: JobInfo, keyspace: Keyspace) -> None:
-    """Nothing to do: a driver watching its Keyspace reads the object from the API."""
-    return None
 
 
 def publisher_container(job: JobSpec, settings: ClusterSettings) -> dict[str, Any]:
@@ -163,7 +166,87 @@ def read_progress(store: KubeStore, namespace: str, job_id: str) -> JobProgress 
     return loads_progress(text, launch_id=launch_id, source=f"ConfigMap {namespace}/{name}")
 
 
-def remove_stream_objects(store: KubeStore, namespace: str, stream_uid: str) -> None:
-    """Delete the ConfigMaps of every job of a stream (configuration and progress)."""
-    for item in store.list_config_maps(namespace, naming.stream_selector(stream_uid)):
-        store.delete_config_map(namespace, item["metadata"]["name"])
+class ClusterLauncher(ABC):
+    """One object in the cluster per job; a subclass says which (`role`, `_find`, `_objects`,
+    `_remove`, `_phase`) and how to launch it."""
+
+    name: str
+    role: str  # the `updatestream.io/role` label of the job's object
+
+    def __init__(
+        self, store: KubeStore, settings: ClusterSettings | None = None, *, stop_timeout: float
+    ) -> None:
+        self.store = store
+        self.settings = settings or ClusterSettings()
+        self.stop_timeout = stop_timeout
+
+    # -- what differs -------------------------------------------------------------------------
+
+    @abstractmethod
+    def launch(self, job: JobSpec) -> None:
+        """Create the job's object (never a second one under the job's name)."""
+
+    @abstractmethod
+    def _find(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The job's object; None when it does not exist."""
+
+    @abstractmethod
+    def _objects(self, namespace: str | None, selector: str) -> list[dict[str, Any]]:
+        """The jobs' objects that `selector` matches, in one namespace or all."""
+
+    @abstractmethod
+    def _remove(self, namespace: str, name: str) -> None:
+        """Delete the job's object (and what it made), if it exists."""
+
+    @abstractmethod
+    def _phase(self, found: dict[str, Any]) -> tuple[JobPhase, str]:
+        """The job's phase, and a message saying why when there is one."""
+
+    # -- what is the same -----------------------------------------------------------------------
+
+    def stop(self, key: str) -> bool:
+        namespace, name = split_key(key)
+        self._remove(namespace, name)
+        self.store.delete_config_map(namespace, naming.config_map_name(name))
+        deadline = time.monotonic() + self.stop_timeout
+        while self._find(namespace, name) is not None:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.5)
+        return True
+
+    def list(self, namespace: str | None = None, stream_uid: str | None = None) -> list[JobInfo]:
+        selector = f"{naming.LABEL_MANAGED_BY}={naming.MANAGED_BY},{naming.LABEL_ROLE}={self.role}"
+        if stream_uid:
+            selector += f",{naming.stream_selector(stream_uid)}"
+        jobs = []
+        for found in self._objects(namespace, selector):
+            metadata = found["metadata"]
+            phase, message = self._phase(found)
+            info = job_info(
+                name=metadata["name"],
+                namespace=metadata["namespace"],
+                labels=metadata.get("labels") or {},
+                annotations=metadata.get("annotations") or {},
+                phase=phase,
+                message=message,
+                created_at=parse_time(metadata.get("creationTimestamp")),
+            )
+            if info is not None:
+                jobs.append(info)
+        return jobs
+
+    def status(self, key: str) -> JobStatus:
+        namespace, name = split_key(key)
+        found = self._find(namespace, name)
+        phase, message = self._phase(found) if found is not None else (JobPhase.ABSENT, "")
+        return JobStatus(name, phase, message, read_progress(self.store, namespace, name))
+
+    def publish_keyspace(self, job: JobInfo, keyspace: Keyspace) -> None:
+        """Nothing to do: a driver watching its Keyspace reads the object from the API."""
+        return None
+
+    def cleanup(self, namespace: str, stream_uid: str) -> None:
+        """Delete the ConfigMaps of every job of a stream (configuration and progress)."""
+        for item in self.store.list_config_maps(namespace, naming.stream_selector(stream_uid)):
+            self.store.delete_config_map(namespace, item["metadata"]["name"])
