@@ -52,7 +52,6 @@ from updatestream_operator.steps import (
     Action,
     Decision,
     Launch,
-    Note,
     Observed,
     Settings,
     Stop,
@@ -64,11 +63,9 @@ __all__ = [
     "Action",
     "Decision",
     "Launch",
-    "Note",
     "Observed",
     "Settings",
     "Stop",
-    "plan_cleanup",
     "reconcile",
     "resume_start",
 ]
@@ -378,8 +375,3 @@ def _watches(step: _Step, job: JobInfo) -> bool:
         and job.phase.is_alive
         and not step.stopping(job)
     )
-
-
-def plan_cleanup(jobs: Sequence[JobInfo]) -> tuple[Stop, ...]:
-    """Stopping every job of a stream that is being deleted."""
-    return tuple(Stop(job, "the UpdateStream is being deleted") for job in jobs)

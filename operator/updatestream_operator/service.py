@@ -27,7 +27,7 @@ from updatestream.spec import Keyspace, SpecError, UpdateStream, parse_keyspace,
 from updatestream_operator import reconcile as rec
 from updatestream_operator.launchers.base import Launcher, LaunchError
 from updatestream_operator.metrics import MetricsBook
-from updatestream_operator.models import JobInfo, JobProgress, StreamRef, StreamStatus
+from updatestream_operator.models import JobInfo, JobProgress, Note, StreamRef, StreamStatus
 from updatestream_operator.naming import job_name
 from updatestream_operator.progress import ProgressError
 from updatestream_operator.scrub import SCRUBBER
@@ -50,7 +50,7 @@ class ObjectStore(Protocol):
 
     def patch_stream_status(self, namespace: str, name: str, status: dict[str, Any]) -> None: ...
 
-    def post_event(self, ref: StreamRef, note: rec.Note) -> None: ...
+    def post_event(self, ref: StreamRef, note: Note) -> None: ...
 
 
 class StreamGone(Exception):
@@ -176,7 +176,7 @@ class StreamService:
                 try:
                     self.launchers[launcher_name].launch(action.job)
                 except LaunchError as exc:
-                    note = rec.Note("Warning", "LaunchFailed", str(exc))
+                    note = Note("Warning", "LaunchFailed", str(exc))
                     self.store.post_event(ref, note)
                     raise
 
