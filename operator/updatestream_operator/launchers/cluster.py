@@ -37,119 +37,6 @@ STATE_VOLUME = "job-state"
 SCRATCH_MOUNT = "/tmp"
 
 
-def write_config_maps(store: KubeStore, job: JobSpec) -> None:
-    """The job's configuration, and an empty progress report for this launch."""
-    namespace = job.stream.namespace
-    annotations = naming.job_annotations(job)
-    store.put_config_map(
-        namespace,
-        naming.config_map_name(job.job_id),
-        config_files(job),
-        labels=naming.job_labels(job.stream, job.key_range, role="config"),
-        annotations=annotations,
-        owner=job.stream,
-    )
-    store.put_config_map(
-        namespace,
-        naming.progress_map_name(job.job_id),
-        {},
-        labels=naming.job_labels(job.stream, job.key_range, role="progress"),
-        annotations=annotations,
-        owner=job.stream,
-    )
-
-
-def driver_arguments(job: JobSpec, settings: ClusterSettings) -> list[str]:
-    checkpoint = (
-        f"{settings.checkpoint_root}/{job.stream.namespace}/{job.job_id}/launch-{job.launch_id}"
-    )
-    return run_arguments(
-        job,
-        config_dir=naming.CONFIG_MOUNT,
-        secrets_dir=naming.SECRETS_MOUNT,
-        checkpoint=checkpoint,
-        metrics_port=settings.driver_metrics_port,
-        status_file=naming.STATUS_FILE,
-        # the driver reads the Keyspace object (its Role may get keyspaces, nothing more)
-        keyspace_watch=kubernetes_watch(job),
-    )
-
-
-def publisher_container(job: JobSpec, settings: ClusterSettings) -> dict[str, Any]:
-    """The sidecar copying the job's status file into the progress ConfigMap."""
-    return {
-        "name": PUBLISHER_CONTAINER,
-        "image": settings.image_for(job),
-        "command": [
-            "updatestream",
-            "publish-progress",
-            "--status-file",
-            naming.STATUS_FILE,
-            "--namespace",
-            job.stream.namespace,
-            "--config-map",
-            naming.progress_map_name(job.job_id),
-            "--launch-id",
-            str(job.launch_id),
-            "--interval",
-            str(settings.publish_interval_seconds),
-        ],
-        "volumeMounts": [
-            {"name": STATUS_VOLUME, "mountPath": naming.STATUS_MOUNT},
-            {"name": SCRATCH_VOLUME, "mountPath": SCRATCH_MOUNT},
-        ],
-        "securityContext": container_security_context(),
-        "resources": {
-            "requests": {"cpu": "10m", "memory": "64Mi"},
-            "limits": {"memory": "128Mi"},
-        },
-    }
-
-
-def job_volumes(job: JobSpec) -> list[dict[str, Any]]:
-    """The driver Pod's volumes: the job's configuration, and emptyDirs for everything it
-    writes (the root filesystem is read-only)."""
-    return [
-        {"name": CONFIG_VOLUME, "configMap": {"name": naming.config_map_name(job.job_id)}},
-        {"name": STATUS_VOLUME, "emptyDir": {}},
-        {"name": SCRATCH_VOLUME, "emptyDir": {}},
-        {"name": STATE_VOLUME, "emptyDir": {}},
-    ]
-
-
-def driver_volume_mounts(settings: ClusterSettings) -> list[dict[str, Any]]:
-    return [
-        {"name": CONFIG_VOLUME, "mountPath": naming.CONFIG_MOUNT, "readOnly": True},
-        {"name": STATUS_VOLUME, "mountPath": naming.STATUS_MOUNT},
-        {"name": SCRATCH_VOLUME, "mountPath": SCRATCH_MOUNT},
-        # each launch checkpoints afresh (positions in status are the truth): scratch suffices
-        {"name": STATE_VOLUME, "mountPath": settings.checkpoint_root},
-    ]
-
-
-def pod_security_context(settings: ClusterSettings) -> dict[str, Any]:
-    """The Pod-level half of Pod Security `restricted`: a fixed non-root user."""
-    uid = settings.run_as_user
-    return {
-        "runAsNonRoot": True,
-        "runAsUser": uid,
-        "runAsGroup": uid,
-        "fsGroup": uid,
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
-
-
-def container_security_context() -> dict[str, Any]:
-    """The container-level half: no privilege escalation, no capabilities, read-only root."""
-    return {
-        "allowPrivilegeEscalation": False,
-        "capabilities": {"drop": ["ALL"]},
-        "readOnlyRootFilesystem": True,
-        "runAsNonRoot": True,
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
-
-
 def read_progress(store: KubeStore, namespace: str, job_id: str) -> JobProgress | None:
     name = naming.progress_map_name(job_id)
     found = store.get_config_map(namespace, name)
@@ -202,7 +89,116 @@ class ClusterLauncher(ABC):
     def _phase(self, found: dict[str, Any]) -> tuple[JobPhase, str]:
         """The job's phase, and a message saying why when there is one."""
 
-    # -- what is the same -----------------------------------------------------------------------
+    # -- what the job's object is made of ----------------------------------------------------
+
+    def write_config_maps(self, job: JobSpec) -> None:
+        """The job's configuration, and an empty progress report for this launch."""
+        namespace = job.stream.namespace
+        annotations = naming.job_annotations(job)
+        self.store.put_config_map(
+            namespace,
+            naming.config_map_name(job.job_id),
+            config_files(job),
+            labels=naming.job_labels(job.stream, job.key_range, role="config"),
+            annotations=annotations,
+            owner=job.stream,
+        )
+        self.store.put_config_map(
+            namespace,
+            naming.progress_map_name(job.job_id),
+            {},
+            labels=naming.job_labels(job.stream, job.key_range, role="progress"),
+            annotations=annotations,
+            owner=job.stream,
+        )
+
+    def driver_arguments(self, job: JobSpec) -> list[str]:
+        root, namespace = self.settings.checkpoint_root, job.stream.namespace
+        checkpoint = f"{root}/{namespace}/{job.job_id}/launch-{job.launch_id}"
+        return run_arguments(
+            job,
+            config_dir=naming.CONFIG_MOUNT,
+            secrets_dir=naming.SECRETS_MOUNT,
+            checkpoint=checkpoint,
+            metrics_port=self.settings.driver_metrics_port,
+            status_file=naming.STATUS_FILE,
+            # the driver reads the Keyspace object (its Role may get keyspaces, nothing more)
+            keyspace_watch=kubernetes_watch(job),
+        )
+
+    def publisher_container(self, job: JobSpec) -> dict[str, Any]:
+        """The sidecar copying the job's status file into the progress ConfigMap."""
+        return {
+            "name": PUBLISHER_CONTAINER,
+            "image": self.settings.image_for(job),
+            "command": [
+                "updatestream",
+                "publish-progress",
+                "--status-file",
+                naming.STATUS_FILE,
+                "--namespace",
+                job.stream.namespace,
+                "--config-map",
+                naming.progress_map_name(job.job_id),
+                "--launch-id",
+                str(job.launch_id),
+                "--interval",
+                str(self.settings.publish_interval_seconds),
+            ],
+            "volumeMounts": [
+                {"name": STATUS_VOLUME, "mountPath": naming.STATUS_MOUNT},
+                {"name": SCRATCH_VOLUME, "mountPath": SCRATCH_MOUNT},
+            ],
+            "securityContext": self.container_security_context(),
+            "resources": {
+                "requests": {"cpu": "10m", "memory": "64Mi"},
+                "limits": {"memory": "128Mi"},
+            },
+        }
+
+    @staticmethod
+    def job_volumes(job: JobSpec) -> list[dict[str, Any]]:
+        """The driver Pod's volumes: the job's configuration, and emptyDirs for everything it
+        writes (the root filesystem is read-only)."""
+        return [
+            {"name": CONFIG_VOLUME, "configMap": {"name": naming.config_map_name(job.job_id)}},
+            {"name": STATUS_VOLUME, "emptyDir": {}},
+            {"name": SCRATCH_VOLUME, "emptyDir": {}},
+            {"name": STATE_VOLUME, "emptyDir": {}},
+        ]
+
+    def driver_volume_mounts(self) -> list[dict[str, Any]]:
+        return [
+            {"name": CONFIG_VOLUME, "mountPath": naming.CONFIG_MOUNT, "readOnly": True},
+            {"name": STATUS_VOLUME, "mountPath": naming.STATUS_MOUNT},
+            {"name": SCRATCH_VOLUME, "mountPath": SCRATCH_MOUNT},
+            # each launch checkpoints afresh (positions in status are the truth): scratch suffices
+            {"name": STATE_VOLUME, "mountPath": self.settings.checkpoint_root},
+        ]
+
+    def pod_security_context(self) -> dict[str, Any]:
+        """The Pod-level half of Pod Security `restricted`: a fixed non-root user."""
+        uid = self.settings.run_as_user
+        return {
+            "runAsNonRoot": True,
+            "runAsUser": uid,
+            "runAsGroup": uid,
+            "fsGroup": uid,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }
+
+    @staticmethod
+    def container_security_context() -> dict[str, Any]:
+        """The container-level half: no privilege escalation, no capabilities, read-only root."""
+        return {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }
+
+    # -- what the launchers do alike ---------------------------------------------------------
 
     def stop(self, key: str) -> bool:
         namespace, name = split_key(key)

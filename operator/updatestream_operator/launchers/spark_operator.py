@@ -13,16 +13,7 @@ from typing import Any
 
 from updatestream_operator import naming
 from updatestream_operator.launchers.base import LaunchError
-from updatestream_operator.launchers.cluster import (
-    ClusterLauncher,
-    container_security_context,
-    driver_arguments,
-    driver_volume_mounts,
-    job_volumes,
-    pod_security_context,
-    publisher_container,
-    write_config_maps,
-)
+from updatestream_operator.launchers.cluster import ClusterLauncher
 from updatestream_operator.launchers.podtemplate import load_base_template, scheduling
 from updatestream_operator.launchers.settings import ClusterSettings
 from updatestream_operator.models import JobPhase, JobSpec
@@ -105,20 +96,20 @@ class SparkOperatorLauncher(ClusterLauncher):
                 "mode": "cluster",
                 "image": settings.image_for(job),
                 "mainApplicationFile": settings.app_resource,
-                "arguments": driver_arguments(job, settings),
+                "arguments": self.driver_arguments(job),
                 "sparkVersion": settings.spark_version,
                 "restartPolicy": {"type": "Never"},
                 "sparkConf": dict(job.spark.conf),
-                "volumes": job_volumes(job),
+                "volumes": self.job_volumes(job),
                 "driver": {
                     "serviceAccount": settings.service_account_for(job),
                     "labels": driver_labels,
                     "annotations": naming.job_annotations(job),
                     "secrets": secrets,
-                    "volumeMounts": driver_volume_mounts(settings),
-                    "sidecars": [publisher_container(job, settings)],
-                    "podSecurityContext": pod_security_context(settings),
-                    "securityContext": container_security_context(),
+                    "volumeMounts": self.driver_volume_mounts(),
+                    "sidecars": [self.publisher_container(job)],
+                    "podSecurityContext": self.pod_security_context(),
+                    "securityContext": self.container_security_context(),
                     **placement,
                     **({"cores": 1, "memory": "1g"} | _resources(job.spark.driver)),
                 },
@@ -144,7 +135,7 @@ class SparkOperatorLauncher(ClusterLauncher):
                 "(sparkoperator.k8s.io/v1beta2) is not served; install the Kubeflow "
                 "spark-operator or run the operator with --launcher spark-submit"
             )
-        write_config_maps(self.store, job)
+        self.write_config_maps(job)
         self.store.create_spark_application(namespace, self.application(job))
 
     # -- the SparkApplication -----------------------------------------------------------------

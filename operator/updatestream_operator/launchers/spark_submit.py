@@ -24,17 +24,7 @@ import yaml
 from updatestream_operator import naming
 from updatestream_operator.jobconfig import conf_arguments, spark_resource_conf
 from updatestream_operator.launchers.base import LaunchError
-from updatestream_operator.launchers.cluster import (
-    DRIVER_CONTAINER,
-    ClusterLauncher,
-    container_security_context,
-    driver_arguments,
-    driver_volume_mounts,
-    job_volumes,
-    pod_security_context,
-    publisher_container,
-    write_config_maps,
-)
+from updatestream_operator.launchers.cluster import DRIVER_CONTAINER, ClusterLauncher
 from updatestream_operator.launchers.podtemplate import load_base_template, merge_driver_template
 from updatestream_operator.launchers.settings import ClusterSettings
 from updatestream_operator.models import JobPhase, JobSpec
@@ -119,16 +109,16 @@ class SparkSubmitLauncher(ClusterLauncher):
             },
             "spec": {
                 # meets Pod Security `restricted`: Spark keeps these when it builds the Pod
-                "securityContext": pod_security_context(self.settings),
+                "securityContext": self.pod_security_context(),
                 "containers": [
                     {
                         "name": DRIVER_CONTAINER,
-                        "securityContext": container_security_context(),
-                        "volumeMounts": driver_volume_mounts(self.settings),
+                        "securityContext": self.container_security_context(),
+                        "volumeMounts": self.driver_volume_mounts(),
                     },
-                    publisher_container(job, self.settings),
+                    self.publisher_container(job),
                 ],
-                "volumes": job_volumes(job),
+                "volumes": self.job_volumes(job),
             },
         }
 
@@ -169,7 +159,7 @@ class SparkSubmitLauncher(ClusterLauncher):
             job.job_id,
             *conf_arguments(self.spark_conf(job, template)),
             self.settings.app_resource,
-            *driver_arguments(job, self.settings),
+            *self.driver_arguments(job),
         ]
 
     def launch(self, job: JobSpec) -> None:
@@ -177,7 +167,7 @@ class SparkSubmitLauncher(ClusterLauncher):
         if self.store.get_pod(namespace, job.job_id) is not None:
             log.info("driver Pod %s/%s exists already; not submitting again", namespace, job.job_id)
             return
-        write_config_maps(self.store, job)
+        self.write_config_maps(job)
         with tempfile.TemporaryDirectory(prefix="updatestream-submit-") as workdir:
             template = Path(workdir) / "driver-pod-template.yaml"
             template.write_text(yaml.safe_dump(self.pod_template(job)))
