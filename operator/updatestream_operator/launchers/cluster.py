@@ -14,14 +14,16 @@ and carries the launch id, so a report is never taken for another launch's.
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from typing import Any
 
 from updatestream.spec import Keyspace
 from updatestream_operator import naming
 from updatestream_operator.jobconfig import config_files, kubernetes_watch, run_arguments
-from updatestream_operator.launchers.base import job_info, parse_time, split_key
+from updatestream_operator.launchers.base import split_key
 from updatestream_operator.launchers.settings import ClusterSettings
 from updatestream_operator.models import JobInfo, JobPhase, JobProgress, JobSpec, JobStatus
 from updatestream_operator.progress import loads_progress
@@ -51,6 +53,43 @@ def read_progress(store: KubeStore, namespace: str, job_id: str) -> JobProgress 
     if not text:
         return JobProgress(launch_id=launch_id)
     return loads_progress(text, launch_id=launch_id, source=f"ConfigMap {namespace}/{name}")
+
+
+def job_info(
+    *,
+    name: str,
+    namespace: str,
+    labels: Mapping[str, str],
+    annotations: Mapping[str, str],
+    phase: JobPhase,
+    message: str = "",
+    created_at: dt.datetime | None = None,
+) -> JobInfo | None:
+    """A JobInfo from the labels and annotations the operator put on a job (None if missing)."""
+    try:
+        return JobInfo(
+            job_id=name,
+            namespace=namespace,
+            stream_uid=labels[naming.LABEL_STREAM_UID],
+            key_range=annotations[naming.ANNOTATION_KEY_RANGE],
+            shard_map=annotations[naming.ANNOTATION_SHARD_MAP],
+            spec_hash=annotations.get(naming.ANNOTATION_SPEC_HASH, ""),
+            launch_id=int(annotations.get(naming.ANNOTATION_LAUNCH_ID, "0")),
+            in_job_hops=annotations.get(naming.ANNOTATION_IN_JOB_HOPS) == "true",
+            phase=phase,
+            message=message,
+            created_at=created_at,
+        )
+    except (KeyError, ValueError):
+        return None
+
+
+def parse_time(value: object) -> dt.datetime | None:
+    if isinstance(value, dt.datetime):
+        return value
+    if isinstance(value, str) and value:
+        return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return None
 
 
 class ClusterLauncher(ABC):
