@@ -60,11 +60,9 @@ from bench.summary import SUMMARY, merge_summary  # noqa: E402
 from harness.kube import ensure_kube_tools, free_port, start_kube_api  # noqa: E402
 from harness.operator import (  # noqa: E402
     apply,
-    apply_crds,
     apply_spark_application_crd,
-    install_operator_identity,
     keyspace_manifest,
-    prepare_namespace,
+    prepare_operator,
     stream_manifest,
 )
 
@@ -107,9 +105,7 @@ def operator_footprint(root: Path, streams: int, settle: float) -> dict[str, Any
     ensure_kube_tools(echo=console.print)
     api = start_kube_api()
     try:
-        apply_crds(api)
-        kubeconfig = install_operator_identity(api, root)
-        prepare_namespace(api, NS)
+        kubeconfig = prepare_operator(api, root, NS)
         apply_spark_application_crd(api)
         apply(api, NS, keyspace_manifest("commerce"))
         liveness = f"http://127.0.0.1:{free_port()}/healthz"

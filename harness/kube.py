@@ -1,7 +1,6 @@
 """A real Kubernetes API server (kube-apiserver on etcd) for the operator and chart tests.
 
-The binaries are built from the pinned Go modules under `tools/` by
-`scripts/build-kube-tools.sh` into `${UPDATESTREAM_CACHE_DIR:-~/.cache/updatestream}/bin`.
+The binaries are built from the pinned Go modules under `tools/` (`harness.kubetools`).
 No kubelet, scheduler or controller-manager runs: objects are stored, validated, admitted and
 authorised exactly as in a cluster, but nothing acts on them (Pods stay Pending, namespaces
 are never finalised after deletion, no controller creates ServiceAccounts).
@@ -15,11 +14,8 @@ creates it in every namespace it makes.
 from __future__ import annotations
 
 import atexit
-import contextlib
-import ctypes
 import os
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
@@ -27,25 +23,34 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
+from harness.kubetools import KubeHarnessError, KubeTools, cache_dir, ensure_kube_tools
 from harness.pki import KubePki, write_pki
-from updatestream.core.errors import UpdateStreamError
+from harness.process import die_with_parent, stop_process
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-BUILD_SCRIPT = REPO_ROOT / "scripts" / "build-kube-tools.sh"
+__all__ = [
+    "KubeApi",
+    "KubeHarnessError",
+    "KubeTools",
+    "KubectlError",
+    "cache_dir",
+    "ensure_kube_tools",
+    "free_port",
+    "shared_kube_api",
+    "start_kube_api",
+    "write_kubeconfig",
+]
+
 SERVICE_CIDR = "10.0.0.0/24"
 SERVICE_IP = "10.0.0.1"  # first address of SERVICE_CIDR: the `kubernetes` Service
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
+ADMIN_USER = "updatestream-admin"  # its client certificate is in the group system:masters
 _STARTS = 3  # attempts when a freshly picked port was taken by someone else meanwhile
-
-
-class KubeHarnessError(UpdateStreamError):
-    """The test API server (or etcd, or the tools they are built from) could not be used."""
 
 
 class KubectlError(KubeHarnessError):
@@ -56,73 +61,6 @@ class KubectlError(KubeHarnessError):
         self.result = result
 
 
-def cache_dir() -> Path:
-    configured = os.environ.get("UPDATESTREAM_CACHE_DIR")
-    return Path(configured) if configured else Path.home() / ".cache" / "updatestream"
-
-
-@dataclass(frozen=True)
-class KubeTools:
-    """Absolute paths of the built binaries (never the ones on PATH, which may differ)."""
-
-    kube_apiserver: Path
-    kubectl: Path
-    etcd: Path
-    helm: Path
-
-    @classmethod
-    def in_dir(cls, directory: Path) -> KubeTools:
-        return cls(
-            kube_apiserver=directory / "kube-apiserver",
-            kubectl=directory / "kubectl",
-            etcd=directory / "etcd",
-            helm=directory / "helm",
-        )
-
-
-_built: KubeTools | None = None
-
-
-def ensure_kube_tools(echo: Callable[[str], None] | None = None) -> KubeTools:
-    """Run the (idempotent) build script once per process and return the binaries' paths.
-
-    A cold build compiles kube-apiserver from source and takes tens of minutes on two cores;
-    afterwards the script only compares a hash and prints one line. `echo` receives each
-    progress line as it is printed.
-    """
-    global _built
-    if _built is not None:
-        return _built
-    process = subprocess.Popen(
-        ["bash", str(BUILD_SCRIPT)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=REPO_ROOT,
-    )
-    assert process.stdout is not None
-    lines = []
-    for line in process.stdout:
-        lines.append(line.rstrip("\n"))
-        if echo is not None:
-            echo(lines[-1])
-    if process.wait() != 0:
-        tail = "\n".join(lines[-30:])
-        raise KubeHarnessError(
-            f"building the Kubernetes test tools failed (exit {process.returncode}); "
-            f"run `bash scripts/build-kube-tools.sh` to see why. Last output:\n{tail}"
-        )
-    tools = KubeTools.in_dir(cache_dir() / "bin")
-    missing = [str(p) for p in vars(tools).values() if not os.access(p, os.X_OK)]
-    if missing:
-        raise KubeHarnessError(
-            f"the build script succeeded but {', '.join(missing)} is missing; remove "
-            "the .stamp-* files in that directory and run scripts/build-kube-tools.sh again"
-        )
-    _built = tools
-    return tools
-
-
 def free_port() -> int:
     """A loopback TCP port that was free a moment ago (the kernel picks it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -130,34 +68,11 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _die_with_parent() -> None:
-    """In the child: be killed when the test process dies, even if it is itself killed.
-
-    SIGKILL, not SIGTERM: both servers would get it at once, and kube-apiserver's graceful
-    shutdown then waits forever on the etcd that is going away. Their data is disposable.
-    """
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 def _log_tail(path: Path, lines: int = 25) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
-
-
-def _stop_process(process: subprocess.Popen[bytes], grace: float = 15.0) -> None:
-    if process.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(process.pid, signal.SIGKILL)
-        process.wait(timeout=grace)
 
 
 @dataclass
@@ -226,6 +141,15 @@ class KubeApi:
             )
         return result
 
+    def token_kubeconfig(
+        self, namespace: str, account: str, path: Path, duration: str = "1h"
+    ) -> Path:
+        """A kubeconfig authenticating as a ServiceAccount with a bound token (TokenRequest)."""
+        token = self.kubectl(
+            "create", "token", account, "-n", namespace, f"--duration={duration}"
+        ).stdout.strip()
+        return write_kubeconfig(path, self.server, self.pki.ca_cert, account, {"token": token})
+
     def create_namespace(self, name: str) -> None:
         """Create (or keep) a namespace and its `default` ServiceAccount, so Pods can be made."""
         manifest = {
@@ -245,7 +169,7 @@ class KubeApi:
     def stop(self) -> None:
         """Stop the API server, then etcd (by pid), and remove the work directory. Idempotent."""
         while self._processes:
-            _stop_process(self._processes.pop())
+            stop_process(self._processes.pop())
         if not self._keep_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -269,7 +193,7 @@ def _spawn(command: Sequence[str], log: Path) -> subprocess.Popen[bytes]:
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
 
 
@@ -381,39 +305,31 @@ def _start_apiserver(
     )
 
 
-def _write_kubeconfig(path: Path, server: str, pki: KubePki) -> None:
+def write_kubeconfig(
+    path: Path, server: str, ca_cert: Path, user: str, credentials: Mapping[str, str]
+) -> Path:
+    """A kubeconfig for one user of the test API server (mode 0600: it holds credentials)."""
     config = {
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [
             {
                 "name": "updatestream-test",
-                "cluster": {"server": server, "certificate-authority": str(pki.ca_cert)},
+                "cluster": {"server": server, "certificate-authority": str(ca_cert)},
             }
         ],
-        "users": [
-            {
-                "name": "updatestream-admin",
-                "user": {
-                    "client-certificate": str(pki.admin_cert),
-                    "client-key": str(pki.admin_key),
-                },
-            }
-        ],
+        "users": [{"name": user, "user": dict(credentials)}],
         "contexts": [
             {
-                "name": "updatestream-test",
-                "context": {
-                    "cluster": "updatestream-test",
-                    "user": "updatestream-admin",
-                    "namespace": "default",
-                },
+                "name": user,
+                "context": {"cluster": "updatestream-test", "user": user, "namespace": "default"},
             }
         ],
-        "current-context": "updatestream-test",
+        "current-context": user,
     }
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     path.chmod(0o600)
+    return path
 
 
 def start_kube_api(
@@ -429,7 +345,7 @@ def start_kube_api(
     _remove_stale_workdirs()
     workdir = Path(tempfile.mkdtemp(prefix="updatestream-kube-"))
     (workdir / "owner.pid").write_text(str(os.getpid()))
-    pki = write_pki(workdir / "pki", SERVICE_IP)
+    pki = write_pki(workdir / "pki", SERVICE_IP, ADMIN_USER)
     api = KubeApi(
         server="",
         kubeconfig=workdir / "kubeconfig",
@@ -445,7 +361,8 @@ def start_kube_api(
         api._processes.append(etcd)
         apiserver, api.server = _start_apiserver(tools, workdir, pki, api.etcd_url, startup_timeout)
         api._processes.append(apiserver)
-        _write_kubeconfig(api.kubeconfig, api.server, pki)
+        admin = {"client-certificate": str(pki.admin_cert), "client-key": str(pki.admin_key)}
+        write_kubeconfig(api.kubeconfig, api.server, pki.ca_cert, ADMIN_USER, admin)
         # No controller-manager: make the ServiceAccount it would have made.
         api.create_namespace("default")
         api.startup_seconds = time.monotonic() - started

@@ -1,14 +1,20 @@
-"""Helpers for the operator tests: manifests, CRD/RBAC installation, a ServiceAccount identity."""
+"""Helpers for the operator tests: manifests, CRD/RBAC installation, a ServiceAccount identity,
+the operator under kopf's test runner, and what a test reads of its streams."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
+from unittest import mock
 
 import yaml
+from kopf.testing import KopfRunner
+from updatestream_operator import config
 
 from harness.kube import KubeApi
 
@@ -146,31 +152,17 @@ def install_operator_identity(api: KubeApi, workdir: Path) -> Path:
     manifests grant."""
     api.create_namespace(OPERATOR_NAMESPACE)
     api.kubectl("apply", "-f", str(REPO_ROOT / "crds" / "rbac"))
-    token = api.kubectl(
-        "create", "token", OPERATOR_ACCOUNT, "-n", OPERATOR_NAMESPACE, "--duration=4h"
-    ).stdout.strip()
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "test",
-                "cluster": {"server": api.server, "certificate-authority": str(api.pki.ca_cert)},
-            }
-        ],
-        "users": [{"name": OPERATOR_ACCOUNT, "user": {"token": token}}],
-        "contexts": [
-            {
-                "name": "operator",
-                "context": {"cluster": "test", "user": OPERATOR_ACCOUNT, "namespace": "default"},
-            }
-        ],
-        "current-context": "operator",
-    }
     path = workdir / "operator.kubeconfig"
-    path.write_text(yaml.safe_dump(config))
-    path.chmod(0o600)
-    return path
+    return api.token_kubeconfig(OPERATOR_NAMESPACE, OPERATOR_ACCOUNT, path, duration="4h")
+
+
+def prepare_operator(api: KubeApi, workdir: Path, namespace: str) -> Path:
+    """Everything an operator test starts from: the CRDs, the operator's identity (its
+    kubeconfig is returned) and `namespace` prepared for its streams' jobs."""
+    apply_crds(api)
+    kubeconfig = install_operator_identity(api, workdir)
+    prepare_namespace(api, namespace)
+    return kubeconfig
 
 
 def prepare_namespace(api: KubeApi, namespace: str) -> None:
@@ -185,3 +177,81 @@ def prepare_namespace(api: KubeApi, namespace: str) -> None:
         "stringData": {"username": "updatestream", "password": SECRET_VALUE},
     }
     apply(api, namespace, secret)
+
+
+@contextlib.contextmanager
+def kopf_operator(
+    api: KubeApi, namespace: str, kubeconfig: Path, *, verbose: bool = True, **settings: Any
+) -> Iterator[KopfRunner]:
+    """The operator's handlers under kopf's KopfRunner, watching `namespace` as the identity
+    of `kubeconfig`; `settings` are `OperatorConfig` fields (the local launcher, no metrics
+    endpoint and a one-second timer unless given).
+
+    On the way out, while the operator still runs, every UpdateStream in the namespace is
+    deleted and waited for, so that the operator stops their jobs and removes its finalizers.
+    """
+    defaults: dict[str, Any] = {"launcher": "local", "metrics_port": 0, "timer_interval": 1.0}
+    config.configure(
+        config.OperatorConfig(
+            namespace=namespace, kubeconfig=str(kubeconfig), **(defaults | settings)
+        )
+    )
+    args = ["run", "--standalone", "-n", namespace, "-m", "updatestream_operator.handlers"]
+    if verbose:
+        args.append("--verbose")
+    with (
+        # kopf's own login, and spark-submit's
+        mock.patch.dict(os.environ, {"KUBECONFIG": str(kubeconfig)}),
+        KopfRunner(args, timeout=60) as runner,
+    ):
+        try:
+            yield runner
+        finally:
+            _delete_streams(api, namespace)
+
+
+def _delete_streams(api: KubeApi, namespace: str) -> None:
+    for stream in items(api, namespace, "updatestreams"):
+        name = stream["metadata"]["name"]
+        api.kubectl("delete", "-n", namespace, "updatestream", name, "--wait=false")
+    wait_for(lambda: not items(api, namespace, "updatestreams"), "the streams to be deleted")
+
+
+def condition_of(status: dict[str, Any], type_: str) -> tuple[str, str] | None:
+    """(status, reason) of a condition in an UpdateStream's status; None when it has none."""
+    for found in status.get("conditions", []):
+        if found["type"] == type_:
+            return found["status"], found.get("reason", "")
+    return None
+
+
+class StreamWatch:
+    """What a test reads of the UpdateStreams in one namespace: status, conditions, Events.
+    Every object and Event read is kept as JSON in `seen`, to check no Secret value shows."""
+
+    def __init__(self, api: KubeApi, namespace: str) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.seen: list[str] = []
+
+    def stream(self, name: str) -> dict[str, Any] | None:
+        found = get(self.api, self.namespace, "updatestream", name)
+        if found is not None:
+            self.seen.append(json.dumps(found))
+        return found
+
+    def status(self, name: str) -> dict[str, Any]:
+        return dict(((self.stream(name) or {}).get("status")) or {})
+
+    def condition(self, name: str, type_: str) -> tuple[str, str] | None:
+        return condition_of(self.status(name), type_)
+
+    def events(self, name: str | None = None) -> list[dict[str, Any]]:
+        """The Events in the namespace (on UpdateStream `name`), oldest first."""
+        found = items(self.api, self.namespace, "events")
+        self.seen.extend(json.dumps(e) for e in found)
+        found = [e for e in found if name is None or e["involvedObject"]["name"] == name]
+        return sorted(found, key=lambda e: (e.get("firstTimestamp") or "", e["metadata"]["name"]))
+
+    def reasons(self, name: str) -> list[str]:
+        return [e["reason"] for e in self.events(name)]

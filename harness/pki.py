@@ -77,6 +77,34 @@ def _builder(
     )
 
 
+def _key_usage(*, signs_certificates: bool) -> x509.KeyUsage:
+    """Signing only: certificates and CRLs for the CA, handshakes for a leaf."""
+    return x509.KeyUsage(
+        digital_signature=True,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=signs_certificates,
+        crl_sign=signs_certificates,
+        encipher_only=False,
+        decipher_only=False,
+    )
+
+
+def _ca() -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """A self-signed CA that signs the server's and the clients' certificates."""
+    key = _key()
+    name = _name("updatestream-test-ca")
+    cert = (
+        _builder(name, name, key)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(_key_usage(signs_certificates=True), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    return cert, key
+
+
 def _leaf(
     ca: x509.Certificate,
     ca_key: ec.EllipticCurvePrivateKey,
@@ -88,20 +116,7 @@ def _leaf(
     builder = (
         _builder(subject, ca.subject, key)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(_key_usage(signs_certificates=False), critical=True)
         .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
     )
     if san is not None:
@@ -116,27 +131,7 @@ def write_pki(directory: Path, service_ip: str, admin_user: str = "updatestream-
     treats as a superuser regardless of RBAC.
     """
     directory.mkdir(parents=True, exist_ok=True)
-    ca_key = _key()
-    ca_name = _name("updatestream-test-ca")
-    ca = (
-        _builder(ca_name, ca_name, ca_key)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
+    ca, ca_key = _ca()
     san = x509.SubjectAlternativeName(
         [x509.DNSName(name) for name in _SERVING_DNS]
         + [

@@ -1,14 +1,33 @@
-"""The operator's own settings (from `updatestream operator` options), and what they build."""
+"""The operator's own settings (from `updatestream operator` options), and what they build.
+
+The settings of the cluster launchers (`ClusterSettings`) live beside them in
+`launchers.settings`: the launchers never import this module, which builds them (lazily: the
+console script loads this module for its options, and should not load the Kubernetes client).
+"""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from updatestream_operator.launchers.base import Launcher
-from updatestream_operator.models import JobSpec
+from updatestream_operator.launchers.settings import ClusterSettings
+
+if TYPE_CHECKING:
+    from updatestream_operator.storage import KubeStore
+
+__all__ = [
+    "LAUNCHERS",
+    "ClusterSettings",
+    "LauncherName",
+    "OperatorConfig",
+    "build_launchers",
+    "configure",
+    "current",
+    "in_cluster",
+]
 
 LauncherName = Literal["local", "spark-submit", "spark-operator"]
 LAUNCHERS: tuple[LauncherName, ...] = ("local", "spark-submit", "spark-operator")
@@ -16,30 +35,6 @@ LAUNCHERS: tuple[LauncherName, ...] = ("local", "spark-submit", "spark-operator"
 
 def in_cluster() -> bool:
     return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
-
-
-@dataclass(frozen=True)
-class ClusterSettings:
-    """How drivers run in the cluster (operator settings; `spec.spark` overrides some)."""
-
-    image: str = "ghcr.io/updatestream/updatestream:0.1.0"
-    service_account: str = "updatestream-spark"
-    app_resource: str = "local:///opt/updatestream/jobs/updatestream_jobs/main.py"
-    checkpoint_root: str = "/var/lib/updatestream/checkpoints"
-    driver_metrics_port: int = 9090
-    publish_interval_seconds: float = 5.0
-    spark_version: str = "4.3.0"
-    # UID and GID of the driver Pods (the image's user); Pod Security `restricted` needs non-zero
-    run_as_user: int = 10001
-    # a Pod template (the chart's) the spark-submit driver template is built on, so its
-    # scheduling, pull secrets and annotations reach the driver Pods; None: the operator's alone
-    driver_pod_template: Path | None = None
-
-    def image_for(self, job: JobSpec) -> str:
-        return job.spark.image or self.image
-
-    def service_account_for(self, job: JobSpec) -> str:
-        return job.spark.service_account or self.service_account
 
 
 @dataclass
@@ -79,14 +74,12 @@ def current() -> OperatorConfig:
     return _current or OperatorConfig()
 
 
-def build_launchers(config: OperatorConfig, store: object) -> dict[str, Launcher]:
+def build_launchers(config: OperatorConfig, store: KubeStore) -> dict[str, Launcher]:
     """Every launcher the operator can use (a stream may choose one with spec.spark.launcher)."""
     from updatestream_operator.launchers.local import LocalLauncher
     from updatestream_operator.launchers.spark_operator import SparkOperatorLauncher
     from updatestream_operator.launchers.spark_submit import SparkSubmitLauncher
-    from updatestream_operator.storage import KubeStore
 
-    assert isinstance(store, KubeStore)
     return {
         "spark-submit": SparkSubmitLauncher(
             store, config.cluster, spark_submit=config.spark_submit

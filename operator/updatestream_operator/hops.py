@@ -277,20 +277,11 @@ def _record_in_job(step: Step, entry: KeyRangeStatus, job: JobInfo, serving: str
     )
 
 
-def _complete_in_job(
-    step: Step,
-    entry: KeyRangeStatus,
-    job: JobInfo,
-    spec: UpdateStreamSpec,
-    keyspace: Keyspace,
-    hop: HopRecord,
-    done: ReportedHop,
-) -> KeyRangeStatus:
-    """The job reports it reads `hop`'s shards: complete the record with the job's numbers;
-    the new shards' positions are the tokens it reported (or, without one, the plan's start,
-    where a relaunch would begin)."""
-    assert entry.shard_map is not None
-    plan, last_delivered = _plan(entry, keyspace, hop.to_map)
+def _positions_after(
+    step: Step, entry: KeyRangeStatus, hop: HopRecord, plan: HopPlan
+) -> list[ShardPosition]:
+    """The positions on `hop`'s destination shards: the tokens the job reported, else (a shard
+    the hop left alone) the entry's own, else the plan's start, where a relaunch would begin."""
     reports = step.report(entry)
     by_name = (
         {} if reports is None else {KeyRange.parse(n).name: s for n, s in reports.shards.items()}
@@ -312,12 +303,35 @@ def _complete_in_job(
         else:
             start = plan.destinations[name].start_timestamp
             positions.append(ShardPosition(name=name, start_timestamp=start))
+    return positions
+
+
+def _in_job_duration(done: ReportedHop) -> float:
+    """How long the job's hop took: its own figure, else from when the serving shards changed
+    (or it noticed) until it completed."""
     assert done.completed_at is not None
     began = done.serving_changed_at or done.detected_at
     duration = done.duration_seconds
     if duration is None:
         duration = done.completed_at - began if began is not None else 0.0
-    duration = max(0.0, duration)
+    return max(0.0, duration)
+
+
+def _complete_in_job(
+    step: Step,
+    entry: KeyRangeStatus,
+    job: JobInfo,
+    spec: UpdateStreamSpec,
+    keyspace: Keyspace,
+    hop: HopRecord,
+    done: ReportedHop,
+) -> KeyRangeStatus:
+    """The job reports it reads `hop`'s shards: complete the record with the job's numbers,
+    and move the entry's positions to the new shards."""
+    assert entry.shard_map is not None and done.completed_at is not None
+    plan, last_delivered = _plan(entry, keyspace, hop.to_map)
+    positions = _positions_after(step, entry, hop, plan)
+    duration = _in_job_duration(done)
     record = hop.model_copy(
         update={
             "from_shards": relevant_shards(entry.shard_map, entry.key_range),

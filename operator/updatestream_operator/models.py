@@ -1,4 +1,5 @@
-"""The operator's own data: jobs as launchers see them, job progress, and the stream status.
+"""The operator's own data: jobs as launchers see them, job progress, the Events to post, and
+the stream status.
 
 The status models serialise to the camelCase shape of the UpdateStream CRD's status. Everything
 here is plain data: no Kubernetes client, no kopf.
@@ -123,6 +124,15 @@ class JobStatus:
     phase: JobPhase
     message: str = ""
     progress: JobProgress | None = None
+
+
+@dataclass(frozen=True)
+class Note:
+    """A Kubernetes Event to post on the UpdateStream."""
+
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,6 @@ from updatestream_operator.steps import (
     Action,
     Decision,
     Launch,
-    Note,
     Observed,
     Settings,
     Stop,
@@ -64,11 +63,9 @@ __all__ = [
     "Action",
     "Decision",
     "Launch",
-    "Note",
     "Observed",
     "Settings",
     "Stop",
-    "plan_cleanup",
     "reconcile",
     "resume_start",
 ]
@@ -181,53 +178,14 @@ def _key_range_step(
     keyspace: Keyspace,
 ) -> KeyRangeStatus:
     serving = ",".join(ShardMap.parse(",".join(keyspace.spec.serving_shards)).names)
-    wanted_shards = relevant_shards(serving, entry.key_range)
-    if job is None and entry.launch_id == 0:
-        shards = relevant_shards(serving, entry.key_range)
-        fresh = entry.model_copy(
-            update={
-                "shards": initial_positions(spec.start, shards, step.obs.now),
-                "start_mode": spec.start.mode,
-            }
-        )
-        return _launch(step, fresh, spec, keyspace, spec.start)
     if job is None:
-        if entry.shard_map and relevant_shards(entry.shard_map, entry.key_range) != wanted_shards:
-            try:
-                entry = plan_relaunch(step, entry, keyspace, serving)
-            except HopPlanningError as exc:
-                step.degraded.append(Problem("HopPlanningFailed", str(exc)))
-                return entry.model_copy(update={"phase": "Degraded", "message": str(exc)})
-        return _launch(step, entry, spec, keyspace, resume_start(entry))
-
-    # the map whose shards the job reads: what it was launched for, or hopped to in place
-    reads = entry.shard_map or job.shard_map
-    if entry.launch_id == 0:
-        entry = _adopt(step, entry, job, spec, keyspace)
-        reads = entry.shard_map or job.shard_map
-    elif job.launch_id != entry.launch_id:
-        # Two launches raced (an operator killed while launching, restarted, launching again):
-        # the API server kept one job; it is the launch that runs, so its reports count.
-        entry = entry.model_copy(update={"launch_id": job.launch_id})
-        reads = job.shard_map
-    entry = entry.model_copy(update={"job": job.job_id, "phase": job.phase.value})
-    entry = complete_relaunch(step, entry, job)
+        return _without_job(step, entry, spec, keyspace, serving)
+    entry, reads = _follow_job(step, entry, job, spec, keyspace)
     if job.phase is JobPhase.TERMINATING:
         return entry.model_copy(update={"phase": "Stopping"})
     if job.phase in (JobPhase.FAILED, JobPhase.SUCCEEDED):
-        if entry.restarts >= step.settings.max_restarts:
-            message = (
-                f"job {job.job_id} of key range {entry.key_range} ended ({job.phase.value}: "
-                f"{job.message or entry.message or 'no message'}) and was relaunched "
-                f"{entry.restarts} times; fix the cause, then set spec.suspend to true and "
-                "back to false to relaunch it from its positions"
-            )
-            step.degraded.append(Problem("JobFailed", message))
-            return entry.model_copy(update={"message": message})
-        step.stop(job, f"it ended ({job.phase.value}); relaunching from its positions")
-        step.note("Warning", "JobFailed", f"job {job.job_id} ended: {job.message or job.phase}")
-        return entry.model_copy(update={"restarts": entry.restarts + 1, "phase": "Restarting"})
-    if relevant_shards(reads, entry.key_range) != wanted_shards:
+        return _job_ended(step, entry, job)
+    if relevant_shards(reads, entry.key_range) != relevant_shards(serving, entry.key_range):
         why = can_hop_in_job(step, entry, job)
         if why:
             return stop_for_hop(step, entry, job, reads, serving, why)
@@ -239,6 +197,76 @@ def _key_range_step(
         if entry.hop is not None or step.stopping(job):
             return entry
         reads = entry.shard_map or reads
+    return _running(step, entry, job, spec, keyspace, reads, serving)
+
+
+def _without_job(
+    step: _Step, entry: KeyRangeStatus, spec: UpdateStreamSpec, keyspace: Keyspace, serving: str
+) -> KeyRangeStatus:
+    """No job exists for the key range: launch its first from `spec.start`, or relaunch it
+    from its positions (planning the hop first if the serving shards changed meanwhile)."""
+    wanted_shards = relevant_shards(serving, entry.key_range)
+    if entry.launch_id == 0:
+        fresh = entry.model_copy(
+            update={
+                "shards": initial_positions(spec.start, wanted_shards, step.obs.now),
+                "start_mode": spec.start.mode,
+            }
+        )
+        return _launch(step, fresh, spec, keyspace, spec.start)
+    if entry.shard_map and relevant_shards(entry.shard_map, entry.key_range) != wanted_shards:
+        try:
+            entry = plan_relaunch(step, entry, keyspace, serving)
+        except HopPlanningError as exc:
+            step.degraded.append(Problem("HopPlanningFailed", str(exc)))
+            return entry.model_copy(update={"phase": "Degraded", "message": str(exc)})
+    return _launch(step, entry, spec, keyspace, resume_start(entry))
+
+
+def _follow_job(
+    step: _Step, entry: KeyRangeStatus, job: JobInfo, spec: UpdateStreamSpec, keyspace: Keyspace
+) -> tuple[KeyRangeStatus, str]:
+    """The entry brought up to the job that exists, and the map whose shards the job reads:
+    what it was launched for, or hopped to in place."""
+    reads = entry.shard_map or job.shard_map
+    if entry.launch_id == 0:
+        entry = _adopt(step, entry, job, spec, keyspace)
+        reads = entry.shard_map or job.shard_map
+    elif job.launch_id != entry.launch_id:
+        # Two launches raced (an operator killed while launching, restarted, launching again):
+        # the API server kept one job; it is the launch that runs, so its reports count.
+        entry = entry.model_copy(update={"launch_id": job.launch_id})
+        reads = job.shard_map
+    entry = entry.model_copy(update={"job": job.job_id, "phase": job.phase.value})
+    return complete_relaunch(step, entry, job), reads
+
+
+def _job_ended(step: _Step, entry: KeyRangeStatus, job: JobInfo) -> KeyRangeStatus:
+    """A streaming job ended: relaunch it from its positions, up to `max_restarts` times."""
+    if entry.restarts >= step.settings.max_restarts:
+        message = (
+            f"job {job.job_id} of key range {entry.key_range} ended ({job.phase.value}: "
+            f"{job.message or entry.message or 'no message'}) and was relaunched "
+            f"{entry.restarts} times; fix the cause, then set spec.suspend to true and "
+            "back to false to relaunch it from its positions"
+        )
+        step.degraded.append(Problem("JobFailed", message))
+        return entry.model_copy(update={"message": message})
+    step.stop(job, f"it ended ({job.phase.value}); relaunching from its positions")
+    step.note("Warning", "JobFailed", f"job {job.job_id} ended: {job.message or job.phase}")
+    return entry.model_copy(update={"restarts": entry.restarts + 1, "phase": "Restarting"})
+
+
+def _running(
+    step: _Step,
+    entry: KeyRangeStatus,
+    job: JobInfo,
+    spec: UpdateStreamSpec,
+    keyspace: Keyspace,
+    reads: str,
+    serving: str,
+) -> KeyRangeStatus:
+    """A job that reads the serving shards: relaunch it if its configuration changed."""
     # after an in-job hop the job runs with what its record says, not what it was launched with
     same = relevant_shards(reads, entry.key_range) == relevant_shards(
         job.shard_map, entry.key_range
@@ -378,8 +406,3 @@ def _watches(step: _Step, job: JobInfo) -> bool:
         and job.phase.is_alive
         and not step.stopping(job)
     )
-
-
-def plan_cleanup(jobs: Sequence[JobInfo]) -> tuple[Stop, ...]:
-    """Stopping every job of a stream that is being deleted."""
-    return tuple(Stop(job, "the UpdateStream is being deleted") for job in jobs)

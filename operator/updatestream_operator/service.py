@@ -27,7 +27,7 @@ from updatestream.spec import Keyspace, SpecError, UpdateStream, parse_keyspace,
 from updatestream_operator import reconcile as rec
 from updatestream_operator.launchers.base import Launcher, LaunchError
 from updatestream_operator.metrics import MetricsBook
-from updatestream_operator.models import JobInfo, JobProgress, StreamRef, StreamStatus
+from updatestream_operator.models import JobInfo, JobProgress, Note, StreamRef, StreamStatus
 from updatestream_operator.naming import job_name
 from updatestream_operator.progress import ProgressError
 from updatestream_operator.scrub import SCRUBBER
@@ -50,7 +50,7 @@ class ObjectStore(Protocol):
 
     def patch_stream_status(self, namespace: str, name: str, status: dict[str, Any]) -> None: ...
 
-    def post_event(self, ref: StreamRef, note: rec.Note) -> None: ...
+    def post_event(self, ref: StreamRef, note: Note) -> None: ...
 
 
 class StreamGone(Exception):
@@ -176,7 +176,7 @@ class StreamService:
                 try:
                     self.launchers[launcher_name].launch(action.job)
                 except LaunchError as exc:
-                    note = rec.Note("Warning", "LaunchFailed", str(exc))
+                    note = Note("Warning", "LaunchFailed", str(exc))
                     self.store.post_event(ref, note)
                     raise
 
@@ -193,61 +193,77 @@ class StreamService:
             ref: StreamRef | None = None
             for _ in range(MAX_STEPS):
                 try:
-                    stream, raw_status = self._read_stream(namespace, name)
+                    observed, settings, raw_status = self._observe(namespace, name)
                 except StreamGone:
                     return None
-                ref = stream_ref(stream)
-                spec = stream.spec
-                launcher_name = spec.spark.launcher or self.default_launcher
-                if launcher_name not in self.launchers:
-                    raise LaunchError(
-                        f"spec.spark.launcher {launcher_name!r} is not available here; "
-                        f"use one of {', '.join(self.launchers)}"
-                    )
-                status = StreamStatus.parse(raw_status)
-                keyspace, keyspace_error = self._read_keyspace(namespace, spec.keyspace)
-                wanted = [KeyRange.parse(k).name for k in spec.key_ranges]
-                observed = rec.Observed(
-                    stream=ref,
-                    spec=spec,
-                    keyspace=keyspace,
-                    status=status,
-                    jobs=self.jobs(namespace, ref.uid),
-                    progress=self._progress(ref, status, wanted, launcher_name),
-                    now=self.clock(),
-                    keyspace_error=keyspace_error,
-                )
-                settings = rec.Settings(
-                    launcher=launcher_name,
-                    max_restarts=self.max_restarts,
-                    in_job_hops=self.in_job_hops,
-                    in_job_hop_timeout=self.in_job_hop_timeout,
-                )
+                ref = observed.stream
                 decision = rec.reconcile(observed, settings)
                 if self._backing_off(namespace, name) and any(
                     isinstance(a, rec.Launch) for a in decision.actions
                 ):
                     break  # a launch failed moments ago: try again after the backoff
-                patch = _status_patch(decision.status)
-                if SCRUBBER.scrub_any(patch) != {k: raw_status.get(k) for k in patch}:
-                    self.store.patch_stream_status(namespace, name, patch)
-                for note in decision.notes:
-                    log.info("%s/%s: %s: %s", namespace, name, note.reason, note.message)
-                    self.store.post_event(ref, note)
+                self._record(ref, decision, raw_status)
                 if not decision.actions:
-                    if keyspace is not None:
-                        self._publish_keyspace(decision.keyspace_watchers, keyspace)
+                    if observed.keyspace is not None:
+                        self._publish_keyspace(decision.keyspace_watchers, observed.keyspace)
                     break
-                try:
-                    self._execute(ref, decision.actions, launcher_name)
-                except LaunchError:
-                    self._back_off(namespace, name)
-                    raise
-                self._backoff.pop((namespace, name), None)
+                self._act(ref, decision.actions, settings.launcher)
             if decision is not None and ref is not None:
                 self.metrics.update(ref, decision.status)
                 return decision.status
             return None
+
+    def _observe(
+        self, namespace: str, name: str
+    ) -> tuple[rec.Observed, rec.Settings, dict[str, Any]]:
+        """What one step looks at, the settings it decides with, and the status as read."""
+        stream, raw_status = self._read_stream(namespace, name)
+        ref = stream_ref(stream)
+        spec = stream.spec
+        launcher_name = spec.spark.launcher or self.default_launcher
+        if launcher_name not in self.launchers:
+            raise LaunchError(
+                f"spec.spark.launcher {launcher_name!r} is not available here; "
+                f"use one of {', '.join(self.launchers)}"
+            )
+        status = StreamStatus.parse(raw_status)
+        keyspace, keyspace_error = self._read_keyspace(namespace, spec.keyspace)
+        wanted = [KeyRange.parse(k).name for k in spec.key_ranges]
+        observed = rec.Observed(
+            stream=ref,
+            spec=spec,
+            keyspace=keyspace,
+            status=status,
+            jobs=self.jobs(namespace, ref.uid),
+            progress=self._progress(ref, status, wanted, launcher_name),
+            now=self.clock(),
+            keyspace_error=keyspace_error,
+        )
+        settings = rec.Settings(
+            launcher=launcher_name,
+            max_restarts=self.max_restarts,
+            in_job_hops=self.in_job_hops,
+            in_job_hop_timeout=self.in_job_hop_timeout,
+        )
+        return observed, settings, raw_status
+
+    def _record(self, ref: StreamRef, decision: rec.Decision, raw_status: dict[str, Any]) -> None:
+        """Write the decided status (when it changed), then post the step's Events."""
+        patch = _status_patch(decision.status)
+        if SCRUBBER.scrub_any(patch) != {k: raw_status.get(k) for k in patch}:
+            self.store.patch_stream_status(ref.namespace, ref.name, patch)
+        for note in decision.notes:
+            log.info("%s/%s: %s: %s", ref.namespace, ref.name, note.reason, note.message)
+            self.store.post_event(ref, note)
+
+    def _act(self, ref: StreamRef, actions: tuple[rec.Action, ...], launcher_name: str) -> None:
+        """Take the step's actions; a failed launch backs the stream off before the next."""
+        try:
+            self._execute(ref, actions, launcher_name)
+        except LaunchError:
+            self._back_off(ref.namespace, ref.name)
+            raise
+        self._backoff.pop((ref.namespace, ref.name), None)
 
     def streams_of_keyspace(self, namespace: str, keyspace: str) -> list[str]:
         return [

@@ -19,6 +19,7 @@ from updatestream_operator.models import (
     JobProgress,
     JobSpec,
     KeyRangeStatus,
+    Note,
     StreamRef,
     StreamStatus,
 )
@@ -64,15 +65,6 @@ class Stop:
 
 
 Action = Launch | Stop
-
-
-@dataclass(frozen=True)
-class Note:
-    """A Kubernetes Event to post on the UpdateStream."""
-
-    type: Literal["Normal", "Warning"]
-    reason: str
-    message: str
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,10 @@ import base64
 import datetime as dt
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from kubernetes import client, config
@@ -21,8 +22,7 @@ from kubernetes.client.exceptions import ApiException
 
 from updatestream.core.errors import UpdateStreamError
 from updatestream.spec import API_GROUP
-from updatestream_operator.models import StreamRef
-from updatestream_operator.reconcile import Note
+from updatestream_operator.models import Note, StreamRef
 from updatestream_operator.scrub import SCRUBBER
 
 if TYPE_CHECKING:
@@ -67,6 +67,29 @@ def _calling(what: str) -> Iterator[None]:
 
 def _absent(exc: KubeError) -> bool:
     return exc.status == 404
+
+
+def _read(what: str, call: Callable[[], Any]) -> Any:
+    """What `call` reads; None when the object does not exist."""
+    try:
+        with _calling(what):
+            return call()
+    except KubeError as exc:
+        if _absent(exc):
+            return None
+        raise
+
+
+def _delete(what: str, call: Callable[[], Any]) -> bool:
+    """Delete with `call`: True if deleted, False if it was gone already."""
+    try:
+        with _calling(what):
+            call()
+    except KubeError as exc:
+        if _absent(exc):
+            return False
+        raise
+    return True
 
 
 def load_client_configuration(kubeconfig: str | None = None) -> client.Configuration:
@@ -144,16 +167,13 @@ class KubeStore:
     # -- UpdateStreams and Keyspaces --------------------------------------------------------
 
     def get_custom(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            with _calling(f"reading {plural} {namespace}/{name}"):
-                obj: dict[str, Any] = self.custom.get_namespaced_custom_object(
-                    API_GROUP, VERSION, namespace, plural, name
-                )
-                return obj
-        except KubeError as exc:
-            if _absent(exc):
-                return None
-            raise
+        found: dict[str, Any] | None = _read(
+            f"reading {plural} {namespace}/{name}",
+            lambda: self.custom.get_namespaced_custom_object(
+                API_GROUP, VERSION, namespace, plural, name
+            ),
+        )
+        return found
 
     def get_keyspace(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.get_custom("keyspaces", namespace, name)
@@ -208,13 +228,11 @@ class KubeStore:
     # -- ConfigMaps -------------------------------------------------------------------------
 
     def get_config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            with _calling(f"reading ConfigMap {namespace}/{name}"):
-                return self._plain(self.core.read_namespaced_config_map(name, namespace))
-        except KubeError as exc:
-            if _absent(exc):
-                return None
-            raise
+        found = _read(
+            f"reading ConfigMap {namespace}/{name}",
+            lambda: self.core.read_namespaced_config_map(name, namespace),
+        )
+        return None if found is None else self._plain(found)
 
     def put_config_map(
         self,
@@ -267,23 +285,19 @@ class KubeStore:
         return [self._plain(item) for item in found.items]
 
     def delete_config_map(self, namespace: str, name: str) -> None:
-        try:
-            with _calling(f"deleting ConfigMap {namespace}/{name}"):
-                self.core.delete_namespaced_config_map(name, namespace)
-        except KubeError as exc:
-            if not _absent(exc):
-                raise
+        _delete(
+            f"deleting ConfigMap {namespace}/{name}",
+            lambda: self.core.delete_namespaced_config_map(name, namespace),
+        )
 
     # -- Pods and what Spark makes beside them -------------------------------------------------
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            with _calling(f"reading Pod {namespace}/{name}"):
-                return self._plain(self.core.read_namespaced_pod(name, namespace))
-        except KubeError as exc:
-            if _absent(exc):
-                return None
-            raise
+        found = _read(
+            f"reading Pod {namespace}/{name}",
+            lambda: self.core.read_namespaced_pod(name, namespace),
+        )
+        return None if found is None else self._plain(found)
 
     def list_pods(self, namespace: str | None, selector: str) -> list[dict[str, Any]]:
         with _calling(f"listing Pods ({selector})"):
@@ -294,12 +308,12 @@ class KubeStore:
         return [self._plain(item) for item in found.items]
 
     def delete_pod(self, namespace: str, name: str, grace_seconds: int = 30) -> None:
-        try:
-            with _calling(f"deleting Pod {namespace}/{name}"):
-                self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=grace_seconds)
-        except KubeError as exc:
-            if not _absent(exc):
-                raise
+        _delete(
+            f"deleting Pod {namespace}/{name}",
+            lambda: self.core.delete_namespaced_pod(
+                name, namespace, grace_period_seconds=grace_seconds
+            ),
+        )
 
     def delete_owned(self, namespace: str, owner_uid: str) -> list[str]:
         """Delete the ConfigMaps, Services and NetworkPolicies owned by `owner_uid` (what
@@ -328,13 +342,9 @@ class KubeStore:
                 if not any(o.uid == owner_uid for o in owners):
                     continue
                 name = item.metadata.name
-                try:
-                    with _calling(f"deleting {kind} {namespace}/{name}"):
-                        delete_call(name, namespace)
+                remove = partial(delete_call, name, namespace)
+                if _delete(f"deleting {kind} {namespace}/{name}", remove):
                     deleted.append(f"{kind}/{name}")
-                except KubeError as exc:
-                    if not _absent(exc):
-                        raise
         return deleted
 
     # -- Secrets (the local launcher only: cluster jobs mount them) ----------------------------
@@ -372,16 +382,13 @@ class KubeStore:
             raise
 
     def get_spark_application(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            with _calling(f"reading SparkApplication {namespace}/{name}"):
-                obj: dict[str, Any] = self.custom.get_namespaced_custom_object(
-                    SPARK_GROUP, SPARK_VERSION, namespace, SPARK_PLURAL, name
-                )
-                return obj
-        except KubeError as exc:
-            if _absent(exc):
-                return None
-            raise
+        found: dict[str, Any] | None = _read(
+            f"reading SparkApplication {namespace}/{name}",
+            lambda: self.custom.get_namespaced_custom_object(
+                SPARK_GROUP, SPARK_VERSION, namespace, SPARK_PLURAL, name
+            ),
+        )
+        return found
 
     def list_spark_applications(self, namespace: str | None, selector: str) -> list[dict[str, Any]]:
         with _calling(f"listing SparkApplications ({selector})"):
@@ -396,11 +403,9 @@ class KubeStore:
         return list(found.get("items", []))
 
     def delete_spark_application(self, namespace: str, name: str) -> None:
-        try:
-            with _calling(f"deleting SparkApplication {namespace}/{name}"):
-                self.custom.delete_namespaced_custom_object(
-                    SPARK_GROUP, SPARK_VERSION, namespace, SPARK_PLURAL, name
-                )
-        except KubeError as exc:
-            if not _absent(exc):
-                raise
+        _delete(
+            f"deleting SparkApplication {namespace}/{name}",
+            lambda: self.custom.delete_namespaced_custom_object(
+                SPARK_GROUP, SPARK_VERSION, namespace, SPARK_PLURAL, name
+            ),
+        )

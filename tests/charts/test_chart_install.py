@@ -50,6 +50,21 @@ def load_yaml_docs(path: Path) -> list[dict[str, Any]]:
     return [doc for f in files for doc in yaml.safe_load_all(f.read_text()) if doc]
 
 
+def assert_grants(
+    api: KubeApi,
+    account: str,
+    namespace: str,
+    allowed: list[tuple[str, str]],
+    denied: list[tuple[str, str]],
+) -> None:
+    """The authoriser lets `account` do each (verb, resource) of `allowed` in `namespace`,
+    and none of `denied`."""
+    for verb, resource in allowed:
+        assert can_i(api, account, verb, resource, namespace), f"may {verb} {resource}"
+    for verb, resource in denied:
+        assert not can_i(api, account, verb, resource, namespace), f"may not {verb} {resource}"
+
+
 def existing_crds(api: KubeApi) -> set[str]:
     found = api.kubectl("get", "crd", "-o", "jsonpath={.items[*].metadata.name}").stdout.split()
     return set(found)
@@ -186,7 +201,7 @@ def test_the_operator_may_run_streams_in_its_namespace_only(
 ) -> None:
     account = f"{default_release.namespace}:us-updatestream-operator"
     namespace = default_release.namespace
-    for verb, resource in [
+    allowed = [
         ("watch", "updatestreams.updatestream.io"),
         ("list", "keyspaces.updatestream.io"),
         ("patch", "updatestreams.updatestream.io/status"),
@@ -196,10 +211,9 @@ def test_the_operator_may_run_streams_in_its_namespace_only(
         ("delete", "pods"),
         ("create", "services"),
         ("update", "configmaps"),
-    ]:
-        assert can_i(kube_api, account, verb, resource, namespace), f"{verb} {resource}"
-    assert not can_i(kube_api, account, "get", "secrets", namespace)
-    assert not can_i(kube_api, account, "delete", "updatestreams.updatestream.io", namespace)
+    ]
+    denied = [("get", "secrets"), ("delete", "updatestreams.updatestream.io")]
+    assert_grants(kube_api, account, namespace, allowed, denied)
     assert not can_i(kube_api, account, "create", "pods", "default")
     assert not can_i(kube_api, account, "list", "updatestreams.updatestream.io", None)
 
@@ -208,8 +222,7 @@ def test_spark_drivers_may_run_executors_and_nothing_more(
     kube_api: KubeApi, default_release: Release
 ) -> None:
     account = f"{default_release.namespace}:us-updatestream-operator-spark"
-    namespace = default_release.namespace
-    for verb, resource in [
+    allowed = [
         ("create", "pods"),
         ("delete", "pods"),
         ("watch", "pods"),
@@ -218,9 +231,8 @@ def test_spark_drivers_may_run_executors_and_nothing_more(
         ("create", "configmaps"),
         ("patch", "configmaps"),
         ("get", "keyspaces.updatestream.io"),  # a job hopping in place reads its Keyspace
-    ]:
-        assert can_i(kube_api, account, verb, resource, namespace), f"{verb} {resource}"
-    for verb, resource in [
+    ]
+    denied = [
         ("get", "secrets"),
         ("create", "deployments.apps"),
         ("get", "updatestreams.updatestream.io"),
@@ -230,8 +242,8 @@ def test_spark_drivers_may_run_executors_and_nothing_more(
         ("get", "keyspaces.updatestream.io/status"),
         ("create", "persistentvolumeclaims"),
         ("create", "roles.rbac.authorization.k8s.io"),
-    ]:
-        assert not can_i(kube_api, account, verb, resource, namespace), f"{verb} {resource}"
+    ]
+    assert_grants(kube_api, account, default_release.namespace, allowed, denied)
 
 
 def pod_manifest(name: str, namespace: str, spec: dict[str, Any]) -> str:
@@ -272,27 +284,6 @@ def test_the_api_servers_pod_security_admission_accepts_every_pod_of_the_chart(
     )  # fmt: skip
     assert refused.returncode != 0
     assert "violates PodSecurity" in refused.stderr
-
-
-def service_account_kubeconfig(api: KubeApi, namespace: str, account: str, path: Path) -> Path:
-    """A kubeconfig authenticating as a ServiceAccount with a bound token (TokenRequest)."""
-    token = api.kubectl("create", "token", account, "-n", namespace, "--duration=1h").stdout.strip()
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "test",
-                "cluster": {"server": api.server, "certificate-authority": str(api.pki.ca_cert)},
-            }
-        ],
-        "users": [{"name": account, "user": {"token": token}}],
-        "contexts": [{"name": account, "context": {"cluster": "test", "user": account}}],
-        "current-context": account,
-    }
-    path.write_text(yaml.safe_dump(config))
-    path.chmod(0o600)
-    return path
 
 
 def http_get(url: str) -> tuple[int, str]:
@@ -341,8 +332,8 @@ def test_the_operator_starts_with_the_charts_arguments_and_identity(
     metrics = free["metrics"]
     assert args[0] == "operator"
     account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
-    kubeconfig = service_account_kubeconfig(
-        kube_api, default_release.namespace, account, tmp_path / "operator.kubeconfig"
+    kubeconfig = kube_api.token_kubeconfig(
+        default_release.namespace, account, tmp_path / "operator.kubeconfig"
     )
     env = {
         "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",

@@ -26,11 +26,9 @@ from typing import Any
 
 import pytest
 import yaml
-from kopf.testing import KopfRunner
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.reshard import ReshardOptions
 from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
-from updatestream_operator import config
 from updatestream_operator.conditions import rfc3339
 from updatestream_operator.launchers.local import _processes_using
 
@@ -39,12 +37,13 @@ from harness.kube import KubeApi
 from harness.operator import (
     OPERATOR_ACCOUNT,
     OPERATOR_NAMESPACE,
+    StreamWatch,
     apply,
-    apply_crds,
+    condition_of,
     get,
-    install_operator_identity,
     items,
-    prepare_namespace,
+    kopf_operator,
+    prepare_operator,
     wait_for,
 )
 from tests.conftest import MariaDBFixture
@@ -80,21 +79,13 @@ class World:
         self.api, self.cluster, self.workdir = api, cluster, workdir
         self.state_dir = workdir / "state"
         self.secrets_dir = workdir / "secrets"
+        self.streams = StreamWatch(api, NS)
 
     def status(self) -> dict[str, Any]:
-        return dict(((get(self.api, NS, "updatestream", STREAM) or {}).get("status")) or {})
-
-    @staticmethod
-    def condition(status: dict[str, Any], type_: str) -> tuple[str, str] | None:
-        for c in status.get("conditions", []):
-            if c["type"] == type_:
-                return c["status"], c.get("reason", "")
-        return None
+        return self.streams.status(STREAM)
 
     def reasons(self) -> list[str]:
-        found = [e for e in items(self.api, NS, "events") if e["involvedObject"]["name"] == STREAM]
-        found.sort(key=lambda e: (e.get("firstTimestamp") or "", e["metadata"]["name"]))
-        return [e["reason"] for e in found]
+        return self.streams.reasons(STREAM)
 
     def job_dir(self) -> Path:
         (job,) = [d for d in (self.state_dir / NS).iterdir() if d.is_dir()]
@@ -153,9 +144,7 @@ def world(
     try:
         cluster.up("-80,80-")
         w = World(kube_api, cluster, workdir)
-        apply_crds(kube_api)
-        kubeconfig = install_operator_identity(kube_api, workdir)
-        prepare_namespace(kube_api, NS)
+        kubeconfig = prepare_operator(kube_api, workdir, NS)
         kube_api.kubectl("apply", "-n", NS, "-f", "-", input=SECRET_READER)
         reader = cluster.secrets_dir / cluster.secret_ref("reader").name
         sink = w.secrets_dir / SINK_SECRET
@@ -167,25 +156,8 @@ def world(
             (w.secrets_dir / reader.name / key).write_text((reader / key).read_text())
         for folder in w.secrets_dir.iterdir():
             _secret_from_files(kube_api, folder)
-        config.configure(
-            config.OperatorConfig(
-                namespace=NS,
-                launcher="local",
-                metrics_port=0,
-                timer_interval=1.0,
-                kubeconfig=str(kubeconfig),
-                state_dir=w.state_dir,
-            )
-        )
-        args = ["run", "--standalone", "-n", NS, "-m", "updatestream_operator.handlers"]
-        with pytest.MonkeyPatch.context() as env:
-            env.setenv("KUBECONFIG", str(kubeconfig))
-            with KopfRunner(args, timeout=60):
-                try:
-                    yield w
-                finally:
-                    kube_api.kubectl("delete", "-n", NS, "updatestream", STREAM, "--wait=false")
-                    wait_for(lambda: not items(kube_api, NS, "updatestreams"), "the deletion")
+        with kopf_operator(kube_api, NS, kubeconfig, verbose=False, state_dir=w.state_dir):
+            yield w
         assert _processes_using(w.state_dir) == [], "a job process outlived its stream"
     finally:
         cluster.down()
@@ -223,7 +195,7 @@ def test_a_live_split_is_hopped_by_the_spark_job_the_operator_launched(
     def delivering() -> bool:
         status = w.status()
         shards = (status.get("keyRanges") or [{}])[0].get("shards", [])
-        return w.condition(status, "Ready") == ("True", "Streaming") and (
+        return condition_of(status, "Ready") == ("True", "Streaming") and (
             len(shards) == 2 and all(s.get("token") for s in shards)
         )
 
@@ -245,12 +217,12 @@ def test_a_live_split_is_hopped_by_the_spark_job_the_operator_launched(
         def recording() -> dict[str, Any] | None:
             status = w.status()
             wanted = ("True", "ServingShardsChanged")
-            return status if w.condition(status, "Hopping") == wanted else None
+            return status if condition_of(status, "Hopping") == wanted else None
 
         hopping = wait_for(recording, "the hop recorded (Hopping)")
-        assert w.condition(hopping, "Ready") == ("False", "Hopping")
+        assert condition_of(hopping, "Ready") == ("False", "Hopping")
         assert hopping["keyRanges"][0]["hop"]["method"] == "InJob"
-        wait_for(lambda: w.condition(w.status(), "Hopping") == ("False", "HopCompleted"), "the hop")
+        wait_for(lambda: w.streams.condition(STREAM, "Hopping") == ("False", "HopCompleted"), "hop")
         time.sleep(3)  # traffic onto the new shards
     finally:
         stats = traffic.stop()
@@ -295,8 +267,8 @@ def test_a_live_split_is_hopped_by_the_spark_job_the_operator_launched(
     entry = status["keyRanges"][0]
     assert entry.get("hop") is None and entry["launchId"] == 1
     assert entry["shardMap"] == ",".join(SPLIT)
-    assert w.condition(status, "Ready") == ("True", "Streaming")
-    assert w.condition(status, "Hopping") == ("False", "HopCompleted")
+    assert condition_of(status, "Ready") == ("True", "Streaming")
+    assert condition_of(status, "Hopping") == ("False", "HopCompleted")
     # never relaunched: the same process, one launch
     assert w.record()["pid"] == record["pid"] and Path(f"/proc/{record['pid']}").exists()
     assert not (w.job_dir() / "launch-2").exists()

@@ -12,31 +12,27 @@ it from planned positions.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from kopf.testing import KopfRunner
-from updatestream_operator import config
 from updatestream_operator.launchers.local import _processes_using
 
 from harness.kube import KubeApi
 from harness.operator import (
     SECRET_VALUE,
     SPARK_ACCOUNT,
+    StreamWatch,
     apply,
     apply_crds,
-    get,
-    install_operator_identity,
-    items,
     keyspace_manifest,
+    kopf_operator,
     prepare_namespace,
+    prepare_operator,
     stream_manifest,
     wait_for,
 )
@@ -48,28 +44,10 @@ STAND_IN = Path(__file__).with_name("standin_job.py")
 SPLIT = ["-40", "40-80", "80-"]
 
 
-@dataclass
-class Operator:
-    api: KubeApi
-    runner: KopfRunner
-    state_dir: Path
-
-    def status(self, name: str) -> dict[str, Any]:
-        found = get(self.api, NS, "updatestream", name)
-        return ((found or {}).get("status")) or {}
-
-    def condition(self, name: str, type_: str) -> tuple[str, str] | None:
-        for c in self.status(name).get("conditions", []):
-            if c["type"] == type_:
-                return c["status"], c.get("reason", "")
-        return None
-
-    def events(self, name: str) -> list[dict[str, Any]]:
-        found = [e for e in items(self.api, NS, "events") if e["involvedObject"]["name"] == name]
-        return sorted(found, key=lambda e: (e.get("firstTimestamp") or "", e["metadata"]["name"]))
-
-    def reasons(self, name: str) -> list[str]:
-        return [e["reason"] for e in self.events(name)]
+class Operator(StreamWatch):
+    def __init__(self, api: KubeApi, state_dir: Path) -> None:
+        super().__init__(api, NS)
+        self.state_dir = state_dir
 
     def job_dir(self, name: str) -> Path:
         jobs = [d for d in (self.state_dir / NS).iterdir() if d.name.startswith(f"us-{name}-")]
@@ -83,48 +61,23 @@ class Operator:
 
 @pytest.fixture(scope="module")
 def operator(kube_api: KubeApi, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
-    apply_crds(kube_api)
     workdir = tmp_path_factory.mktemp("injob")
-    kubeconfig = install_operator_identity(kube_api, workdir)
-    prepare_namespace(kube_api, NS)
+    kubeconfig = prepare_operator(kube_api, workdir, NS)
     secrets = workdir / "secrets" / "reader"
     secrets.mkdir(parents=True)
     (secrets / "username").write_text("updatestream")
     (secrets / "password").write_text(SECRET_VALUE)
     state_dir = workdir / "state"
-    config.configure(
-        config.OperatorConfig(
-            namespace=NS,
-            launcher="local",
-            metrics_port=0,
-            timer_interval=1.0,
-            kubeconfig=str(kubeconfig),
-            state_dir=state_dir,
-            secrets_dir=workdir / "secrets",
-            local_command=[sys.executable, str(STAND_IN)],
-            in_job_hop_timeout=TIMEOUT,
-        )
-    )
-    previous = os.environ.get("KUBECONFIG")
-    os.environ["KUBECONFIG"] = str(kubeconfig)
-    args = ["run", "--standalone", "--verbose", "-n", NS, "-m", "updatestream_operator.handlers"]
-    try:
-        with KopfRunner(args, timeout=60) as runner:
-            op = Operator(kube_api, runner, state_dir)
-            try:
-                yield op
-            finally:
-                for stream in items(kube_api, NS, "updatestreams"):
-                    name = stream["metadata"]["name"]
-                    kube_api.kubectl("delete", "-n", NS, "updatestream", name, "--wait=false")
-                wait_for(
-                    lambda: not items(kube_api, NS, "updatestreams"), "the streams to be deleted"
-                )
-    finally:
-        if previous is None:
-            os.environ.pop("KUBECONFIG", None)
-        else:
-            os.environ["KUBECONFIG"] = previous
+    with kopf_operator(
+        kube_api,
+        NS,
+        kubeconfig,
+        state_dir=state_dir,
+        secrets_dir=workdir / "secrets",
+        local_command=[sys.executable, str(STAND_IN)],
+        in_job_hop_timeout=TIMEOUT,
+    ):
+        yield Operator(kube_api, state_dir)
     assert _processes_using(state_dir) == [], "a job process outlived its stream"
 
 

@@ -10,18 +10,15 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from kopf.testing import KopfRunner
-from updatestream_operator import config
+from updatestream_operator.launchers.settings import ClusterSettings
 from updatestream_operator.naming import LABEL_STREAM_UID
 from updatestream_operator.publisher import publish_once
 from updatestream_operator.storage import KubeStore
@@ -30,14 +27,14 @@ from harness.kube import KubeApi, free_port
 from harness.operator import (
     SECRET_VALUE,
     SPARK_ACCOUNT,
+    StreamWatch,
     apply,
-    apply_crds,
     apply_spark_application_crd,
     get,
-    install_operator_identity,
     items,
     keyspace_manifest,
-    prepare_namespace,
+    kopf_operator,
+    prepare_operator,
     stream_manifest,
     wait_for,
 )
@@ -56,37 +53,11 @@ class _Capture(logging.Handler):
         self.lines.append(self.format(record))
 
 
-@dataclass
-class Operator:
-    api: KubeApi
-    runner: KopfRunner
-    metrics_port: int
-    logs: _Capture
-    seen: list[str] = field(default_factory=list)  # every status and Event text read
-
-    def stream(self, name: str) -> dict[str, Any] | None:
-        found = get(self.api, NS, "updatestream", name)
-        if found is not None:
-            self.seen.append(json.dumps(found))
-        return found
-
-    def status(self, name: str) -> dict[str, Any]:
-        found = self.stream(name)
-        return (found or {}).get("status") or {}
-
-    def condition(self, name: str, type_: str) -> tuple[str, str] | None:
-        for c in self.status(name).get("conditions", []):
-            if c["type"] == type_:
-                return c["status"], c.get("reason", "")
-        return None
-
-    def events(self) -> list[dict[str, Any]]:
-        found = items(self.api, NS, "events")
-        self.seen.extend(json.dumps(e) for e in found)
-        return found
-
-    def reasons(self, name: str) -> list[str]:
-        return [e["reason"] for e in self.events() if e["involvedObject"]["name"] == name]
+class Operator(StreamWatch):
+    def __init__(self, api: KubeApi, metrics_port: int, logs: _Capture) -> None:
+        super().__init__(api, NS)
+        self.metrics_port = metrics_port
+        self.logs = logs
 
 
 ENFORCE = "pod-security.kubernetes.io/enforce"
@@ -111,46 +82,36 @@ BASE_DRIVER_TEMPLATE = {
 
 @pytest.fixture(scope="module")
 def operator(kube_api: KubeApi, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
-    apply_crds(kube_api)
     workdir = tmp_path_factory.mktemp("operator")
-    kubeconfig = install_operator_identity(kube_api, workdir)
-    prepare_namespace(kube_api, NS)
+    kubeconfig = prepare_operator(kube_api, workdir, NS)
     # the API server's PodSecurity admission refuses a driver Pod that is not `restricted`
     kube_api.kubectl("label", "namespace", NS, f"{ENFORCE}=restricted", "--overwrite")
     port = free_port()
     base_template = workdir / "driver-pod-template.yaml"  # as the chart mounts one
     base_template.write_text(yaml.safe_dump(BASE_DRIVER_TEMPLATE))
-    config.configure(
-        config.OperatorConfig(
-            namespace=NS,
-            launcher="spark-submit",
-            metrics_port=port,
-            metrics_address="127.0.0.1",
-            timer_interval=2.0,
-            kubeconfig=str(kubeconfig),
-            cluster=config.ClusterSettings(
-                image="registry.invalid/updatestream:test",
-                service_account=SPARK_ACCOUNT,
-                driver_pod_template=base_template,
-            ),
-        )
+    cluster = ClusterSettings(
+        image="registry.invalid/updatestream:test",
+        service_account=SPARK_ACCOUNT,
+        driver_pod_template=base_template,
     )
     capture = _Capture()
     root = logging.getLogger()
     root.addHandler(capture)
-    previous = os.environ.get("KUBECONFIG")
-    os.environ["KUBECONFIG"] = str(kubeconfig)  # kopf's own login and spark-submit's
-    args = ["run", "--standalone", "--verbose", "-n", NS, "-m", "updatestream_operator.handlers"]
     try:
-        with KopfRunner(args, timeout=60) as runner:
-            yield Operator(kube_api, runner, port, capture)
+        with kopf_operator(
+            kube_api,
+            NS,
+            kubeconfig,
+            launcher="spark-submit",
+            metrics_port=port,
+            metrics_address="127.0.0.1",
+            timer_interval=2.0,
+            cluster=cluster,
+        ) as runner:
+            yield Operator(kube_api, port, capture)
         capture.lines.append(runner.output)
     finally:
         root.removeHandler(capture)
-        if previous is None:
-            os.environ.pop("KUBECONFIG", None)
-        else:
-            os.environ["KUBECONFIG"] = previous
     assert SECRET_VALUE not in "\n".join(capture.lines)
 
 
@@ -174,6 +135,11 @@ def _publish(op: Operator, job: str, launch_id: int, report: dict[str, Any], tmp
         config_map=f"{job}-progress",
         launch_id=launch_id,
     )
+
+
+def _patch_spec(op: Operator, name: str, **spec: Any) -> None:
+    patch = json.dumps({"spec": spec})
+    op.api.kubectl("patch", "-n", NS, "updatestream", name, "--type=merge", "-p", patch)
 
 
 def _token(shard: str, ts: int, seq: int) -> dict[str, Any]:
@@ -242,7 +208,7 @@ class TestLifecycle:
         assert pod["metadata"]["annotations"]["example.com/owner"] == "data-platform"
         assert volumes["work"]["emptyDir"] == {"sizeLimit": "1Gi"}
         mounts = {m["mountPath"]: m["name"] for m in driver["volumeMounts"]}
-        checkpoints = config.ClusterSettings().checkpoint_root
+        checkpoints = ClusterSettings().checkpoint_root
         assert volumes[mounts[checkpoints]] == {"name": mounts[checkpoints], "emptyDir": {}}
         namespace = get(op.api, NS, "namespace", NS)
         assert namespace is not None
@@ -305,10 +271,7 @@ class TestLifecycle:
 
     def test_update_relaunches_from_the_recorded_positions(self, operator: Operator) -> None:
         op, job = operator, TestLifecycle.job
-        patch = {"spec": {"sinks": [{"type": "cdcv2", "path": "/data/other"}]}}
-        op.api.kubectl(
-            "patch", "-n", NS, "updatestream", "orders", "--type=merge", "-p", json.dumps(patch)
-        )
+        _patch_spec(op, "orders", sinks=[{"type": "cdcv2", "path": "/data/other"}])
         pods = wait_for(
             lambda: [p for p in _driver_pods(op, TestLifecycle.uid) if _launch_of(p) == 2],
             "the relaunched driver",
@@ -324,16 +287,7 @@ class TestLifecycle:
 
     def test_suspend_removes_the_job_and_keeps_positions(self, operator: Operator) -> None:
         op, job = operator, TestLifecycle.job
-        op.api.kubectl(
-            "patch",
-            "-n",
-            NS,
-            "updatestream",
-            "orders",
-            "--type=merge",
-            "-p",
-            '{"spec":{"suspend":true}}',
-        )
+        _patch_spec(op, "orders", suspend=True)
         wait_for(lambda: op.condition("orders", "Ready") == ("False", "Suspended"), "Suspended")
         assert _driver_pods(op, TestLifecycle.uid) == []
         assert get(op.api, NS, "configmap", f"{job}-config") is None
@@ -348,16 +302,7 @@ class TestLifecycle:
 
     def test_resume_continues_from_the_positions(self, operator: Operator, tmp_path: Path) -> None:
         op, job = operator, TestLifecycle.job
-        op.api.kubectl(
-            "patch",
-            "-n",
-            NS,
-            "updatestream",
-            "orders",
-            "--type=merge",
-            "-p",
-            '{"spec":{"suspend":false}}',
-        )
+        _patch_spec(op, "orders", suspend=False)
         pods = wait_for(
             lambda: _driver_pods(op, TestLifecycle.uid), "the resumed driver", timeout=240
         )

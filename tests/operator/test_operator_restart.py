@@ -4,7 +4,6 @@ still exactly one job per key range, and the stream ends up Ready."""
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import signal
@@ -17,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from updatestream_operator.naming import LABEL_KEY_RANGE, LABEL_STREAM_UID
 
@@ -25,54 +25,43 @@ from harness.operator import (
     SECRET_VALUE,
     SPARK_ACCOUNT,
     apply,
-    apply_crds,
     get,
-    install_operator_identity,
     items,
     keyspace_manifest,
-    prepare_namespace,
+    prepare_operator,
     stream_manifest,
     wait_for,
 )
+from harness.process import die_with_parent
 
 NS = "us-restart"
 PROGRAM = str(Path(sys.executable).parent / "updatestream")
 
 
-def _die_with_parent() -> None:
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-def _children(pid: int) -> list[tuple[int, str]]:
-    """(pid, command line) of the direct children of `pid`."""
+def _children(pid: int) -> list[str]:
+    """The command lines of the direct children of `pid`."""
+    try:
+        children = psutil.Process(pid).children()
+    except psutil.NoSuchProcess:
+        return []
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if int(stat[1]) == pid:
-            found.append((int(entry.name), cmdline))
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            found.append(" ".join(child.cmdline()))
     return found
 
 
 def _spark_submits(marker: str) -> list[int]:
     """Live spark-submit JVMs whose command line names `marker` (orphans included)."""
     pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if "SparkSubmit" in cmdline and marker in cmdline and state != "Z":
-            pids.append(int(entry.name))
+    for process in psutil.process_iter(["cmdline", "status"]):
+        command = " ".join(process.info["cmdline"] or ())
+        if (
+            "SparkSubmit" in command
+            and marker in command
+            and process.info["status"] != psutil.STATUS_ZOMBIE
+        ):
+            pids.append(process.pid)
     return pids
 
 
@@ -123,7 +112,7 @@ class OperatorProcess:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, "KUBECONFIG": str(self.kubeconfig)},
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )
 
     def kill9(self) -> None:
@@ -146,10 +135,8 @@ class OperatorProcess:
 def operator_process(
     kube_api: KubeApi, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorProcess]:
-    apply_crds(kube_api)
     workdir = tmp_path_factory.mktemp("restart")
-    kubeconfig = install_operator_identity(kube_api, workdir)
-    prepare_namespace(kube_api, NS)
+    kubeconfig = prepare_operator(kube_api, workdir, NS)
     apply(kube_api, NS, keyspace_manifest("commerce"))
     operator = OperatorProcess(kubeconfig, workdir / "operator.log")
     try:
@@ -183,7 +170,7 @@ def test_kill_9_while_launching_then_restart_leaves_one_job_per_key_range(
     # kill the operator while its first spark-submit runs (before any driver Pod exists)
     pid = operator.process.pid
     wait_for(
-        lambda: [c for c in _children(pid) if "SparkSubmit" in c[1] or "spark-submit" in c[1]],
+        lambda: [c for c in _children(pid) if "SparkSubmit" in c or "spark-submit" in c],
         "the operator to run spark-submit",
         timeout=120,
     )

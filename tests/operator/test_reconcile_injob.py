@@ -51,6 +51,13 @@ def streaming() -> World:
     return world
 
 
+def report_split_done(world: World, *, retired_token: bool = True) -> None:
+    """The job reports its split done: it reads the new shards (and delivered on `-80`)."""
+    retired = (token("-80", T0 + 20, 8),) if retired_token else ()
+    new = (token("80-", T0 + 30, 12), token("-40", T0 + 31, 3), token("40-80", T0 + 32, 4))
+    world.report("-", *retired, *new, shard_map=NEW, hops=(split_hop(),))
+
+
 def notes(world: World) -> list[str]:
     return [n.reason for d in world.decisions for n in d.notes]
 
@@ -101,15 +108,7 @@ def test_a_split_hops_inside_the_job_without_stopping_it() -> None:
         assert condition(waiting.status, "Hopping")[0] == "True"
 
     # done: the new shards' tokens are the positions from now on
-    world.report(
-        "-",
-        token("-80", T0 + 20, 8),
-        token("80-", T0 + 30, 12),
-        token("-40", T0 + 31, 3),
-        token("40-80", T0 + 32, 4),
-        shard_map=NEW,
-        hops=(split_hop(),),
-    )
+    report_split_done(world)
     completed = world.step()
     assert completed.actions == ()
     assert [n.reason for n in completed.notes] == ["HopCompleted"]
@@ -144,15 +143,7 @@ def test_a_relaunch_after_an_in_job_hop_resumes_from_the_new_shards() -> None:
     world = streaming()
     world.keyspace = keyspace(SPLIT)
     world.step()
-    world.report(
-        "-",
-        token("-80", T0 + 20, 8),
-        token("80-", T0 + 30, 12),
-        token("-40", T0 + 31, 3),
-        token("40-80", T0 + 32, 4),
-        shard_map=NEW,
-        hops=(split_hop(),),
-    )
+    report_split_done(world)
     world.step()
     world.spec = stream_spec(tables=["orders"])
     steps = world.settle()
@@ -246,14 +237,7 @@ def test_an_in_job_hop_that_can_no_longer_happen_falls_back_at_once(change: str,
 def test_a_hop_the_job_made_while_the_operator_was_away_is_recorded_once() -> None:
     world = streaming()
     world.keyspace = keyspace(SPLIT)
-    world.report(
-        "-",
-        token("80-", T0 + 30, 12),
-        token("-40", T0 + 31, 3),
-        token("40-80", T0 + 32, 4),
-        shard_map=NEW,
-        hops=(split_hop(),),
-    )
+    report_split_done(world, retired_token=False)
     decision = world.step()
     assert decision.actions == ()
     assert [n.reason for n in decision.notes] == ["HopStarted", "HopCompleted"]

@@ -20,9 +20,8 @@ from typing import Any
 
 from updatestream_operator.filestore import FileStore
 from updatestream_operator.launchers.local import LocalLauncher
-from updatestream_operator.models import JobPhase, StreamRef
+from updatestream_operator.models import JobPhase, Note, StreamRef
 from updatestream_operator.naming import job_name
-from updatestream_operator.reconcile import Note
 from updatestream_operator.scrub import SCRUBBER
 from updatestream_operator.service import StreamService
 

@@ -26,8 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from updatestream_operator.models import JobPhase, StreamRef
-from updatestream_operator.reconcile import Note
+from updatestream_operator.models import JobPhase, Note, StreamRef
 
 from updatestream_cli.demo import servers as srv
 from updatestream_cli.demo.driver import (

@@ -12,14 +12,11 @@ the Keyspace object itself, so there is nothing to do).
 
 from __future__ import annotations
 
-import datetime as dt
-from collections.abc import Mapping
 from typing import Protocol, runtime_checkable
 
 from updatestream.core.errors import UpdateStreamError
 from updatestream.spec import Keyspace
-from updatestream_operator import naming
-from updatestream_operator.models import JobInfo, JobPhase, JobSpec, JobStatus
+from updatestream_operator.models import JobInfo, JobSpec, JobStatus
 
 
 class LaunchError(UpdateStreamError):
@@ -52,40 +49,3 @@ def split_key(key: str) -> tuple[str, str]:
     if not namespace or not name:
         raise LaunchError(f"job key {key!r} must be namespace/name")
     return namespace, name
-
-
-def job_info(
-    *,
-    name: str,
-    namespace: str,
-    labels: Mapping[str, str],
-    annotations: Mapping[str, str],
-    phase: JobPhase,
-    message: str = "",
-    created_at: dt.datetime | None = None,
-) -> JobInfo | None:
-    """A JobInfo from the labels and annotations the operator put on a job (None if missing)."""
-    try:
-        return JobInfo(
-            job_id=name,
-            namespace=namespace,
-            stream_uid=labels[naming.LABEL_STREAM_UID],
-            key_range=annotations[naming.ANNOTATION_KEY_RANGE],
-            shard_map=annotations[naming.ANNOTATION_SHARD_MAP],
-            spec_hash=annotations.get(naming.ANNOTATION_SPEC_HASH, ""),
-            launch_id=int(annotations.get(naming.ANNOTATION_LAUNCH_ID, "0")),
-            in_job_hops=annotations.get(naming.ANNOTATION_IN_JOB_HOPS) == "true",
-            phase=phase,
-            message=message,
-            created_at=created_at,
-        )
-    except (KeyError, ValueError):
-        return None
-
-
-def parse_time(value: object) -> dt.datetime | None:
-    if isinstance(value, dt.datetime):
-        return value
-    if isinstance(value, str) and value:
-        return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    return None

@@ -1,5 +1,10 @@
 """What the two cluster launchers (spark-submit, spark-operator) share.
 
+`ClusterLauncher` is their base: each job is one object in the cluster (a driver Pod, a
+SparkApplication) named after it and labelled with its stream; listing, status, stopping and
+cleaning up go through that object, and a subclass says only which object it is and how to
+make it. Both take their settings from `settings.ClusterSettings`.
+
 Per job, two ConfigMaps owned by the UpdateStream: `<job>-config` (the job's configuration,
 mounted into the driver) and `<job>-progress`, which the driver's `progress-publisher` sidecar
 fills from the job's status file and the operator reads. The progress ConfigMap outlives the
@@ -9,19 +14,24 @@ and carries the launch id, so a report is never taken for another launch's.
 
 from __future__ import annotations
 
+import datetime as dt
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from typing import Any
 
 from updatestream.contract.job import JobConfig
 from updatestream.spec import Keyspace
 from updatestream_operator import naming
-from updatestream_operator.config import ClusterSettings
 from updatestream_operator.jobconfig import (
     config_files,
     job_config,
     kubernetes_watch,
     run_arguments,
 )
-from updatestream_operator.models import JobInfo, JobProgress, JobSpec
+from updatestream_operator.launchers.base import split_key
+from updatestream_operator.launchers.settings import ClusterSettings
+from updatestream_operator.models import JobInfo, JobPhase, JobProgress, JobSpec, JobStatus
 from updatestream_operator.progress import loads_progress
 from updatestream_operator.storage import KubeStore
 
@@ -33,129 +43,6 @@ STATUS_VOLUME = "job-status"
 SCRATCH_VOLUME = "tmp"
 STATE_VOLUME = "job-state"
 SCRATCH_MOUNT = "/tmp"
-
-
-def driver_config(job: JobSpec, settings: ClusterSettings) -> JobConfig:
-    """The job's configuration inside the driver Pod: its mounts, and the Keyspace object to
-    watch (the driver's Role may get keyspaces, nothing more)."""
-    checkpoint = (
-        f"{settings.checkpoint_root}/{job.stream.namespace}/{job.job_id}/launch-{job.launch_id}"
-    )
-    return job_config(
-        job,
-        secrets_dir=naming.SECRETS_MOUNT,
-        checkpoint=checkpoint,
-        metrics_port=settings.driver_metrics_port,
-        status_file=naming.STATUS_FILE,
-        keyspace_watch=kubernetes_watch(job),
-    ).model_copy(update={"metrics_host": "0.0.0.0"})  # Prometheus scrapes the Pod's address
-
-
-def write_config_maps(store: KubeStore, job: JobSpec, settings: ClusterSettings) -> None:
-    """The job's configuration, and an empty progress report for this launch."""
-    namespace = job.stream.namespace
-    annotations = naming.job_annotations(job)
-    store.put_config_map(
-        namespace,
-        naming.config_map_name(job.job_id),
-        config_files(driver_config(job, settings)),
-        labels=naming.job_labels(job.stream, job.key_range, role="config"),
-        annotations=annotations,
-        owner=job.stream,
-    )
-    store.put_config_map(
-        namespace,
-        naming.progress_map_name(job.job_id),
-        {},
-        labels=naming.job_labels(job.stream, job.key_range, role="progress"),
-        annotations=annotations,
-        owner=job.stream,
-    )
-
-
-def driver_arguments(job: JobSpec, settings: ClusterSettings) -> list[str]:
-    """`updatestream run --config` on the ConfigMap mounted into the driver."""
-    return run_arguments(naming.CONFIG_MOUNT)
-
-
-def publish_keyspace(job: JobInfo, keyspace: Keyspace) -> None:
-    """Nothing to do: a driver watching its Keyspace reads the object from the API."""
-    return None
-
-
-def publisher_container(job: JobSpec, settings: ClusterSettings) -> dict[str, Any]:
-    """The sidecar copying the job's status file into the progress ConfigMap."""
-    return {
-        "name": PUBLISHER_CONTAINER,
-        "image": settings.image_for(job),
-        "command": [
-            "updatestream",
-            "publish-progress",
-            "--status-file",
-            naming.STATUS_FILE,
-            "--namespace",
-            job.stream.namespace,
-            "--config-map",
-            naming.progress_map_name(job.job_id),
-            "--launch-id",
-            str(job.launch_id),
-            "--interval",
-            str(settings.publish_interval_seconds),
-        ],
-        "volumeMounts": [
-            {"name": STATUS_VOLUME, "mountPath": naming.STATUS_MOUNT},
-            {"name": SCRATCH_VOLUME, "mountPath": SCRATCH_MOUNT},
-        ],
-        "securityContext": container_security_context(),
-        "resources": {
-            "requests": {"cpu": "10m", "memory": "64Mi"},
-            "limits": {"memory": "128Mi"},
-        },
-    }
-
-
-def job_volumes(job: JobSpec) -> list[dict[str, Any]]:
-    """The driver Pod's volumes: the job's configuration, and emptyDirs for everything it
-    writes (the root filesystem is read-only)."""
-    return [
-        {"name": CONFIG_VOLUME, "configMap": {"name": naming.config_map_name(job.job_id)}},
-        {"name": STATUS_VOLUME, "emptyDir": {}},
-        {"name": SCRATCH_VOLUME, "emptyDir": {}},
-        {"name": STATE_VOLUME, "emptyDir": {}},
-    ]
-
-
-def driver_volume_mounts(settings: ClusterSettings) -> list[dict[str, Any]]:
-    return [
-        {"name": CONFIG_VOLUME, "mountPath": naming.CONFIG_MOUNT, "readOnly": True},
-        {"name": STATUS_VOLUME, "mountPath": naming.STATUS_MOUNT},
-        {"name": SCRATCH_VOLUME, "mountPath": SCRATCH_MOUNT},
-        # each launch checkpoints afresh (positions in status are the truth): scratch suffices
-        {"name": STATE_VOLUME, "mountPath": settings.checkpoint_root},
-    ]
-
-
-def pod_security_context(settings: ClusterSettings) -> dict[str, Any]:
-    """The Pod-level half of Pod Security `restricted`: a fixed non-root user."""
-    uid = settings.run_as_user
-    return {
-        "runAsNonRoot": True,
-        "runAsUser": uid,
-        "runAsGroup": uid,
-        "fsGroup": uid,
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
-
-
-def container_security_context() -> dict[str, Any]:
-    """The container-level half: no privilege escalation, no capabilities, read-only root."""
-    return {
-        "allowPrivilegeEscalation": False,
-        "capabilities": {"drop": ["ALL"]},
-        "readOnlyRootFilesystem": True,
-        "runAsNonRoot": True,
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
 
 
 def read_progress(store: KubeStore, namespace: str, job_id: str) -> JobProgress | None:
@@ -174,7 +61,236 @@ def read_progress(store: KubeStore, namespace: str, job_id: str) -> JobProgress 
     return loads_progress(text, launch_id=launch_id, source=f"ConfigMap {namespace}/{name}")
 
 
-def remove_stream_objects(store: KubeStore, namespace: str, stream_uid: str) -> None:
-    """Delete the ConfigMaps of every job of a stream (configuration and progress)."""
-    for item in store.list_config_maps(namespace, naming.stream_selector(stream_uid)):
-        store.delete_config_map(namespace, item["metadata"]["name"])
+def job_info(
+    *,
+    name: str,
+    namespace: str,
+    labels: Mapping[str, str],
+    annotations: Mapping[str, str],
+    phase: JobPhase,
+    message: str = "",
+    created_at: dt.datetime | None = None,
+) -> JobInfo | None:
+    """A JobInfo from the labels and annotations the operator put on a job (None if missing)."""
+    try:
+        return JobInfo(
+            job_id=name,
+            namespace=namespace,
+            stream_uid=labels[naming.LABEL_STREAM_UID],
+            key_range=annotations[naming.ANNOTATION_KEY_RANGE],
+            shard_map=annotations[naming.ANNOTATION_SHARD_MAP],
+            spec_hash=annotations.get(naming.ANNOTATION_SPEC_HASH, ""),
+            launch_id=int(annotations.get(naming.ANNOTATION_LAUNCH_ID, "0")),
+            in_job_hops=annotations.get(naming.ANNOTATION_IN_JOB_HOPS) == "true",
+            phase=phase,
+            message=message,
+            created_at=created_at,
+        )
+    except (KeyError, ValueError):
+        return None
+
+
+def parse_time(value: object) -> dt.datetime | None:
+    if isinstance(value, dt.datetime):
+        return value
+    if isinstance(value, str) and value:
+        return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return None
+
+
+class ClusterLauncher(ABC):
+    """One object in the cluster per job; a subclass says which (`role`, `_find`, `_objects`,
+    `_remove`, `_phase`) and how to launch it."""
+
+    name: str
+    role: str  # the `updatestream.io/role` label of the job's object
+
+    def __init__(
+        self, store: KubeStore, settings: ClusterSettings | None = None, *, stop_timeout: float
+    ) -> None:
+        self.store = store
+        self.settings = settings or ClusterSettings()
+        self.stop_timeout = stop_timeout
+
+    # -- what differs -------------------------------------------------------------------------
+
+    @abstractmethod
+    def launch(self, job: JobSpec) -> None:
+        """Create the job's object (never a second one under the job's name)."""
+
+    @abstractmethod
+    def _find(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The job's object; None when it does not exist."""
+
+    @abstractmethod
+    def _objects(self, namespace: str | None, selector: str) -> list[dict[str, Any]]:
+        """The jobs' objects that `selector` matches, in one namespace or all."""
+
+    @abstractmethod
+    def _remove(self, namespace: str, name: str) -> None:
+        """Delete the job's object (and what it made), if it exists."""
+
+    @abstractmethod
+    def _phase(self, found: dict[str, Any]) -> tuple[JobPhase, str]:
+        """The job's phase, and a message saying why when there is one."""
+
+    # -- what the job's object is made of ----------------------------------------------------
+
+    def write_config_maps(self, job: JobSpec) -> None:
+        """The job's configuration, and an empty progress report for this launch."""
+        namespace = job.stream.namespace
+        annotations = naming.job_annotations(job)
+        self.store.put_config_map(
+            namespace,
+            naming.config_map_name(job.job_id),
+            config_files(self.driver_config(job)),
+            labels=naming.job_labels(job.stream, job.key_range, role="config"),
+            annotations=annotations,
+            owner=job.stream,
+        )
+        self.store.put_config_map(
+            namespace,
+            naming.progress_map_name(job.job_id),
+            {},
+            labels=naming.job_labels(job.stream, job.key_range, role="progress"),
+            annotations=annotations,
+            owner=job.stream,
+        )
+
+    def driver_config(self, job: JobSpec) -> JobConfig:
+        """The job's configuration inside the driver Pod: its mounts, and the Keyspace object
+        to watch (the driver's Role may get keyspaces, nothing more)."""
+        root, namespace = self.settings.checkpoint_root, job.stream.namespace
+        return job_config(
+            job,
+            secrets_dir=naming.SECRETS_MOUNT,
+            checkpoint=f"{root}/{namespace}/{job.job_id}/launch-{job.launch_id}",
+            metrics_port=self.settings.driver_metrics_port,
+            status_file=naming.STATUS_FILE,
+            keyspace_watch=kubernetes_watch(job),
+        ).model_copy(update={"metrics_host": "0.0.0.0"})  # Prometheus scrapes the Pod
+
+    def driver_arguments(self, job: JobSpec) -> list[str]:
+        """`updatestream run --config` on the ConfigMap mounted into the driver."""
+        return run_arguments(naming.CONFIG_MOUNT)
+
+    def publisher_container(self, job: JobSpec) -> dict[str, Any]:
+        """The sidecar copying the job's status file into the progress ConfigMap."""
+        return {
+            "name": PUBLISHER_CONTAINER,
+            "image": self.settings.image_for(job),
+            "command": [
+                "updatestream",
+                "publish-progress",
+                "--status-file",
+                naming.STATUS_FILE,
+                "--namespace",
+                job.stream.namespace,
+                "--config-map",
+                naming.progress_map_name(job.job_id),
+                "--launch-id",
+                str(job.launch_id),
+                "--interval",
+                str(self.settings.publish_interval_seconds),
+            ],
+            "volumeMounts": [
+                {"name": STATUS_VOLUME, "mountPath": naming.STATUS_MOUNT},
+                {"name": SCRATCH_VOLUME, "mountPath": SCRATCH_MOUNT},
+            ],
+            "securityContext": self.container_security_context(),
+            "resources": {
+                "requests": {"cpu": "10m", "memory": "64Mi"},
+                "limits": {"memory": "128Mi"},
+            },
+        }
+
+    @staticmethod
+    def job_volumes(job: JobSpec) -> list[dict[str, Any]]:
+        """The driver Pod's volumes: the job's configuration, and emptyDirs for everything it
+        writes (the root filesystem is read-only)."""
+        return [
+            {"name": CONFIG_VOLUME, "configMap": {"name": naming.config_map_name(job.job_id)}},
+            {"name": STATUS_VOLUME, "emptyDir": {}},
+            {"name": SCRATCH_VOLUME, "emptyDir": {}},
+            {"name": STATE_VOLUME, "emptyDir": {}},
+        ]
+
+    def driver_volume_mounts(self) -> list[dict[str, Any]]:
+        return [
+            {"name": CONFIG_VOLUME, "mountPath": naming.CONFIG_MOUNT, "readOnly": True},
+            {"name": STATUS_VOLUME, "mountPath": naming.STATUS_MOUNT},
+            {"name": SCRATCH_VOLUME, "mountPath": SCRATCH_MOUNT},
+            # each launch checkpoints afresh (positions in status are the truth): scratch suffices
+            {"name": STATE_VOLUME, "mountPath": self.settings.checkpoint_root},
+        ]
+
+    def pod_security_context(self) -> dict[str, Any]:
+        """The Pod-level half of Pod Security `restricted`: a fixed non-root user."""
+        uid = self.settings.run_as_user
+        return {
+            "runAsNonRoot": True,
+            "runAsUser": uid,
+            "runAsGroup": uid,
+            "fsGroup": uid,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }
+
+    @staticmethod
+    def container_security_context() -> dict[str, Any]:
+        """The container-level half: no privilege escalation, no capabilities, read-only root."""
+        return {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }
+
+    # -- what the launchers do alike ---------------------------------------------------------
+
+    def stop(self, key: str) -> bool:
+        namespace, name = split_key(key)
+        self._remove(namespace, name)
+        self.store.delete_config_map(namespace, naming.config_map_name(name))
+        deadline = time.monotonic() + self.stop_timeout
+        while self._find(namespace, name) is not None:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.5)
+        return True
+
+    def list(self, namespace: str | None = None, stream_uid: str | None = None) -> list[JobInfo]:
+        selector = f"{naming.LABEL_MANAGED_BY}={naming.MANAGED_BY},{naming.LABEL_ROLE}={self.role}"
+        if stream_uid:
+            selector += f",{naming.stream_selector(stream_uid)}"
+        jobs = []
+        for found in self._objects(namespace, selector):
+            metadata = found["metadata"]
+            phase, message = self._phase(found)
+            info = job_info(
+                name=metadata["name"],
+                namespace=metadata["namespace"],
+                labels=metadata.get("labels") or {},
+                annotations=metadata.get("annotations") or {},
+                phase=phase,
+                message=message,
+                created_at=parse_time(metadata.get("creationTimestamp")),
+            )
+            if info is not None:
+                jobs.append(info)
+        return jobs
+
+    def status(self, key: str) -> JobStatus:
+        namespace, name = split_key(key)
+        found = self._find(namespace, name)
+        phase, message = self._phase(found) if found is not None else (JobPhase.ABSENT, "")
+        return JobStatus(name, phase, message, read_progress(self.store, namespace, name))
+
+    def publish_keyspace(self, job: JobInfo, keyspace: Keyspace) -> None:
+        """Nothing to do: a driver watching its Keyspace reads the object from the API."""
+        return None
+
+    def cleanup(self, namespace: str, stream_uid: str) -> None:
+        """Delete the ConfigMaps of every job of a stream (configuration and progress)."""
+        for item in self.store.list_config_maps(namespace, naming.stream_selector(stream_uid)):
+            self.store.delete_config_map(namespace, item["metadata"]["name"])

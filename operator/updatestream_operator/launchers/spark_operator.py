@@ -9,30 +9,15 @@ stream's `spec.spark.launcher` chooses it and the CRD is served.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
-from updatestream.spec import Keyspace
 from updatestream_operator import naming
-from updatestream_operator.config import ClusterSettings
-from updatestream_operator.launchers.base import LaunchError, job_info, parse_time, split_key
-from updatestream_operator.launchers.cluster import (
-    container_security_context,
-    driver_arguments,
-    driver_volume_mounts,
-    job_volumes,
-    pod_security_context,
-    publish_keyspace,
-    publisher_container,
-    read_progress,
-    remove_stream_objects,
-    write_config_maps,
-)
+from updatestream_operator.launchers.base import LaunchError
+from updatestream_operator.launchers.cluster import ClusterLauncher
 from updatestream_operator.launchers.podtemplate import load_base_template, scheduling
-from updatestream_operator.models import JobInfo, JobPhase, JobSpec, JobStatus
+from updatestream_operator.launchers.settings import ClusterSettings
+from updatestream_operator.models import JobPhase, JobSpec
 from updatestream_operator.storage import KubeStore, owner_reference
-
-_SELECTOR = f"{naming.LABEL_MANAGED_BY}={naming.MANAGED_BY},{naming.LABEL_ROLE}=application"
 
 _STATES = {
     "": JobPhase.PENDING,
@@ -70,10 +55,11 @@ def _resources(values: dict[str, str]) -> dict[str, Any]:
     return out
 
 
-class SparkOperatorLauncher:
+class SparkOperatorLauncher(ClusterLauncher):
     """One SparkApplication per job."""
 
     name = "spark-operator"
+    role = "application"
 
     def __init__(
         self,
@@ -82,9 +68,7 @@ class SparkOperatorLauncher:
         *,
         stop_timeout: float = 90.0,
     ) -> None:
-        self.store = store
-        self.settings = settings or ClusterSettings()
-        self.stop_timeout = stop_timeout
+        super().__init__(store, settings, stop_timeout=stop_timeout)
 
     def application(self, job: JobSpec) -> dict[str, Any]:
         settings = self.settings
@@ -112,20 +96,20 @@ class SparkOperatorLauncher:
                 "mode": "cluster",
                 "image": settings.image_for(job),
                 "mainApplicationFile": settings.app_resource,
-                "arguments": driver_arguments(job, settings),
+                "arguments": self.driver_arguments(job),
                 "sparkVersion": settings.spark_version,
                 "restartPolicy": {"type": "Never"},
                 "sparkConf": dict(job.spark.conf),
-                "volumes": job_volumes(job),
+                "volumes": self.job_volumes(job),
                 "driver": {
                     "serviceAccount": settings.service_account_for(job),
                     "labels": driver_labels,
                     "annotations": naming.job_annotations(job),
                     "secrets": secrets,
-                    "volumeMounts": driver_volume_mounts(settings),
-                    "sidecars": [publisher_container(job, settings)],
-                    "podSecurityContext": pod_security_context(settings),
-                    "securityContext": container_security_context(),
+                    "volumeMounts": self.driver_volume_mounts(),
+                    "sidecars": [self.publisher_container(job)],
+                    "podSecurityContext": self.pod_security_context(),
+                    "securityContext": self.container_security_context(),
                     **placement,
                     **({"cores": 1, "memory": "1g"} | _resources(job.spark.driver)),
                 },
@@ -151,55 +135,23 @@ class SparkOperatorLauncher:
                 "(sparkoperator.k8s.io/v1beta2) is not served; install the Kubeflow "
                 "spark-operator or run the operator with --launcher spark-submit"
             )
-        write_config_maps(self.store, job, self.settings)
+        self.write_config_maps(job)
         self.store.create_spark_application(namespace, self.application(job))
 
-    def stop(self, key: str) -> bool:
-        namespace, name = split_key(key)
-        self.store.delete_spark_application(namespace, name)
-        self.store.delete_config_map(namespace, naming.config_map_name(name))
-        deadline = time.monotonic() + self.stop_timeout
-        while self.store.get_spark_application(namespace, name) is not None:
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.5)
-        return True
+    # -- the SparkApplication -----------------------------------------------------------------
 
-    def list(self, namespace: str | None = None, stream_uid: str | None = None) -> list[JobInfo]:
-        selector = _SELECTOR
-        if stream_uid:
-            selector += f",{naming.stream_selector(stream_uid)}"
+    def _find(self, namespace: str, name: str) -> dict[str, Any] | None:
+        if not self.store.spark_operator_installed():
+            return None
+        return self.store.get_spark_application(namespace, name)
+
+    def _objects(self, namespace: str | None, selector: str) -> list[dict[str, Any]]:
         if not self.store.spark_operator_installed():
             return []
-        jobs = []
-        for app in self.store.list_spark_applications(namespace, selector):
-            metadata = app["metadata"]
-            phase, message = application_phase(app)
-            info = job_info(
-                name=metadata["name"],
-                namespace=metadata["namespace"],
-                labels=metadata.get("labels") or {},
-                annotations=metadata.get("annotations") or {},
-                phase=phase,
-                message=message,
-                created_at=parse_time(metadata.get("creationTimestamp")),
-            )
-            if info is not None:
-                jobs.append(info)
-        return jobs
+        return self.store.list_spark_applications(namespace, selector)
 
-    def status(self, key: str) -> JobStatus:
-        namespace, name = split_key(key)
-        app = (
-            self.store.get_spark_application(namespace, name)
-            if self.store.spark_operator_installed()
-            else None
-        )
-        phase, message = application_phase(app) if app is not None else (JobPhase.ABSENT, "")
-        return JobStatus(name, phase, message, read_progress(self.store, namespace, name))
+    def _remove(self, namespace: str, name: str) -> None:
+        self.store.delete_spark_application(namespace, name)
 
-    def publish_keyspace(self, job: JobInfo, keyspace: Keyspace) -> None:
-        publish_keyspace(job, keyspace)
-
-    def cleanup(self, namespace: str, stream_uid: str) -> None:
-        remove_stream_objects(self.store, namespace, stream_uid)
+    def _phase(self, found: dict[str, Any]) -> tuple[JobPhase, str]:
+        return application_phase(found)

@@ -21,32 +21,17 @@ from typing import Any
 
 import yaml
 
-from updatestream.spec import Keyspace
 from updatestream_operator import naming
-from updatestream_operator.config import ClusterSettings
 from updatestream_operator.jobconfig import conf_arguments, spark_resource_conf
-from updatestream_operator.launchers.base import LaunchError, job_info, parse_time, split_key
-from updatestream_operator.launchers.cluster import (
-    DRIVER_CONTAINER,
-    container_security_context,
-    driver_arguments,
-    driver_volume_mounts,
-    job_volumes,
-    pod_security_context,
-    publish_keyspace,
-    publisher_container,
-    read_progress,
-    remove_stream_objects,
-    write_config_maps,
-)
+from updatestream_operator.launchers.base import LaunchError
+from updatestream_operator.launchers.cluster import DRIVER_CONTAINER, ClusterLauncher
 from updatestream_operator.launchers.podtemplate import load_base_template, merge_driver_template
-from updatestream_operator.models import JobInfo, JobPhase, JobSpec, JobStatus
+from updatestream_operator.launchers.settings import ClusterSettings
+from updatestream_operator.models import JobPhase, JobSpec
 from updatestream_operator.scrub import SCRUBBER
 from updatestream_operator.storage import KubeStore, owner_reference
 
 log = logging.getLogger(__name__)
-
-_DRIVER_SELECTOR = f"{naming.LABEL_MANAGED_BY}={naming.MANAGED_BY},{naming.LABEL_ROLE}=driver"
 
 
 def spark_home() -> str:
@@ -84,10 +69,11 @@ def pod_phase(pod: dict[str, Any]) -> tuple[JobPhase, str]:
     return phase, message
 
 
-class SparkSubmitLauncher:
+class SparkSubmitLauncher(ClusterLauncher):
     """One driver Pod per job, created by spark-submit in cluster mode."""
 
     name = "spark-submit"
+    role = "driver"
 
     def __init__(
         self,
@@ -99,12 +85,10 @@ class SparkSubmitLauncher:
         submit_timeout: float = 300.0,
         stop_timeout: float = 90.0,
     ) -> None:
-        self.store = store
-        self.settings = settings or ClusterSettings()
+        super().__init__(store, settings, stop_timeout=stop_timeout)
         self.spark_submit = spark_submit or default_spark_submit()
         self.master = master or f"k8s://{store.server}"
         self.submit_timeout = submit_timeout
-        self.stop_timeout = stop_timeout
 
     # -- launch -----------------------------------------------------------------------------
 
@@ -125,16 +109,16 @@ class SparkSubmitLauncher:
             },
             "spec": {
                 # meets Pod Security `restricted`: Spark keeps these when it builds the Pod
-                "securityContext": pod_security_context(self.settings),
+                "securityContext": self.pod_security_context(),
                 "containers": [
                     {
                         "name": DRIVER_CONTAINER,
-                        "securityContext": container_security_context(),
-                        "volumeMounts": driver_volume_mounts(self.settings),
+                        "securityContext": self.container_security_context(),
+                        "volumeMounts": self.driver_volume_mounts(),
                     },
-                    publisher_container(job, self.settings),
+                    self.publisher_container(job),
                 ],
-                "volumes": job_volumes(job),
+                "volumes": self.job_volumes(job),
             },
         }
 
@@ -175,7 +159,7 @@ class SparkSubmitLauncher:
             job.job_id,
             *conf_arguments(self.spark_conf(job, template)),
             self.settings.app_resource,
-            *driver_arguments(job, self.settings),
+            *self.driver_arguments(job),
         ]
 
     def launch(self, job: JobSpec) -> None:
@@ -183,7 +167,7 @@ class SparkSubmitLauncher:
         if self.store.get_pod(namespace, job.job_id) is not None:
             log.info("driver Pod %s/%s exists already; not submitting again", namespace, job.job_id)
             return
-        write_config_maps(self.store, job, self.settings)
+        self.write_config_maps(job)
         with tempfile.TemporaryDirectory(prefix="updatestream-submit-") as workdir:
             template = Path(workdir) / "driver-pod-template.yaml"
             template.write_text(yaml.safe_dump(self.pod_template(job)))
@@ -228,54 +212,22 @@ class SparkSubmitLauncher:
                 f"{result.returncode}: {_error_lines(result.stderr)}"
             )
 
-    # -- stop, list, status -------------------------------------------------------------------
+    # -- the driver Pod -----------------------------------------------------------------------
 
-    def stop(self, key: str) -> bool:
-        namespace, name = split_key(key)
+    def _find(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.store.get_pod(namespace, name)
+
+    def _objects(self, namespace: str | None, selector: str) -> list[dict[str, Any]]:
+        return self.store.list_pods(namespace, selector)
+
+    def _remove(self, namespace: str, name: str) -> None:
         pod = self.store.get_pod(namespace, name)
         if pod is not None:
             self.store.delete_pod(namespace, name)
             self.store.delete_owned(namespace, pod["metadata"]["uid"])
-        self.store.delete_config_map(namespace, naming.config_map_name(name))
-        deadline = time.monotonic() + self.stop_timeout
-        while self.store.get_pod(namespace, name) is not None:
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.5)
-        return True
 
-    def list(self, namespace: str | None = None, stream_uid: str | None = None) -> list[JobInfo]:
-        selector = _DRIVER_SELECTOR
-        if stream_uid:
-            selector += f",{naming.stream_selector(stream_uid)}"
-        jobs = []
-        for pod in self.store.list_pods(namespace, selector):
-            metadata = pod["metadata"]
-            phase, message = pod_phase(pod)
-            info = job_info(
-                name=metadata["name"],
-                namespace=metadata["namespace"],
-                labels=metadata.get("labels") or {},
-                annotations=metadata.get("annotations") or {},
-                phase=phase,
-                message=message,
-                created_at=parse_time(metadata.get("creationTimestamp")),
-            )
-            if info is not None:
-                jobs.append(info)
-        return jobs
-
-    def status(self, key: str) -> JobStatus:
-        namespace, name = split_key(key)
-        pod = self.store.get_pod(namespace, name)
-        phase, message = pod_phase(pod) if pod is not None else (JobPhase.ABSENT, "")
-        return JobStatus(name, phase, message, read_progress(self.store, namespace, name))
-
-    def publish_keyspace(self, job: JobInfo, keyspace: Keyspace) -> None:
-        publish_keyspace(job, keyspace)
-
-    def cleanup(self, namespace: str, stream_uid: str) -> None:
-        remove_stream_objects(self.store, namespace, stream_uid)
+    def _phase(self, found: dict[str, Any]) -> tuple[JobPhase, str]:
+        return pod_phase(found)
 
 
 def _error_lines(stderr: str) -> str:
