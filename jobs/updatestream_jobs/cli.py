@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from updatestream import spec
+from updatestream import spec, validation
 
 
 def _dedup(text: str | None) -> object:
@@ -124,6 +124,9 @@ def run(
 
     stream = spec.parse_update_stream(spec.load_manifest(stream_path), source=str(stream_path))
     keyspace = spec.load_keyspace(keyspace_path)
+    # the checks the operator's reconcile and admission webhook run: refuse what they refuse
+    validation.check_keyspace(keyspace, source=str(keyspace_path))
+    validation.check_update_stream(stream, keyspace, source=str(stream_path))
     extra: dict[str, str] = {}
     for item in source_option:
         key, sep, value = item.partition("=")

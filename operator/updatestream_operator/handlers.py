@@ -20,7 +20,7 @@ from updatestream_operator import config, metrics, scrub
 from updatestream_operator.kopfext import ScrubbingProgressStorage
 from updatestream_operator.service import StreamService
 from updatestream_operator.storage import VERSION, KubeStore, connection_info
-from updatestream_operator.validation import keyspace_status
+from updatestream_operator.validation import keyspace_status, not_ready_status
 
 STREAMS = (API_GROUP, VERSION, "updatestreams")
 KEYSPACES = (API_GROUP, VERSION, "keyspaces")
@@ -142,15 +142,26 @@ def stop_stream(name: str, namespace: str | None, uid: str, memo: Any, **_: Any)
 @kopf.on.create(*KEYSPACES)
 @kopf.on.update(*KEYSPACES, field="spec")
 def keyspace_changed(
-    body: kopf.Body, name: str, namespace: str | None, memo: Any, patch: kopf.Patch, **_: Any
+    body: kopf.Body,
+    name: str,
+    namespace: str | None,
+    memo: Any,
+    patch: kopf.Patch,
+    logger: kopf.Logger,
+    **_: Any,
 ) -> None:
     namespace = namespace or "default"
+    generation = int(body.get("metadata", {}).get("generation", 0))
+    now = dt.datetime.now(dt.UTC)
     try:
         keyspace = parse_keyspace(dict(body), source=f"Keyspace {namespace}/{name}")
     except SpecError as exc:
-        raise kopf.PermanentError(scrub.SCRUBBER.scrub(str(exc))) from None
-    generation = int(body.get("metadata", {}).get("generation", 0))
-    now = dt.datetime.now(dt.UTC)
+        message = scrub.SCRUBBER.scrub(str(exc))
+        patch.status.update(
+            not_ready_status("InvalidSpec", message, body.get("status"), now, generation)
+        )
+        logger.warning(message)  # an Event on the Keyspace (settings.posting.level)
+        return
     patch.status.update(keyspace_status(keyspace, body.get("status"), now, generation))
     failures = []
     for stream in memo.service.streams_of_keyspace(namespace, name):
