@@ -4,9 +4,9 @@ The pydantic models in :mod:`updatestream.spec` check each field on its own. Wha
 than one field, or the pure core, is here: the VSchema builds with the vindex registry, the
 serving shards form a shard map, a stream's key ranges do not overlap, its start positions
 parse, its sinks' addresses and key templates are usable, and (given its Keyspace) its tables
-and shards exist there. One set of checks serves the operator's reconcile (status conditions),
-its admission webhook (refusals) and the streaming job (a refusal to start), so the three
-never disagree.
+exist there and its key ranges fit an unsharded keyspace. One set of checks serves the
+operator's reconcile (status conditions), its admission webhook (refusals) and the streaming
+job (a refusal to start), so the three never disagree.
 
 Every problem names the field it is about, in the API server's notation (`spec.sinks[0].servers`),
 a reason (the condition reason the operator reports) and a message that says what to write.
@@ -336,16 +336,6 @@ def _against_keyspace(spec: UpdateStreamSpec, keyspace: Keyspace) -> Iterator[Sp
             f"tables {', '.join(unknown)} are not in the VSchema of Keyspace {name} (tables "
             f"there: {listed}); add them to the VSchema or remove them from spec.tables",
         )
-    declared = {shard.name for shard in keyspace.spec.shards}
-    for mode, values in (("gtid", spec.start.gtid), ("tokens", spec.start.tokens)):
-        strangers = sorted(s for s in (values or {}) if s not in declared)
-        if strangers:
-            yield SpecProblem(
-                f"spec.start.{mode}",
-                "UnknownShard",
-                f"shards {', '.join(strangers)} are not shards of Keyspace {name} (its shards: "
-                f"{', '.join(sorted(declared))}); name the shards the positions come from",
-            )
 
 
 def check_update_stream(

@@ -3,7 +3,7 @@
 Each handler runs the checks the reconcile runs (`updatestream.validation`, after the pydantic
 spec models) and refuses with their message, so an object the operator would report as not
 Ready or Degraded is refused at `kubectl apply` instead. An UpdateStream is also checked
-against its Keyspace when that exists (its tables, its shards, an unsharded keyspace).
+against its Keyspace when that exists (its tables, an unsharded keyspace's one range).
 
 An update that leaves `spec` as it was is always admitted: finalizers, kopf's annotations and
 labels must stay writable on an object stored before these checks existed (or while the
