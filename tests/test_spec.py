@@ -65,11 +65,17 @@ def test_keyspace_round_trips_through_yaml(tmp_path: Path) -> None:
     assert "credentialsSecret" in path.read_text()
 
 
-def test_shard_names_are_normalised_key_ranges() -> None:
+@pytest.mark.parametrize(
+    ("spelling", "canonical"), [("0000-8000", "-80"), ("00-80", "-80"), ("8000-", "80-")]
+)
+def test_equivalent_shard_names_are_refused_with_the_canonical_one(
+    spelling: str, canonical: str
+) -> None:
     doc = keyspace_doc()
-    doc["spec"]["shards"][0]["name"] = "0000-8000"
-    keyspace = parse_keyspace(doc)
-    assert keyspace.spec.shards[0].name == "-80"
+    doc["spec"]["shards"][0]["name"] = spelling
+    with pytest.raises(SpecError, match=r"spec\.shards\.0\.name") as err:
+        parse_keyspace(doc)
+    assert f"write {spelling} as {canonical}" in str(err.value)
 
 
 def test_bad_shard_name_names_the_field() -> None:

@@ -31,11 +31,19 @@ class SpecError(UpdateStreamError):
 
 
 def _key_range_name(text: str) -> str:
-    """Normalise a key-range name; a ValueError lets pydantic name the field that held it."""
+    """Check a key-range name is canonical; a ValueError lets pydantic name the field.
+
+    `00-80`, `0000-8000` and `-80` are one range, but a spec must write it one way (`-80`, as
+    `KeyRange.name` does): shard names are compared as text by the API server's own rules,
+    in status and in positions, and two spellings of one shard would not match.
+    """
     try:
-        return KeyRange.parse(text).name
+        name = KeyRange.parse(text).name
     except UpdateStreamError as exc:
         raise ValueError(str(exc)) from None
+    if name != text:
+        raise ValueError(f"key range {text!r} is not written canonically; write {text} as {name}")
+    return name
 
 
 class _Model(BaseModel):

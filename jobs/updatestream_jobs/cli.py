@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from updatestream import spec
+from updatestream import spec, validation
 from updatestream.contract.job import JobConfig
 
 
@@ -164,6 +164,10 @@ def run(
         config = JobConfig.load(config_path)
     else:
         config = _flags_config(stream_path, keyspace_path, flags)
+    # the checks the operator's reconcile and admission webhook run: refuse what they refuse
+    source = str(config_path or stream_path)
+    validation.check_keyspace(config.keyspace, source=str(config_path or keyspace_path))
+    validation.check_update_stream(config.stream, config.keyspace, source=source)
     tracker = Job(config).run()
     for shard, progress in sorted(tracker.shards.items()):
         click.echo(

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from updatestream_operator.config import LAUNCHERS, OperatorConfig
+from updatestream_operator.config import LAUNCHERS, OperatorConfig, WebhookSettings
 
 
 def _check_liveness(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -42,6 +42,34 @@ def _check_pod_template(path: Path) -> None:
         load_base_template(path)
     except LaunchError as exc:
         raise click.BadParameter(str(exc), param_hint="--driver-pod-template") from None
+
+
+def _webhook_settings(
+    port: int | None, address: str, cert_dir: Path | None
+) -> WebhookSettings | None:
+    """The webhook's settings; refuse to start without a readable certificate and key."""
+    if port is None:
+        if cert_dir is not None:
+            raise click.BadParameter(
+                "--webhook-cert-dir needs --webhook-port", param_hint="--webhook-cert-dir"
+            )
+        return None
+    if cert_dir is None:
+        raise click.BadParameter(
+            "the webhook needs its TLS certificate: give --webhook-cert-dir with tls.crt and "
+            "tls.key",
+            param_hint="--webhook-port",
+        )
+    files = [cert_dir / "tls.crt", cert_dir / "tls.key"]
+    missing = [str(f) for f in files if not os.access(f, os.R_OK)]
+    if missing:
+        raise click.BadParameter(
+            f"cannot read {', '.join(missing)}; mount the webhook's TLS Secret there",
+            param_hint="--webhook-cert-dir",
+        )
+    return WebhookSettings(
+        port=port, address=address, cert_file=files[0].absolute(), key_file=files[1].absolute()
+    )
 
 
 @click.command("operator")
@@ -108,6 +136,20 @@ def _check_pod_template(path: Path) -> None:
     metavar="URL",
     help="Serve kopf's health endpoint here, e.g. http://0.0.0.0:8081/healthz (default: none).",
 )
+@click.option(
+    "--webhook-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="Serve the validating admission webhook over HTTPS on this port (default: none).",
+)
+@click.option("--webhook-address", default="0.0.0.0", show_default=True)
+@click.option(
+    "--webhook-cert-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="With --webhook-port: a directory holding the webhook's tls.crt and tls.key (PEM), "
+    "as a mounted kubernetes.io/tls Secret has them.",
+)
 @click.option("--verbose", is_flag=True)
 def operator_command(
     namespace: str | None,
@@ -124,9 +166,13 @@ def operator_command(
     driver_pod_template: Path | None,
     kubeconfig: str | None,
     liveness: str | None,
+    webhook_port: int | None,
+    webhook_address: str,
+    webhook_cert_dir: Path | None,
     verbose: bool,
 ) -> None:
     """Run the UpdateStream operator (kopf) until interrupted."""
+    webhook = _webhook_settings(webhook_port, webhook_address, webhook_cert_dir)
     if liveness and metrics_port and urllib.parse.urlsplit(liveness).port == metrics_port:
         raise click.BadParameter(
             f"{liveness!r} uses port {metrics_port}, which --metrics-port serves; "
@@ -152,6 +198,7 @@ def operator_command(
         kubeconfig=kubeconfig,
         in_job_hops=in_job_hops,
         in_job_hop_timeout=in_job_hop_timeout,
+        webhook=webhook,
     )
     cfg.cluster = dataclasses.replace(
         cfg.cluster,

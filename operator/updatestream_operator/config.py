@@ -37,6 +37,20 @@ def in_cluster() -> bool:
     return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
 
 
+@dataclass(frozen=True)
+class WebhookSettings:
+    """Where the validating admission webhook listens, and its TLS certificate and key (PEM).
+
+    The chart makes the certificate (signed by a CA whose bundle it puts in the
+    ValidatingWebhookConfiguration) and mounts it from a Secret.
+    """
+
+    port: int
+    cert_file: Path
+    key_file: Path
+    address: str = "0.0.0.0"
+
+
 @dataclass
 class OperatorConfig:
     namespace: str | None = None  # None: every namespace
@@ -53,6 +67,7 @@ class OperatorConfig:
     in_job_hops: bool = True  # launch jobs that hop inside their running query
     in_job_hop_timeout: float = 120.0  # seconds before such a hop falls back to a relaunch
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
+    webhook: WebhookSettings | None = None  # None: no admission webhook served
 
     @property
     def default_launcher(self) -> LauncherName:

@@ -17,13 +17,12 @@ import kopf
 from updatestream.core.errors import UpdateStreamError
 from updatestream.spec import API_GROUP, SpecError, parse_keyspace, parse_update_stream
 from updatestream_operator import config, metrics, scrub
+from updatestream_operator.admission import KEYSPACES, STREAMS, no_webhook_server
 from updatestream_operator.kopfext import ScrubbingProgressStorage
 from updatestream_operator.service import StreamService
-from updatestream_operator.storage import VERSION, KubeStore, connection_info
-from updatestream_operator.validation import keyspace_status
+from updatestream_operator.storage import KubeStore, connection_info
+from updatestream_operator.validation import keyspace_status, not_ready_status
 
-STREAMS = (API_GROUP, VERSION, "updatestreams")
-KEYSPACES = (API_GROUP, VERSION, "keyspaces")
 FINALIZER = f"{API_GROUP}/finalizer"
 TICK_SECONDS = 2.0  # the timer's tick; each stream is folded every config.timer_interval
 
@@ -52,6 +51,18 @@ def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
     settings.scanning.disabled = True
     # Handlers are sync (spark-submit blocks for seconds): enough threads for a few streams.
     settings.execution.max_workers = 8
+    # The validating webhook (admission.py): served over TLS, registered by the chart.
+    settings.admission.managed = None
+    settings.admission.server = (
+        kopf.WebhookServer(
+            addr=cfg.webhook.address,
+            port=cfg.webhook.port,
+            certfile=str(cfg.webhook.cert_file),
+            pkeyfile=str(cfg.webhook.key_file),
+        )
+        if cfg.webhook is not None
+        else no_webhook_server
+    )
     store = KubeStore.connect(cfg.kubeconfig)
     book = metrics.MetricsBook()
     memo.service = StreamService(
@@ -142,15 +153,26 @@ def stop_stream(name: str, namespace: str | None, uid: str, memo: Any, **_: Any)
 @kopf.on.create(*KEYSPACES)
 @kopf.on.update(*KEYSPACES, field="spec")
 def keyspace_changed(
-    body: kopf.Body, name: str, namespace: str | None, memo: Any, patch: kopf.Patch, **_: Any
+    body: kopf.Body,
+    name: str,
+    namespace: str | None,
+    memo: Any,
+    patch: kopf.Patch,
+    logger: kopf.Logger,
+    **_: Any,
 ) -> None:
     namespace = namespace or "default"
+    generation = int(body.get("metadata", {}).get("generation", 0))
+    now = dt.datetime.now(dt.UTC)
     try:
         keyspace = parse_keyspace(dict(body), source=f"Keyspace {namespace}/{name}")
     except SpecError as exc:
-        raise kopf.PermanentError(scrub.SCRUBBER.scrub(str(exc))) from None
-    generation = int(body.get("metadata", {}).get("generation", 0))
-    now = dt.datetime.now(dt.UTC)
+        message = scrub.SCRUBBER.scrub(str(exc))
+        patch.status.update(
+            not_ready_status("InvalidSpec", message, body.get("status"), now, generation)
+        )
+        logger.warning(message)  # an Event on the Keyspace (settings.posting.level)
+        return
     patch.status.update(keyspace_status(keyspace, body.get("status"), now, generation))
     failures = []
     for stream in memo.service.streams_of_keyspace(namespace, name):

@@ -6,6 +6,7 @@ test API server.
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import subprocess
@@ -39,6 +40,13 @@ def one(manifests: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     found = by_kind(manifests, kind)
     assert len(found) == 1, f"expected one {kind}, found {len(found)}"
     return found[0]
+
+
+def metrics_service(manifests: list[dict[str, Any]]) -> dict[str, Any]:
+    (service,) = [
+        s for s in by_kind(manifests, "Service") if s["metadata"]["name"].endswith("-metrics")
+    ]
+    return service
 
 
 def operator_container(manifests: list[dict[str, Any]]) -> dict[str, Any]:
@@ -141,7 +149,7 @@ def test_operator_runs_once_with_probes_on_the_health_port_and_a_metrics_port(
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
     container = operator_container(default_manifests)
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"health": 8080, "metrics": 9090}
+    assert ports == {"health": 8080, "metrics": 9090, "webhook": 9443}
     for probe in ("livenessProbe", "readinessProbe"):  # kopf's own health endpoint
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert container["args"][0] == "operator"
@@ -149,7 +157,7 @@ def test_operator_runs_once_with_probes_on_the_health_port_and_a_metrics_port(
     assert "--metrics-port=9090" in container["args"]
     assert "--liveness=http://0.0.0.0:8080/healthz" in container["args"]
     assert container["image"] == "ghcr.io/updatestream/updatestream:0.1.0"  # appVersion
-    service = one(default_manifests, "Service")
+    service = metrics_service(default_manifests)
     assert service["spec"]["ports"] == [
         {"name": "metrics", "port": 9090, "targetPort": "metrics", "protocol": "TCP"}
     ]
@@ -163,11 +171,11 @@ def test_the_health_port_moves_kopfs_endpoint_and_without_kopf_liveness_probes_u
 ) -> None:
     container = operator_container(helm.template("--set", "operator.healthPort=8081"))
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"health": 8081, "metrics": 9090}
+    assert ports == {"health": 8081, "metrics": 9090, "webhook": 9443}
     assert "--liveness=http://0.0.0.0:8081/healthz" in container["args"]
     container = operator_container(helm.template("--set", "operator.kopfLiveness=false"))
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"metrics": 9090}
+    assert ports == {"metrics": 9090, "webhook": 9443}
     for probe in ("livenessProbe", "readinessProbe"):
         assert container[probe]["httpGet"] == {"path": "/metrics", "port": "metrics"}
     assert not any(a.startswith("--liveness") for a in container["args"])
@@ -395,10 +403,12 @@ def test_monitoring_objects_are_optional_and_select_the_operator(
     }
     monitor = one(full_manifests, "ServiceMonitor")
     assert monitor["metadata"]["labels"]["release"] == "prometheus"
-    service = one(full_manifests, "Service")
-    assert (
-        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
-    )
+    selected = [
+        s
+        for s in by_kind(full_manifests, "Service")
+        if monitor["spec"]["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()
+    ]
+    assert selected == [metrics_service(full_manifests)]
     assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
     assert monitor["spec"]["endpoints"][0]["honorLabels"] is True
     monitors = {m["metadata"]["name"]: m for m in by_kind(full_manifests, "PodMonitor")}
@@ -596,3 +606,65 @@ def test_a_bad_driver_pod_template_stops_the_operator_with_the_files_name(
         )
         assert result.exit_code == 2, (name, result.output)
         assert "--driver-pod-template" in result.output and name in result.output, result.output
+
+
+# -- admission webhook -----------------------------------------------------------------------
+
+
+def test_the_webhook_is_registered_for_the_operators_handlers_with_its_own_certificate(
+    default_manifests: list[dict[str, Any]],
+) -> None:
+    from cryptography import x509
+    from updatestream_operator.admission import KEYSPACE_WEBHOOK, STREAM_WEBHOOK
+
+    configuration = one(default_manifests, "ValidatingWebhookConfiguration")
+    secret = one(default_manifests, "Secret")
+    (service,) = [
+        s
+        for s in by_kind(default_manifests, "Service")
+        if s["metadata"]["name"].endswith("-webhook")
+    ]
+    hooks = {w["rules"][0]["resources"][0]: w for w in configuration["webhooks"]}
+    assert {p: w["clientConfig"]["service"]["path"] for p, w in hooks.items()} == {
+        "keyspaces": f"/{KEYSPACE_WEBHOOK}",
+        "updatestreams": f"/{STREAM_WEBHOOK}",
+    }
+    for webhook in hooks.values():
+        assert webhook["failurePolicy"] == "Ignore" and webhook["sideEffects"] == "None"
+        assert webhook["rules"][0]["operations"] == ["CREATE", "UPDATE"]  # not status, not DELETE
+        assert webhook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+        assert webhook["clientConfig"]["service"]["name"] == service["metadata"]["name"]
+        assert webhook["namespaceSelector"]["matchExpressions"][0]["values"] == ["updatestream"]
+    cert = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+    ca = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["ca.crt"]))
+    cert.verify_directly_issued_by(ca)
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    host = f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc"
+    assert host in names.get_values_for_type(x509.DNSName)
+    container = operator_container(default_manifests)
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert f"--webhook-cert-dir={mounts['webhook-tls']}" in container["args"]
+    assert "--webhook-port=9443" in container["args"]
+    assert service["spec"]["ports"][0]["targetPort"] == "webhook"
+
+
+def test_the_webhook_can_be_turned_off_or_made_strict(helm: Helm) -> None:
+    off = helm.template("--set", "webhook.enabled=false")
+    assert not {d["kind"] for d in off} & {"ValidatingWebhookConfiguration", "Secret"}
+    assert not any(a.startswith("--webhook") for a in operator_container(off)["args"])
+    strict = helm.template("--set", "webhook.failurePolicy=Fail", "--set", "rbac.clusterWide=true")
+    webhooks = one(strict, "ValidatingWebhookConfiguration")["webhooks"]
+    assert {w["failurePolicy"] for w in webhooks} == {"Fail"}
+    assert all("namespaceSelector" not in w for w in webhooks)  # every namespace is served
+    given = helm.template(
+        "--set", "webhook.certificate.secretName=from-cert-manager",
+        "--set", "webhook.certificate.caBundle=Q0EK",
+    )  # fmt: skip
+    assert "Secret" not in {d["kind"] for d in given}
+    volumes = one(given, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    (tls,) = [v for v in volumes if v["name"] == "webhook-tls"]
+    assert tls["secret"]["secretName"] == "from-cert-manager"
+    refused = helm.run(
+        "template", str(CHART), "--set", "webhook.certificate.secretName=x", check=False
+    )
+    assert refused.returncode != 0 and "needs webhook.certificate.caBundle" in refused.stderr

@@ -15,7 +15,10 @@ Pods stay Pending.
 
 from __future__ import annotations
 
+import base64
 import json
+import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -158,11 +161,16 @@ def test_install_creates_the_operator_its_rbac_and_the_crds(
     assert "STATUS: deployed" in default_release.install_output
     found = objects(
         kube_api,
-        "deployment,serviceaccount,role,rolebinding,service,configmap",
+        "deployment,serviceaccount,role,rolebinding,service,configmap,secret,"
+        "validatingwebhookconfiguration",
         default_release.namespace,
         default_release.name,
     )
     assert found == {
+        "service/us-updatestream-operator-webhook",
+        "secret/us-updatestream-operator-webhook",
+        "validatingwebhookconfiguration.admissionregistration.k8s.io/"
+        f"us-updatestream-operator-webhook-{default_release.namespace}",
         "deployment.apps/us-updatestream-operator",
         "serviceaccount/us-updatestream-operator",
         "serviceaccount/us-updatestream-operator-spark",
@@ -296,6 +304,93 @@ def http_get(url: str) -> tuple[int, str]:
         return 0, ""
 
 
+def admission_review() -> dict[str, Any]:
+    """What the API server sends the webhook for a Keyspace whose VSchema does not build."""
+    keyspace = {
+        "apiVersion": "updatestream.io/v1alpha1",
+        "kind": "Keyspace",
+        "metadata": {"name": "shop", "namespace": "default"},
+        "spec": {
+            "shards": [
+                {"name": "-", "mysql": {"host": "db"}, "credentialsSecret": {"name": "reader"}}
+            ],
+            "vschema": {"sharded": False, "vindexes": {"v": {"type": "md5hash"}}},
+            "servingShards": ["-"],
+        },
+    }
+    request = {
+        "uid": "1",
+        "kind": {"group": "updatestream.io", "version": "v1alpha1", "kind": "Keyspace"},
+        "resource": {"group": "updatestream.io", "version": "v1alpha1", "resource": "keyspaces"},
+        "operation": "CREATE",
+        "userInfo": {"username": "test"},
+        "object": keyspace,
+    }
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+
+
+def webhook_post(
+    secret: dict[str, Any], manifests: list[dict[str, Any]], port: int, review: dict[str, Any]
+) -> dict[str, Any]:
+    """POST to the operator's webhook as the API server would: TLS verified with the CA bundle
+    of the chart's ValidatingWebhookConfiguration, for the webhook Service's DNS name."""
+    configuration = next(d for d in manifests if d["kind"] == "ValidatingWebhookConfiguration")
+    webhook = next(
+        w for w in configuration["webhooks"] if "keyspaces" in w["rules"][0]["resources"]
+    )
+    service = webhook["clientConfig"]["service"]
+    assert webhook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+    context = ssl.create_default_context(
+        cadata=base64.b64decode(webhook["clientConfig"]["caBundle"]).decode()
+    )
+    host = f"{service['name']}.{service['namespace']}.svc"
+    body = json.dumps(review).encode()
+    raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+    with raw, context.wrap_socket(raw, server_hostname=host) as tls:
+        tls.sendall(
+            f"POST {service['path']} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        reply = b""
+        while chunk := tls.recv(65536):
+            reply += chunk
+    head, _, payload = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), head
+    answer: dict[str, Any] = json.loads(payload)
+    return answer
+
+
+def test_an_upgrade_keeps_the_webhooks_certificate(
+    kube_api: KubeApi, default_release: Release
+) -> None:
+    """The chart reads its generated CA and certificate back on upgrade: a new one would leave
+    the API server trusting a CA the running operator's certificate no longer matches."""
+
+    def tls() -> tuple[dict[str, str], list[str]]:
+        secret = json.loads(
+            kube_api.kubectl(
+                "get", "secret", "us-updatestream-operator-webhook", "-n",
+                default_release.namespace, "-o", "json",
+            ).stdout
+        )  # fmt: skip
+        configuration = json.loads(
+            kube_api.kubectl(
+                "get", "validatingwebhookconfiguration",
+                f"us-updatestream-operator-webhook-{default_release.namespace}", "-o", "json",
+            ).stdout
+        )  # fmt: skip
+        return secret["data"], [w["clientConfig"]["caBundle"] for w in configuration["webhooks"]]
+
+    before = tls()
+    assert before[1] == [before[0]["ca.crt"]] * 2
+    kube_api.helm(
+        "upgrade", default_release.name, str(CHART), "--namespace", default_release.namespace,
+        "--reuse-values",
+    )  # fmt: skip
+    assert tls() == before
+
+
 def test_the_operator_starts_with_the_charts_arguments_and_identity(
     kube_api: KubeApi, default_release: Release, tmp_path: Path
 ) -> None:
@@ -318,9 +413,16 @@ def test_the_operator_starts_with_the_charts_arguments_and_identity(
     mount.mkdir()
     for name, text in spark_conf["data"].items():
         (mount / name).write_text(text)
+    webhook_tls = tmp_path / "webhook-tls"  # stands for the webhook Secret's mount
+    webhook_tls.mkdir()
+    secret = next(d for d in default_release.manifests if d["kind"] == "Secret")
+    for key in ("tls.crt", "tls.key"):
+        (webhook_tls / key).write_bytes(base64.b64decode(secret["data"][key]))
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     args = []
     for arg in container["args"]:
         arg = arg.replace("0.0.0.0", "127.0.0.1").replace(env_of["SPARK_CONF_DIR"], str(mount))
+        arg = arg.replace(mounts["webhook-tls"], str(webhook_tls))
         for name, port in ports.items():
             arg = arg.replace(f":{port}/", f":{free[name]}/").replace(f"={port}", f"={free[name]}")
         args.append(arg)
@@ -343,7 +445,7 @@ def test_the_operator_starts_with_the_charts_arguments_and_identity(
     log = tmp_path / "operator.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
-            ["updatestream", *args, "--metrics-address=127.0.0.1"],
+            ["updatestream", *args, "--metrics-address=127.0.0.1", "--webhook-address=127.0.0.1"],
             env=env, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
     try:
@@ -358,6 +460,10 @@ def test_the_operator_starts_with_the_charts_arguments_and_identity(
         assert status == 200, f"{probed} did not answer (exit {process.poll()}):\n{output[-3000:]}"
         code, body = http_get(f"http://127.0.0.1:{metrics}/metrics")
         assert code == 200 and "updatestream_reconcile_errors_total" in body
+        review = admission_review()
+        answer = webhook_post(secret, default_release.manifests, free["webhook"], review)
+        assert answer["response"]["allowed"] is False
+        assert "unknown vindex type 'md5hash'" in answer["response"]["status"]["message"]
         # the chart's RBAC lets it start without a refused request or a permission fallback
         assert " 403" not in output and "Not enough permissions" not in output, output[-3000:]
     finally:

@@ -25,6 +25,7 @@ NOW = dt.datetime(2024, 5, 1, 12, 0, 0, tzinfo=dt.UTC)
 REF = StreamRef(namespace="ns", name="orders", uid="uid-1", generation=3)
 T0 = 1_714_560_000
 SHARDS = ["-80", "80-", "-40", "40-80", "-", "80-c0", "c0-"]
+ROUTED = {"column_vindexes": [{"column": "id", "name": "hash"}]}
 
 
 def keyspace(
@@ -47,7 +48,12 @@ def keyspace(
                     }
                     for i, n in enumerate(SHARDS)
                 ],
-                "vschema": {"sharded": True, "tables": {"orders": {}, "users": {}}, **vschema},
+                "vschema": {
+                    "sharded": True,
+                    "vindexes": {"hash": {"type": "hash"}},
+                    "tables": {"orders": ROUTED, "users": ROUTED},
+                    **vschema,
+                },
                 "servingShards": serving or ["-80", "80-"],
                 "shardMapHistory": history or [],
             },

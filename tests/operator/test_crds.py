@@ -157,7 +157,7 @@ STREAM_CASES: list[tuple[str, Edit, str]] = [
     (
         "malformed gtid",
         _set("spec.start", {"mode": "gtid", "gtid": {"-80": "zero"}}),
-        "spec.start.gtid.-80",
+        "spec.start.gtid[-80]",
     ),
     (
         "memcached without servers",

@@ -27,3 +27,22 @@ def test_a_liveness_url_is_parsed() -> None:
         "operator", ["--liveness=http://0.0.0.0:8081/healthz", "--metrics-port=9090"]
     )
     assert context.params["liveness"] == "http://0.0.0.0:8081/healthz"
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--webhook-port", "9443"], "give --webhook-cert-dir with tls.crt and tls.key"),
+        (["--webhook-cert-dir", "."], "--webhook-cert-dir needs --webhook-port"),
+        (["--webhook-port", "9443", "--webhook-cert-dir", "."], "mount the webhook's TLS Secret"),
+        (["--webhook-port", "70000"], "70000 is not in the range 1<=x<=65535"),
+    ],
+)
+def test_a_webhook_without_its_certificate_is_refused(
+    args: list[str], says: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    empty = tmp_path_factory.mktemp("no-certificate")
+    args = [str(empty) if a == "." else a for a in args]
+    result = CliRunner().invoke(operator_command, ["--metrics-port", "0", *args])
+    assert result.exit_code == 2, result.output
+    assert says in result.output

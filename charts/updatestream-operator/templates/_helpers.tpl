@@ -97,6 +97,22 @@ port: metrics
 {{- end }}
 {{- end }}
 
+{{/* The webhook's Service, Secret and (with the namespace) ValidatingWebhookConfiguration. */}}
+{{- define "updatestream-operator.webhook.name" -}}
+{{- printf "%s-webhook" (include "updatestream-operator.operator.name" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels of the webhook's objects: their own component, so that no monitor selects them. */}}
+{{- define "updatestream-operator.webhook.labels" -}}
+{{ include "updatestream-operator.labels" . }}
+app.kubernetes.io/component: webhook
+{{- end }}
+
+{{/* Where the operator finds the webhook's tls.crt and tls.key. */}}
+{{- define "updatestream-operator.webhook.certDir" -}}
+/etc/updatestream/webhook
+{{- end }}
+
 {{/* Where the operator finds spark-defaults.conf and the Spark pod templates. */}}
 {{- define "updatestream-operator.operator.sparkConfDir" -}}
 /etc/updatestream/spark
@@ -165,6 +181,10 @@ The operator container's arguments: the image's entrypoint dispatches on the fir
 - --driver-pod-template={{ include "updatestream-operator.operator.sparkConfDir" . }}/driver-pod-template.yaml
 {{- end }}
 - --state-dir=/tmp/updatestream-operator
+{{- if .Values.webhook.enabled }}
+- --webhook-port={{ .Values.webhook.port }}
+- --webhook-cert-dir={{ include "updatestream-operator.webhook.certDir" . }}
+{{- end }}
 {{- if .Values.operator.inJobHops }}
 - --in-job-hop-timeout={{ .Values.operator.inJobHopTimeoutSeconds }}
 {{- else }}
