@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from updatestream.core.errors import UpdateStreamError
 from updatestream.core.keyrange import KeyRange
+from updatestream.core.shardmap import ShardMap
 
 API_GROUP = "updatestream.io"
 API_VERSION: Final = "updatestream.io/v1alpha1"
@@ -80,6 +81,11 @@ class ShardMapHistoryEntry(_Model):
     at: float
     shards: list[str]
 
+    @property
+    def shard_map(self) -> ShardMap:
+        """The map that served from `at` on (raises when the shards do not partition)."""
+        return ShardMap(KeyRange.parse(name) for name in self.shards)
+
 
 class KeyspaceSpec(_Model):
     shards: list[ShardSpec] = Field(min_length=1)
@@ -88,6 +94,11 @@ class KeyspaceSpec(_Model):
     shard_map_history: list[ShardMapHistoryEntry] = Field(
         default_factory=list, alias="shardMapHistory"
     )
+
+    @property
+    def serving_map(self) -> ShardMap:
+        """The serving shards as a shard map (raises when they do not partition the keyspace)."""
+        return ShardMap(KeyRange.parse(name) for name in self.serving_shards)
 
     def shard(self, name: str) -> ShardSpec:
         for shard in self.shards:

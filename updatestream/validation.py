@@ -80,7 +80,7 @@ def keyspace_problems(keyspace: Keyspace) -> list[SpecProblem]:
     problems.extend(_serving_problems(spec.serving_shards, set(names), vschema))
     for index, entry in enumerate(spec.shard_map_history):
         try:
-            ShardMap.parse(",".join(entry.shards))
+            entry.shard_map
         except UpdateStreamError as exc:
             problems.append(
                 SpecProblem(

@@ -134,8 +134,7 @@ class Job:
         self.query: Any = None
         self.single_pass_events = SINGLE_PASS_EVENTS
         self._hop_pending = config.hop_started_at is not None
-        serving = config.keyspace.spec.serving_shards
-        self.tracker.shard_map = str(ShardMap.parse(",".join(serving)))
+        self.tracker.shard_map = str(config.keyspace.spec.serving_map)
 
     def _deduplicated(
         self, events: Iterator[ChangeEvent], *, count: bool = True

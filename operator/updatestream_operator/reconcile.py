@@ -101,7 +101,7 @@ def _launch(
     keyspace: Keyspace,
     start: StartPosition,
 ) -> KeyRangeStatus:
-    serving = ",".join(ShardMap.parse(",".join(keyspace.spec.serving_shards)).names)
+    serving = str(keyspace.spec.serving_map)
     launch_id = entry.launch_id + 1
     hops = [
         h for h in step.status.hops if h.key_range == entry.key_range and h.phase == "Completed"
@@ -177,7 +177,7 @@ def _key_range_step(
     spec: UpdateStreamSpec,
     keyspace: Keyspace,
 ) -> KeyRangeStatus:
-    serving = ",".join(ShardMap.parse(",".join(keyspace.spec.serving_shards)).names)
+    serving = str(keyspace.spec.serving_map)
     if job is None:
         return _without_job(step, entry, spec, keyspace, serving)
     entry, reads = _follow_job(step, entry, job, spec, keyspace)

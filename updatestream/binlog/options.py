@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from updatestream.binlog.errors import SourceOptionsError
+from updatestream.core.gtid import Flavor, parse_position
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.shardmap import ShardMap
 from updatestream.core.token import EventToken
@@ -89,6 +90,29 @@ class StartSpec:
             if name == shard:
                 return kind, value
         return None
+
+    def named(self, shard: str) -> tuple[ResumeKind, str] | None:
+        """What a `gtid`, `tokens` or `resume` start names for `shard`: (kind, value)."""
+        if self.mode == "resume":
+            return self.resume_for(shard)
+        raw = self.for_shard(shard) if self.mode in ("gtid", "tokens") else None
+        if raw is None:
+            return None
+        return ("gtid" if self.mode == "gtid" else "token"), raw
+
+    def shards_named(self) -> list[str]:
+        return [entry[0] for entry in (self.resume if self.mode == "resume" else self.positions)]
+
+    def given_token(self, shard: str, flavor: Flavor | None = None) -> EventToken | None:
+        """The start token of `shard` when the start gives it (a token or a GTID position),
+        without asking the shard; None for a timestamp or a shard it does not name."""
+        named = self.named(shard)
+        if named is None or named[0] == "timestamp":
+            return None
+        kind, raw = named
+        if kind == "gtid":
+            return EventToken(0, shard, parse_position(raw, flavor))
+        return EventToken.loads(raw)
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,7 +319,7 @@ def parse_options(options: Mapping[str, str]) -> SourceConfig:
     tables = tuple(t.strip() for t in (opts.get("tables") or "").split(",") if t.strip())
     for table in tables:
         vschema.primary_vindex(table)  # raises VSchemaError naming the table
-    serving = ShardMap(KeyRange.parse(s) for s in keyspace.spec.serving_shards)
+    serving = keyspace.spec.serving_map
     declared = {endpoint.shard: endpoint for endpoint in endpoints_of(keyspace)}
     shards = []
     for shard_range in serving.shards_for(key_range):

@@ -57,6 +57,13 @@ class Transaction:
         self.seen: dict[tuple[str, str], int] = {}  # (table, pk JSON) -> changes seen
         self._token: tuple[str, str, int] | None = None
 
+    def provenance(self) -> tuple[str | None, str | None, int | None]:
+        """Source shard, GTID position and timestamp; Nones outside filtered replication."""
+        source = self.source
+        if source is None:
+            return None, None, None
+        return source.shard, str(source.position), source.timestamp
+
     def token(self, shard: str) -> tuple[str, str, int]:
         """(token JSON, position text, token timestamp), computed once per transaction."""
         if self._token is None:
@@ -92,6 +99,17 @@ def _pk_json(columns: tuple[str, ...], image: dict[str, Any], simple: str | None
         if type(value) is int:
             return f'{{"{simple}":{value}}}'
     return encode_row({c: image[c] for c in columns or tuple(image)})
+
+
+def _row_kind(event: Any) -> tuple[Op, str | None, str | None] | None:
+    """The op of a rows event and where its rows keep the before and after images."""
+    if isinstance(event, WriteRowsEvent):
+        return "insert", None, "values"
+    if isinstance(event, UpdateRowsEvent):
+        return "update", "before_values", "after_values"
+    if isinstance(event, DeleteRowsEvent):
+        return "delete", "values", None
+    return None  # only the three row event kinds are requested
 
 
 class RowConverter:
@@ -139,32 +157,16 @@ class RowConverter:
     def convert(self, event: Any, tx: Transaction, skip: int) -> Iterator[EventRow]:
         """The events of one rows event, as tuples in `ChangeEvent` field order; rows with an
         ordinal below `skip` were already given out."""
-        schema, table = event.schema, event.table
-        route = self._route(schema, table, getattr(event, "primary_key", ()))
+        table = event.table
+        route = self._route(event.schema, table, getattr(event, "primary_key", ()))
         rows = event.rows
-        if not route.emit:
-            if schema == VT_SCHEMA and table == VREPLICATION_TABLE and rows:
-                self._take_provenance(event, rows[-1], tx)
-            tx.ordinal += len(rows)
-            if route.pk is not None:  # a keyspace table outside the stream's tables
-                tx.tx_index += len(rows)
+        kind = _row_kind(event)
+        if not route.emit or kind is None:
+            self._pass_over(event, route, tx)
             return
-        op: Op
-        if isinstance(event, WriteRowsEvent):
-            op, before_key, after_key = "insert", None, "values"
-        elif isinstance(event, UpdateRowsEvent):
-            op, before_key, after_key = "update", "before_values", "after_values"
-        elif isinstance(event, DeleteRowsEvent):
-            op, before_key, after_key = "delete", "values", None
-        else:  # pragma: no cover - only the three row event kinds are requested
-            return
+        op, before_key, after_key = kind
         token, gtid, timestamp = tx.token(self.shard)
-        source = tx.source
-        provenance = (
-            (None, None, None)
-            if source is None
-            else (source.shard, str(source.position), source.timestamp)
-        )
+        source_shard, source_gtid, source_timestamp = tx.provenance()
         column, vindex_map = route.column, route.map
         key_range, everything = self.key_range, self.everything
         pk_columns = route.pk or ()
@@ -172,7 +174,6 @@ class RowConverter:
         if simple is not None and not (simple.isidentifier() and simple.isascii()):
             simple = None
         keyspace, shard = self.keyspace, self.shard
-        source_shard, source_gtid, source_timestamp = provenance
         seen = tx.seen
         for row in rows:
             ordinal = tx.ordinal
@@ -210,6 +211,16 @@ class RowConverter:
                 source_gtid,
                 source_timestamp,
             )
+
+    def _pass_over(self, event: Any, route: _Route, tx: Transaction) -> None:
+        """A rows event the stream does not deliver: `_vt.vreplication` gives the transaction
+        its source provenance; every row still counts in the transaction's ordinals."""
+        rows = event.rows
+        if event.schema == VT_SCHEMA and event.table == VREPLICATION_TABLE and rows:
+            self._take_provenance(event, rows[-1], tx)
+        tx.ordinal += len(rows)
+        if route.pk is not None:  # a keyspace table outside the stream's tables
+            tx.tx_index += len(rows)
 
     def _take_provenance(self, event: Any, row: dict[str, Any], tx: Transaction) -> None:
         image = row.get("after_values") if isinstance(event, UpdateRowsEvent) else None

@@ -183,7 +183,7 @@ class DevCluster:
         return spec.load_keyspace(self.manifest_path)
 
     def serving_map(self) -> ShardMap:
-        return ShardMap(KeyRange.parse(n) for n in self.keyspace().spec.serving_shards)
+        return self.keyspace().spec.serving_map
 
     def write_manifest(
         self,

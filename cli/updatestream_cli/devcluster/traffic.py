@@ -126,7 +126,7 @@ class Router:
         keyspace = spec.load_keyspace(self.manifest_path)
         self.keyspace = keyspace
         self.vschema = VSchema.from_dict(keyspace.spec.vschema, keyspace=keyspace.metadata.name)
-        self.shard_map = ShardMap(KeyRange.parse(n) for n in keyspace.spec.serving_shards)
+        self.shard_map = keyspace.spec.serving_map
         self.endpoints = {s.name: (s.mysql.host, s.mysql.port) for s in keyspace.spec.shards}
         self._signature = signature
         return True

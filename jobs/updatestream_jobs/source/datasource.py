@@ -164,59 +164,47 @@ class _Planner:
         tokens: dict[str, EventToken] = {}
         for shard in shards if shards is not None else [e.shard for e in self.config.shards]:
             reachable = check_shards is None or shard in check_shards
+            given = None
             if not reachable and spec.mode in ("tokens", "resume", "gtid"):
-                token = _given_token(spec, shard)
-                if token is not None:
-                    tokens[shard] = token
-                    continue
-            session = self.session(shard)
-            endpoint = session.endpoint
-            if check:
-                session.check_settings()
-            if spec.mode == "now":
-                position, now = session.current_position()
-                tokens[shard] = EventToken(now, shard, position)
-                continue
-            if spec.mode == "earliest":
-                position, opened = earliest_start(session)
-                tokens[shard] = EventToken(opened, shard, position)
-                continue
-            if spec.mode == "timestamp":
-                assert spec.timestamp is not None
-                settings = connection_settings(endpoint, self.config)
-                position = find_start_by_timestamp(session, settings, spec.timestamp)
-                tokens[shard] = EventToken(spec.timestamp, shard, position)
-                continue
-            kind: str = "gtid" if spec.mode == "gtid" else "token"
-            if spec.mode == "resume":
-                chosen = spec.resume_for(shard)
-                kind, raw = chosen if chosen else ("", None)
-                named = ", ".join(s for s, _, _ in spec.resume)
-            else:
-                raw = spec.for_shard(shard)
-                named = ", ".join(s for s, _ in spec.positions)
-            if raw is None:
-                forms = "a token, a GTID position or a timestamp" if kind == "" else "a position"
-                raise StartPositionError(
-                    f"the start names no position for shard {shard} (it names {named}); give "
-                    f"every shard of the key range {forms}",
-                    shard=shard,
-                )
-            if kind == "timestamp":
-                settings = connection_settings(endpoint, self.config)
-                position = find_start_by_timestamp(session, settings, int(raw))
-                tokens[shard] = EventToken(int(raw), shard, position)
-                continue
-            if kind == "gtid":
-                from updatestream.core.gtid import parse_position
-
-                token = EventToken(0, shard, parse_position(raw, flavor_of(endpoint)))
-            else:
-                token = EventToken.loads(raw)
-            if check:
-                check_start_available(session, token.position)
-            tokens[shard] = token
+                given = spec.given_token(shard)
+            tokens[shard] = given or self._start_of(spec, shard, check=check)
         return tokens
+
+    def _start_of(self, spec: StartSpec, shard: str, *, check: bool) -> EventToken:
+        """Where `spec` starts `shard`, read from the shard itself."""
+        session = self.session(shard)
+        if check:
+            session.check_settings()
+        if spec.mode == "now":
+            position, now = session.current_position()
+            return EventToken(now, shard, position)
+        if spec.mode == "earliest":
+            position, opened = earliest_start(session)
+            return EventToken(opened, shard, position)
+        if spec.mode == "timestamp":
+            assert spec.timestamp is not None
+            return self._at_timestamp(session, spec.timestamp)
+        named = spec.named(shard)
+        if named is None:
+            forms = "a token, a GTID position or a timestamp" if spec.mode == "resume" else ""
+            raise StartPositionError(
+                f"the start names no position for shard {shard} (it names "
+                f"{', '.join(spec.shards_named())}); give every shard of the key range "
+                f"{forms or 'a position'}",
+                shard=shard,
+            )
+        if named[0] == "timestamp":
+            return self._at_timestamp(session, int(named[1]))
+        token = spec.given_token(shard, flavor_of(session.endpoint))
+        assert token is not None
+        if check:
+            check_start_available(session, token.position)
+        return token
+
+    def _at_timestamp(self, session: ShardSession, timestamp: int) -> EventToken:
+        settings = connection_settings(session.endpoint, self.config)
+        position = find_start_by_timestamp(session, settings, timestamp)
+        return EventToken(timestamp, session.endpoint.shard, position)
 
     def partitions(
         self, start: dict[str, Any], end: dict[str, Any], hopper: Hopper | None = None
@@ -293,27 +281,8 @@ def _shards_in_maps(keyspace: Keyspace, key_range: KeyRange) -> set[str]:
     """Every shard that reads part of `key_range` in the serving map or its history."""
     names = {s.name for s in serving_map(keyspace).shards_for(key_range)}
     for entry in keyspace.spec.shard_map_history:
-        names |= {s.name for s in ShardMap.parse(",".join(entry.shards)).shards_for(key_range)}
+        names |= {s.name for s in entry.shard_map.shards_for(key_range)}
     return names
-
-
-def _given_token(spec: StartSpec, shard: str) -> EventToken | None:
-    """The start token a spec gives a shard without asking the shard (token or GTID forms)."""
-    if spec.mode == "resume":
-        chosen = spec.resume_for(shard)
-        if chosen is None or chosen[0] == "timestamp":
-            return None
-        kind, raw = chosen
-    else:
-        given = spec.for_shard(shard)
-        if given is None:
-            return None
-        kind, raw = ("gtid" if spec.mode == "gtid" else "token"), given
-    if kind == "gtid":
-        from updatestream.core.gtid import parse_position
-
-        return EventToken(0, shard, parse_position(raw))
-    return EventToken.loads(raw)
 
 
 class UpdateStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

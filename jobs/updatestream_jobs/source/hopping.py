@@ -53,12 +53,12 @@ _COVERAGE = "SELECT source_shard, start_pos FROM _vt.vreplication WHERE copy_don
 
 
 def serving_map(keyspace: Keyspace) -> ShardMap:
-    return ShardMap.parse(",".join(keyspace.spec.serving_shards))
+    return keyspace.spec.serving_map
 
 
 def _history(keyspace: Keyspace) -> list[tuple[float, ShardMap]]:
     return [
-        (entry.at, ShardMap.parse(",".join(entry.shards)))
+        (entry.at, entry.shard_map)
         for entry in keyspace.spec.shard_map_history
     ]
 
