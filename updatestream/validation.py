@@ -80,7 +80,7 @@ def keyspace_problems(keyspace: Keyspace) -> list[SpecProblem]:
     problems.extend(_serving_problems(spec.serving_shards, set(names), vschema))
     for index, entry in enumerate(spec.shard_map_history):
         try:
-            entry.shard_map
+            _ = entry.shard_map  # raises when the shards do not partition the keyspace
         except UpdateStreamError as exc:
             problems.append(
                 SpecProblem(

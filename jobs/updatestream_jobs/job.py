@@ -37,7 +37,6 @@ from updatestream.binlog.events import HOP_MARKER, ChangeEvent
 from updatestream.binlog.options import start_option
 from updatestream.contract.job import JobConfig
 from updatestream.core.errors import UpdateStreamError
-from updatestream.core.shardmap import ShardMap
 from updatestream_jobs.metrics import StreamMetrics
 from updatestream_jobs.progress import ProgressListener, ProgressTracker
 from updatestream_jobs.sinks import BatchContext, Sink, SinkContext, build_sinks

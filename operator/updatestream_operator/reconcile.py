@@ -19,7 +19,6 @@ from collections.abc import Sequence
 
 from updatestream.core.hop import HopPlanningError
 from updatestream.core.keyrange import KeyRange
-from updatestream.core.shardmap import ShardMap
 from updatestream.spec import Keyspace, StartPosition, UpdateStreamSpec
 from updatestream_operator import conditions as cond
 from updatestream_operator.hops import (

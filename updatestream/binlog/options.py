@@ -41,7 +41,6 @@ from typing import Any, Literal
 from updatestream.binlog.errors import SourceOptionsError
 from updatestream.core.gtid import Flavor, parse_position
 from updatestream.core.keyrange import KeyRange
-from updatestream.core.shardmap import ShardMap
 from updatestream.core.token import EventToken
 from updatestream.core.vschema import VSchema
 from updatestream.spec import Keyspace, SpecError, StartPosition, load_keyspace, parse_keyspace

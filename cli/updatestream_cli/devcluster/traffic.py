@@ -28,8 +28,6 @@ import pymysql.cursors
 from pymysql.constants import CLIENT
 
 from updatestream import spec
-from updatestream.core.keyrange import KeyRange
-from updatestream.core.shardmap import ShardMap
 from updatestream.core.vschema import VSchema
 from updatestream_cli.devcluster import rows, schema
 from updatestream_cli.devcluster.errors import DevClusterError

@@ -62,7 +62,6 @@ from updatestream.binlog.session import ShardSession, connection_settings, flavo
 from updatestream.core.dedup import DedupFilter
 from updatestream.core.gtid import position_contains
 from updatestream.core.keyrange import KeyRange
-from updatestream.core.shardmap import ShardMap
 from updatestream.core.token import EventToken
 from updatestream.spec import Keyspace
 from updatestream_jobs.source.hopping import Hopper, map_for_shards, serving_map

@@ -57,10 +57,7 @@ def serving_map(keyspace: Keyspace) -> ShardMap:
 
 
 def _history(keyspace: Keyspace) -> list[tuple[float, ShardMap]]:
-    return [
-        (entry.at, entry.shard_map)
-        for entry in keyspace.spec.shard_map_history
-    ]
+    return [(entry.at, entry.shard_map) for entry in keyspace.spec.shard_map_history]
 
 
 def map_for_shards(keyspace: Keyspace, shards: set[str], key_range: KeyRange) -> ShardMap:
