@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -49,6 +49,9 @@ def _key_range_name(text: str) -> str:
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+_M = TypeVar("_M", bound=_Model)
 
 
 class SecretRef(_Model):
@@ -218,28 +221,26 @@ def describe_validation_error(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors():
         where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        parts.append(f"{where}: {err['msg']}")
+        parts.append(f"{where}: {str(err['msg']).removeprefix('Value error, ')}")
     return "; ".join(parts)
 
 
-def parse_keyspace(data: Mapping[str, Any], *, source: str = "Keyspace") -> Keyspace:
+def _parse(model: type[_M], data: Mapping[str, Any], source: str) -> _M:
     try:
-        return Keyspace.model_validate(dict(data))
+        return model.model_validate(dict(data))
     except ValidationError as exc:
-        raise SpecError(f"invalid Keyspace in {source}: {describe_validation_error(exc)}") from None
+        detail = describe_validation_error(exc)
     except UpdateStreamError as exc:
-        raise SpecError(f"invalid Keyspace in {source}: {exc}") from None
+        detail = str(exc)
+    raise SpecError(f"invalid {model.__name__} in {source}: {detail}")
+
+
+def parse_keyspace(data: Mapping[str, Any], *, source: str = "Keyspace") -> Keyspace:
+    return _parse(Keyspace, data, source)
 
 
 def parse_update_stream(data: Mapping[str, Any], *, source: str = "UpdateStream") -> UpdateStream:
-    try:
-        return UpdateStream.model_validate(dict(data))
-    except ValidationError as exc:
-        raise SpecError(
-            f"invalid UpdateStream in {source}: {describe_validation_error(exc)}"
-        ) from None
-    except UpdateStreamError as exc:
-        raise SpecError(f"invalid UpdateStream in {source}: {exc}") from None
+    return _parse(UpdateStream, data, source)
 
 
 def load_manifest(path: Path) -> dict[str, Any]:

@@ -10,7 +10,6 @@ under `secrets_dir` where the job runs.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -19,7 +18,13 @@ from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, PlainValidat
 
 from updatestream.core.dedup import DedupFilter, DedupFilterError
 from updatestream.core.keyrange import KeyRange
-from updatestream.spec import Keyspace, SpecError, UpdateStream, describe_validation_error
+from updatestream.spec import (
+    Keyspace,
+    SpecError,
+    UpdateStream,
+    describe_validation_error,
+    load_manifest,
+)
 
 JOB_FILE = "job.yaml"
 
@@ -103,12 +108,4 @@ class JobConfig(BaseModel):
     @classmethod
     def load(cls, path: Path) -> JobConfig:
         """Read a file written by `dump()` (YAML, or JSON), with errors naming the file."""
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise SpecError(f"cannot read job configuration {path}: {exc.strerror}") from None
-        try:
-            data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-        except (yaml.YAMLError, json.JSONDecodeError) as exc:
-            raise SpecError(f"job configuration {path} is not valid YAML/JSON: {exc}") from None
-        return cls.parse(data, source=str(path))
+        return cls.parse(load_manifest(path), source=str(path))

@@ -42,6 +42,7 @@ from updatestream.core.errors import UpdateStreamError
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.shardmap import ShardMap
 from updatestream.core.token import EventToken, TokenError
+from updatestream.spec import describe_validation_error
 
 
 class ProgressError(UpdateStreamError):
@@ -161,7 +162,7 @@ class ProgressReport(_Report):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            raise ProgressError(_describe(exc)) from None
+            raise ProgressError(describe_validation_error(exc)) from None
 
     @classmethod
     def loads(cls, text: str, *, source: str) -> ProgressReport:
@@ -189,12 +190,3 @@ class ProgressReport(_Report):
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp.write_text(self.dumps(), encoding="utf-8")
         tmp.replace(path)
-
-
-def _describe(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        message = str(err["msg"]).removeprefix("Value error, ")
-        parts.append(f"{where}: {message}")
-    return "; ".join(parts)
