@@ -235,8 +235,8 @@ class TestLifecycle:
         op, job = operator, TestLifecycle.job
         report = {
             "shards": {
-                "-80": {"token": _token("-80", T0, 10), "events": {"insert": 4}, "lagSeconds": 3},
-                "80-": {"token": _token("80-", T0 + 2, 20), "events": {"update": 1}, "lag": 1.5},
+                "-80": {"token": _token("-80", T0, 10), "byOp": {"insert": 4}, "lagSeconds": 3},
+                "80-": {"token": _token("80-", T0 + 2, 20), "byOp": {"update": 1}, "lagSeconds": 1},
             },
             "duplicates": {},
         }
