@@ -51,6 +51,19 @@ def streaming() -> World:
     return world
 
 
+def report_split_completed(world: World) -> None:
+    """The job reports the split -80 -> -40,40-80 done: tokens on the new shards, and 80-."""
+    world.report(
+        "-",
+        token("-80", T0 + 20, 8),
+        token("80-", T0 + 30, 12),
+        token("-40", T0 + 31, 3),
+        token("40-80", T0 + 32, 4),
+        shard_map=NEW,
+        hops=(split_hop(),),
+    )
+
+
 def notes(world: World) -> list[str]:
     return [n.reason for d in world.decisions for n in d.notes]
 
@@ -101,15 +114,7 @@ def test_a_split_hops_inside_the_job_without_stopping_it() -> None:
         assert condition(waiting.status, "Hopping")[0] == "True"
 
     # done: the new shards' tokens are the positions from now on
-    world.report(
-        "-",
-        token("-80", T0 + 20, 8),
-        token("80-", T0 + 30, 12),
-        token("-40", T0 + 31, 3),
-        token("40-80", T0 + 32, 4),
-        shard_map=NEW,
-        hops=(split_hop(),),
-    )
+    report_split_completed(world)
     completed = world.step()
     assert completed.actions == ()
     assert [n.reason for n in completed.notes] == ["HopCompleted"]
@@ -144,15 +149,7 @@ def test_a_relaunch_after_an_in_job_hop_resumes_from_the_new_shards() -> None:
     world = streaming()
     world.keyspace = keyspace(SPLIT)
     world.step()
-    world.report(
-        "-",
-        token("-80", T0 + 20, 8),
-        token("80-", T0 + 30, 12),
-        token("-40", T0 + 31, 3),
-        token("40-80", T0 + 32, 4),
-        shard_map=NEW,
-        hops=(split_hop(),),
-    )
+    report_split_completed(world)
     world.step()
     world.spec = stream_spec(tables=["orders"])
     steps = world.settle()
