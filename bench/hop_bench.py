@@ -67,8 +67,7 @@ def _start_job(cluster: DevCluster, server: MariaDBServer, work: Path) -> Stream
     secret = sink_secret(cluster, "hop-bench-sink", "hopbench", "hop-bench-pw")
     assert server.port is not None
     job = StreamJob(cluster, work, SinkServer(server.host, server.port, secret, "us_hop_bench"))
-    start = {s: cluster.server(s).gtid_position() for s in ("-80", "80-")}
-    job.write_stream({"mode": "gtid", "gtid": start})
+    job.write_stream_from_now()
     return job
 
 

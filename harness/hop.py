@@ -92,6 +92,12 @@ class StreamJob:
         path.write_text(yaml.safe_dump(stream))
         return path
 
+    def write_stream_from_now(self) -> Path:
+        """The stream, starting on every serving shard at its current GTID position."""
+        serving = self.cluster.keyspace().spec.serving_shards
+        start = {s: self.cluster.server(s).gtid_position() for s in serving}
+        return self.write_stream({"mode": "gtid", "gtid": start})
+
     def arguments(self) -> list[str]:
         return [
             CLI, "run",
