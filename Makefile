@@ -66,33 +66,33 @@ demo: system-deps $(STAMP) ## the whole system on one machine: a live split hopp
 
 .PHONY: bench-sinks
 bench-sinks: $(STAMP) ## sink throughput (memcached, Version Stream vs single-row appends) into bench/results
-	$(BIN)/python bench/sinks_bench.py
+	$(BIN)/python -m bench.sinks_bench
 
 .PHONY: bench-source
 bench-source: $(STAMP) ## binlog source rows/s vs python-mysql-replication and mariadb-binlog into bench/results
-	$(BIN)/python bench/source_bench.py
+	$(BIN)/python -m bench.source_bench
 
 .PHONY: bench-hop
 bench-hop: system-deps $(STAMP) ## hop time over 5 live splits and 5 merges, verified, into bench/results
-	$(BIN)/python bench/hop_bench.py
+	$(BIN)/python -m bench.hop_bench
 
 .PHONY: bench-lag
 bench-lag: $(STAMP) ## end-to-end lag per sink at 25/50/90% of the max rate, 2 shards, into bench/results
-	$(BIN)/python bench/lag_bench.py
+	$(BIN)/python -m bench.lag_bench
 
 .PHONY: bench-footprint
 bench-footprint: kube-tools $(STAMP) ## peak RSS: operator with 100 streams, job driver on a 100k-row tx, into bench/results
-	$(BIN)/python bench/footprint_bench.py
+	$(BIN)/python -m bench.footprint_bench
 
 .PHONY: bench-scaling
 bench-scaling: $(STAMP) ## source rows/s with 1, 2 and 4 shards, into bench/results
-	$(BIN)/python bench/scaling_bench.py
+	$(BIN)/python -m bench.scaling_bench
 
 # Every benchmark, one after another (they measure a shared machine, so never in parallel),
 # then one table of bench/results/summary.json.
 .PHONY: bench
 bench: system-deps bench-source bench-sinks bench-lag bench-footprint bench-scaling bench-hop ## every benchmark in turn, then the summary table
-	$(BIN)/python bench/show_summary.py
+	$(BIN)/python -m bench.show_summary
 
 .NOTPARALLEL: bench
 

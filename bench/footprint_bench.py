@@ -22,7 +22,7 @@ Both parts run ``--rounds`` times (3); the table gives each figure's median.
 Writes `bench/results/footprint.json`, prints a table and merges `operator_rss_mb_100_streams`
 (for the default 100 streams), `operator_rss_mb_idle`, `driver_jvm_peak_rss_mb` and
 `driver_python_peak_rss_mb` into `bench/results/summary.json`. Run with ``make
-bench-footprint`` or ``python bench/footprint_bench.py [--streams N]``.
+bench-footprint`` or ``python -m bench.footprint_bench [--streams N]``.
 """
 
 from __future__ import annotations
@@ -43,22 +43,12 @@ from typing import Any
 
 import psutil
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # bench.*, tests.* helpers that start the servers
-
-from bench.report import (  # noqa: E402
-    console,
-    machine,
-    median,
-    print_table,
-    say_load,
-    write_result,
-)
-from bench.rss import PeakSampler, spark_processes  # noqa: E402
-from bench.source_bench import commit_large_transaction, prepare, with_big_table  # noqa: E402
-from bench.summary import SUMMARY, merge_summary  # noqa: E402
-from harness.kube import ensure_kube_tools, free_port, start_kube_api  # noqa: E402
-from harness.operator import (  # noqa: E402
+from bench.report import console, machine, median, print_table, say_load, write_result
+from bench.rss import PeakSampler, spark_processes
+from bench.source_bench import commit_large_transaction, prepare, with_big_table
+from bench.summary import SUMMARY, merge_summary
+from harness.kube import ensure_kube_tools, free_port, start_kube_api
+from harness.operator import (
     apply,
     apply_spark_application_crd,
     keyspace_manifest,
@@ -101,25 +91,52 @@ def healthz(url: str) -> bool:
         return False
 
 
+def start_logged(
+    command: list[str], log_path: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """Start `command` in a session of its own (so `stop_process` ends its whole group), its
+    output appended to `log_path`."""
+    with log_path.open("ab") as log:
+        return subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
+            start_new_session=True,
+        )  # fmt: skip
+
+
+def _start_operator(api: Any, root: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """The operator with the spark-operator launcher against `api`; the process and its
+    health URL."""
+    kubeconfig = prepare_operator(api, root, NS)
+    apply_spark_application_crd(api)
+    apply(api, NS, keyspace_manifest("commerce"))
+    liveness = f"http://127.0.0.1:{free_port()}/healthz"
+    command = [
+        UPDATESTREAM, "operator", "--namespace", NS, "--launcher", "spark-operator",
+        "--metrics-port", str(free_port()), "--metrics-address", "127.0.0.1",
+        "--kubeconfig", str(kubeconfig), "--liveness", liveness,
+        "--state-dir", str(root / "state"),
+    ]  # fmt: skip
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    return start_logged(command, root / "operator.log", env), liveness
+
+
+def _all_ready(api: Any, streams: int) -> bool:
+    """Every UpdateStream is Ready and has its SparkApplication."""
+    listed = api.kubectl("get", "-n", NS, "updatestreams", "-o", "json")
+    ready = sum(
+        any(c["type"] == "Ready" and c["status"] == "True"
+            for c in (s.get("status") or {}).get("conditions", []))
+        for s in json.loads(listed.stdout)["items"]
+    )  # fmt: skip
+    apps = api.kubectl("get", "-n", NS, "sparkapplications", "-o", "name")
+    return ready == streams and len(apps.stdout.split()) == streams
+
+
 def operator_footprint(root: Path, streams: int, settle: float) -> dict[str, Any]:
     ensure_kube_tools(echo=console.print)
     api = start_kube_api()
     try:
-        kubeconfig = prepare_operator(api, root, NS)
-        apply_spark_application_crd(api)
-        apply(api, NS, keyspace_manifest("commerce"))
-        liveness = f"http://127.0.0.1:{free_port()}/healthz"
-        command = [
-            UPDATESTREAM, "operator", "--namespace", NS, "--launcher", "spark-operator",
-            "--metrics-port", str(free_port()), "--metrics-address", "127.0.0.1",
-            "--kubeconfig", str(kubeconfig), "--liveness", liveness,
-            "--state-dir", str(root / "state"),
-        ]  # fmt: skip
-        with (root / "operator.log").open("ab") as log:
-            process = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                env={**os.environ, "KUBECONFIG": str(kubeconfig)}, start_new_session=True,
-            )  # fmt: skip
+        process, liveness = _start_operator(api, root)
         try:
             operator = psutil.Process(process.pid)
             sampler = PeakSampler(lambda: {"operator": [operator]}, interval=0.2)
@@ -131,18 +148,11 @@ def operator_footprint(root: Path, streams: int, settle: float) -> dict[str, Any
                 manifests = [stream_manifest(f"stream-{i:03d}", "commerce") for i in range(streams)]
                 began = time.monotonic()
                 apply(api, NS, {"apiVersion": "v1", "kind": "List", "items": manifests})
-
-                def all_ready() -> bool:
-                    listed = api.kubectl("get", "-n", NS, "updatestreams", "-o", "json")
-                    ready = sum(
-                        any(c["type"] == "Ready" and c["status"] == "True"
-                            for c in (s.get("status") or {}).get("conditions", []))
-                        for s in json.loads(listed.stdout)["items"]
-                    )  # fmt: skip
-                    apps = api.kubectl("get", "-n", NS, "sparkapplications", "-o", "name")
-                    return ready == streams and len(apps.stdout.split()) == streams
-
-                wait_until(all_ready, f"{streams} Ready streams and SparkApplications", 900)
+                wait_until(
+                    lambda: _all_ready(api, streams),
+                    f"{streams} Ready streams and SparkApplications",
+                    900,
+                )
                 reconciled = time.monotonic() - began
                 console.print(f"all {streams} streams Ready after {reconciled:.1f}s")
                 time.sleep(settle)
@@ -162,38 +172,41 @@ def operator_footprint(root: Path, streams: int, settle: float) -> dict[str, Any
     }
 
 
+def _start_job(root: Path, options: dict[str, Any], position: str) -> subprocess.Popen[bytes]:
+    """`updatestream run` of the bench keyspace from `position` into CDCv2 files, its progress
+    in `root/status.json`."""
+    keyspace = root / "keyspace.json"
+    keyspace.write_text(with_big_table(options["keyspace"]))
+    stream = root / "stream.json"
+    stream.write_text(
+        json.dumps(
+            {
+                "apiVersion": "updatestream.io/v1alpha1",
+                "kind": "UpdateStream",
+                "metadata": {"name": "footprint"},
+                "spec": {
+                    "keyspace": "bench",
+                    "start": {"mode": "gtid", "gtid": {"-": position}},
+                    "sinks": [{"type": "cdcv2", "path": str(root / "cdc")}],
+                },
+            }
+        )
+    )
+    command = [
+        UPDATESTREAM, "run", "--stream", str(stream), "--keyspace", str(keyspace),
+        "--secrets-dir", options["secretsDir"], "--checkpoint", str(root / "checkpoint"),
+        "--status-file", str(root / "status.json"), "--trigger-seconds", "0.5",
+        "--master", "local[2]",
+    ]  # fmt: skip
+    return start_logged(command, root / "job.log")
+
+
 def driver_footprint(root: Path) -> dict[str, Any]:
     server, options, _, _ = prepare(root, 1000)
     try:
-        keyspace = root / "keyspace.json"
-        keyspace.write_text(with_big_table(options["keyspace"]))
         position = server.gtid_position()
-        stream = root / "stream.json"
-        stream.write_text(
-            json.dumps(
-                {
-                    "apiVersion": "updatestream.io/v1alpha1",
-                    "kind": "UpdateStream",
-                    "metadata": {"name": "footprint"},
-                    "spec": {
-                        "keyspace": "bench",
-                        "start": {"mode": "gtid", "gtid": {"-": position}},
-                        "sinks": [{"type": "cdcv2", "path": str(root / "cdc")}],
-                    },
-                }
-            )
-        )
+        process = _start_job(root, options, position)
         status = root / "status.json"
-        command = [
-            UPDATESTREAM, "run", "--stream", str(stream), "--keyspace", str(keyspace),
-            "--secrets-dir", options["secretsDir"], "--checkpoint", str(root / "checkpoint"),
-            "--status-file", str(status), "--trigger-seconds", "0.5", "--master", "local[2]",
-        ]  # fmt: skip
-        with (root / "job.log").open("ab") as log:
-            process = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                start_new_session=True,
-            )  # fmt: skip
         try:
             driver = psutil.Process(process.pid)
             sampler = PeakSampler(lambda: spark_processes(driver), interval=0.1)

@@ -11,7 +11,7 @@ and ``duplicatesDropped``. At the
 end the traffic stops, the stream catches up and ``updatestream verify`` checks both sinks
 against the ledger: the duplicates delivered and the changes lost over all hops.
 
-Run it with ``make bench-hop`` or ``python bench/hop_bench.py [--rounds 5] [--rate 300]``.
+Run it with ``make bench-hop`` or ``python -m bench.hop_bench [--rounds 5] [--rate 300]``.
 Writes ``bench/results/hop.json`` and merges ``hop_median_s``, ``hop_max_s``,
 ``hop_duplicates_delivered`` and friends into ``bench/results/summary.json``.
 """
@@ -28,25 +28,88 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # the test helpers drive the job and the verifier
+from updatestream_cli.devcluster.cluster import DevCluster
+from updatestream_cli.devcluster.reshard import ReshardOptions
+from updatestream_cli.devcluster.server import MariaDBServer
+from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 
-from updatestream_cli.devcluster.cluster import DevCluster  # noqa: E402
-from updatestream_cli.devcluster.reshard import ReshardOptions  # noqa: E402
-from updatestream_cli.devcluster.server import MariaDBServer  # noqa: E402
-from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions  # noqa: E402
-
-from bench.report import machine  # noqa: E402
-from bench.summary import merge_summary  # noqa: E402
-from harness.hop import (  # noqa: E402
+from bench.report import machine
+from bench.summary import merge_summary
+from harness.hop import (
     SinkServer,
     StreamJob,
     completed_hops,
     reshard,
     sink_secret,
+    traffic_generator,
 )
 
+REPO = Path(__file__).resolve().parents[1]
+
 RESULT = REPO / "bench" / "results" / "hop.json"
+
+
+def _steps(rounds: int) -> list[tuple[str, str]]:
+    """Split -80 and merge it back, `rounds` times; a different split point each round, since
+    a finished workflow is not run twice."""
+    points = ["40", "20", "60", "30", "50", "10", "70"]
+    steps = []
+    for point in (points * (rounds // len(points) + 1))[:rounds]:
+        steps += [("-80", f"-{point},{point}-80"), (f"-{point},{point}-80", "-80")]
+    return steps
+
+
+def _start_job(cluster: DevCluster, server: MariaDBServer, work: Path) -> StreamJob:
+    """A stream of both shards from their current positions into the sink server."""
+    with server.root_connect() as conn, conn.cursor() as cur:
+        cur.execute("CREATE USER 'hopbench'@'127.0.0.1' IDENTIFIED BY 'hop-bench-pw'")
+        cur.execute("GRANT ALL PRIVILEGES ON *.* TO 'hopbench'@'127.0.0.1'")
+    secret = sink_secret(cluster, "hop-bench-sink", "hopbench", "hop-bench-pw")
+    assert server.port is not None
+    job = StreamJob(cluster, work, SinkServer(server.host, server.port, secret, "us_hop_bench"))
+    job.write_stream_from_now()
+    return job
+
+
+def _hop(
+    cluster: DevCluster, job: StreamJob, number: int, step: tuple[str, str], options: ReshardOptions
+) -> None:
+    sources, targets = step
+    reshard(cluster, sources, targets, options)
+    job.wait_for(f"hop {number}", lambda s: len(completed_hops(s)) == number)
+    cluster.retire(sources.split(","))
+    hop = completed_hops(job.wait_for("status", lambda s: True))[-1]
+    print(
+        f"hop {number:2d} {sources:>10} -> {targets:<10} {hop['durationSeconds']:6.2f} s, "
+        f"{hop['duplicatesDropped']:5d} duplicates dropped",
+        flush=True,
+    )
+
+
+def _figures(hops: list[dict[str, Any]], reports: dict[str, Any]) -> dict[str, Any]:
+    """Hop times (splits are the even hops, merges the odd ones) and the verifier's verdict."""
+    durations = [float(h["durationSeconds"]) for h in hops]
+    return {
+        "hops": [
+            {
+                "from": h["from"],
+                "to": h["to"],
+                "duration_s": h["durationSeconds"],
+                "duplicates_dropped": h["duplicatesDropped"],
+            }
+            for h in hops
+        ],
+        "hop_median_s": round(statistics.median(durations), 3),
+        "hop_max_s": round(max(durations), 3),
+        "split_median_s": round(statistics.median(durations[0::2]), 3),
+        "merge_median_s": round(statistics.median(durations[1::2]), 3),
+        "duplicates_dropped_per_hop_median": statistics.median(
+            h["duplicatesDropped"] for h in hops
+        ),
+        "verify": reports,
+        "hop_duplicates_delivered": sum(int(r["duplicates_delivered"]) for r in reports.values()),
+        "hop_lost": sum(int(r["lost"]) for r in reports.values()),
+    }
 
 
 def run(rounds: int, rate: float, replicate: float, work: Path) -> dict[str, Any]:
@@ -57,38 +120,16 @@ def run(rounds: int, rate: float, replicate: float, work: Path) -> dict[str, Any
     job: StreamJob | None = None
     traffic: TrafficGenerator | None = None
     try:
-        with server.root_connect() as conn, conn.cursor() as cur:
-            cur.execute("CREATE USER 'hopbench'@'127.0.0.1' IDENTIFIED BY 'hop-bench-pw'")
-            cur.execute("GRANT ALL PRIVILEGES ON *.* TO 'hopbench'@'127.0.0.1'")
-        secret = sink_secret(cluster, "hop-bench-sink", "hopbench", "hop-bench-pw")
-        assert server.port is not None
-        job = StreamJob(cluster, work, SinkServer(server.host, server.port, secret, "us_hop_bench"))
-        start = {s: cluster.server(s).gtid_position() for s in ("-80", "80-")}
-        job.write_stream({"mode": "gtid", "gtid": start})
+        job = _start_job(cluster, server, work)
         ledger = work / "ledger.jsonl"
-        traffic = TrafficGenerator(
-            cluster.manifest_path, cluster.secrets_dir, ledger, TrafficOptions(rate=rate, seed=5)
-        )
+        traffic = traffic_generator(cluster, ledger, TrafficOptions(rate=rate, seed=5))
         job.start()
-        job.wait_for("the first batch", lambda s: (s.get("batchId") or 0) >= 1)
+        job.wait_first_batch()
         traffic.start()
         options = ReshardOptions(min_replicate_seconds=replicate)
-        # A different split point each round: a finished workflow is not run twice.
-        points = ["40", "20", "60", "30", "50", "10", "70"]
-        steps = []
-        for point in (points * (rounds // len(points) + 1))[:rounds]:
-            steps += [("-80", f"-{point},{point}-80"), (f"-{point},{point}-80", "-80")]
         began = time.monotonic()
-        for number, (sources, targets) in enumerate(steps, start=1):
-            reshard(cluster, sources, targets, options)
-            job.wait_for(f"hop {number}", lambda s, n=number: len(completed_hops(s)) == n)
-            cluster.retire(sources.split(","))
-            hop = completed_hops(job.wait_for("status", lambda s: True))[-1]
-            print(
-                f"hop {number:2d} {sources:>10} -> {targets:<10} {hop['durationSeconds']:6.2f} s, "
-                f"{hop['duplicatesDropped']:5d} duplicates dropped",
-                flush=True,
-            )
+        for number, step in enumerate(_steps(rounds), start=1):
+            _hop(cluster, job, number, step, options)
         stats = traffic.stop()
         traffic = None
         final = job.wait_caught_up(["-80", "80-"])
@@ -101,10 +142,6 @@ def run(rounds: int, rate: float, replicate: float, work: Path) -> dict[str, Any
             job.stop()
         server.stop()
         cluster.down()
-    hops = completed_hops(final)
-    durations = [float(h["durationSeconds"]) for h in hops]
-    splits = durations[0::2]
-    merges = durations[1::2]
     return {
         "machine": machine(),
         "load_average": os.getloadavg(),
@@ -113,25 +150,7 @@ def run(rounds: int, rate: float, replicate: float, work: Path) -> dict[str, Any
         "replicate_seconds_before_cutover": replicate,
         "row_changes": stats.rows,
         "elapsed_s": round(reshard_seconds, 1),
-        "hops": [
-            {
-                "from": h["from"],
-                "to": h["to"],
-                "duration_s": h["durationSeconds"],
-                "duplicates_dropped": h["duplicatesDropped"],
-            }
-            for h in hops
-        ],
-        "hop_median_s": round(statistics.median(durations), 3),
-        "hop_max_s": round(max(durations), 3),
-        "split_median_s": round(statistics.median(splits), 3),
-        "merge_median_s": round(statistics.median(merges), 3),
-        "duplicates_dropped_per_hop_median": statistics.median(
-            h["duplicatesDropped"] for h in hops
-        ),
-        "verify": reports,
-        "hop_duplicates_delivered": sum(int(r["duplicates_delivered"]) for r in reports.values()),
-        "hop_lost": sum(int(r["lost"]) for r in reports.values()),
+        **_figures(completed_hops(final), reports),
     }
 
 

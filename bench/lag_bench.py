@@ -32,7 +32,7 @@ since after the traffic stops only the idle shards' heartbeats move that frontie
 Writes `bench/results/lag.json`, prints a table and merges `lag_p50_s`, `lag_p99_s` and
 `lag_max_s` (50% load, Version Stream), `max_rate_rows_per_s` and `lag_trigger_s` into
 `bench/results/summary.json`. Run with ``make bench-lag`` or
-``python bench/lag_bench.py [--duration S] [--rounds N] [--trigger-seconds T]``.
+``python -m bench.lag_bench [--duration S] [--rounds N] [--trigger-seconds T]``.
 """
 
 from __future__ import annotations
@@ -47,37 +47,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # bench.*, tests.* helpers that start the servers
+import pymysql
+from updatestream_cli.devcluster.cluster import DevCluster
+from updatestream_cli.devcluster.ledger import LedgerEntry, read_ledger
+from updatestream_cli.devcluster.memcached import MemcachedServer
+from updatestream_cli.devcluster.server import MariaDBServer
+from updatestream_jobs.job import Job, spark_session
+from updatestream_jobs.sinks.base import BatchContext
+from updatestream_jobs.sinks.cdcv2 import stream_directory
 
-import pymysql  # noqa: E402
-from updatestream_cli.devcluster.cluster import DevCluster  # noqa: E402
-from updatestream_cli.devcluster.ledger import LedgerEntry, read_ledger  # noqa: E402
-from updatestream_cli.devcluster.memcached import MemcachedServer  # noqa: E402
-from updatestream_cli.devcluster.server import MariaDBServer  # noqa: E402
-from updatestream_jobs.job import Job, spark_session  # noqa: E402
-from updatestream_jobs.sinks.base import BatchContext  # noqa: E402
-from updatestream_jobs.sinks.cdcv2 import stream_directory  # noqa: E402
-
-from bench.lagtools import (  # noqa: E402
-    BatchRecord,
-    TimedSink,
-    cdcv2_complete_times,
-    event_lags,
-    summarize,
-)
-from bench.report import (  # noqa: E402
-    console,
-    machine,
-    median,
-    print_table,
-    say_load,
-    write_result,
-)
-from bench.sinks_bench import DURABLE  # noqa: E402
-from bench.summary import merge_summary  # noqa: E402
-from updatestream import spec  # noqa: E402
-from updatestream.contract.job import JobConfig  # noqa: E402
+from bench.lagtools import BatchRecord, TimedSink, cdcv2_complete_times, event_lags, summarize
+from bench.report import console, machine, median, print_table, say_load, write_result
+from bench.sinks_bench import DURABLE
+from bench.summary import merge_summary
+from updatestream import spec
+from updatestream.contract.job import JobConfig
 
 SHARDS = ("-80", "80-")
 STREAM = "lag-bench"

@@ -16,7 +16,7 @@ two cores that every shard shares.
 Writes `bench/results/scaling.json`, prints a table and merges `scaling_rows_per_s_<N>_shards`
 and `scaling_spark_cpu_s_per_100k_rows` (the median over shard counts) into
 `bench/results/summary.json`. Run with ``make bench-scaling`` or
-``python bench/scaling_bench.py [--rows N] [--rounds R]``.
+``python -m bench.scaling_bench [--rows N] [--rounds R]``.
 """
 
 from __future__ import annotations
@@ -24,30 +24,18 @@ from __future__ import annotations
 import argparse
 import contextlib
 import secrets
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import psutil
+from updatestream_cli.devcluster.server import MariaDBServer
+from updatestream_jobs.job import spark_session
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # bench.*
-
-from updatestream_cli.devcluster.server import MariaDBServer  # noqa: E402
-from updatestream_jobs.job import spark_session  # noqa: E402
-
-from bench.report import (  # noqa: E402
-    console,
-    machine,
-    median,
-    print_table,
-    say_load,
-    write_result,
-)
-from bench.rss import cpu_seconds, spark_processes  # noqa: E402
-from bench.source_bench import (  # noqa: E402
+from bench.report import console, machine, median, print_table, say_load, write_result
+from bench.rss import cpu_seconds, spark_processes
+from bench.source_bench import (
     bench_keyspace,
     bounded_options,
     fill_shard,
@@ -55,7 +43,7 @@ from bench.source_bench import (  # noqa: E402
     spark_count,
     write_secret,
 )
-from bench.summary import merge_summary  # noqa: E402
+from bench.summary import merge_summary
 
 LAYOUTS = {
     1: ["-"],

@@ -1,6 +1,6 @@
 """Print `bench/results/summary.json` as one table, with the goals the README sets.
 
-Run by ``make bench`` after every benchmark; ``python bench/show_summary.py`` prints it alone.
+Run by ``make bench`` after every benchmark; ``python -m bench.show_summary`` prints it alone.
 Keys without a description here are printed under their own name.
 """
 
@@ -8,16 +8,11 @@ from __future__ import annotations
 
 import json
 import operator
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # bench.*
-
-from bench.report import console, print_table  # noqa: E402
-from bench.summary import SUMMARY  # noqa: E402
+from bench.report import console, print_table
+from bench.summary import SUMMARY
 
 Goal = tuple[str, Callable[[float, float], bool], float]  # (shown as, test, bound)
 AT_LEAST: Callable[[float, float], bool] = operator.ge

@@ -11,34 +11,30 @@
 Each figure is the best of ``--rounds`` rounds (default 3): the machine may be shared, and the
 best round is the one least disturbed. Figures are printed, written with the load average to
 ``bench/results/sinks.json`` and merged into ``bench/results/summary.json`` (other keys are
-kept). Run it with ``make bench-sinks`` or ``python bench/sinks_bench.py [--events N]``.
+kept). Run it with ``make bench-sinks`` or ``python -m bench.sinks_bench [--events N]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # the test helpers start the servers
+from updatestream_cli.devcluster.memcached import MemcachedServer
+from updatestream_cli.devcluster.server import MariaDBServer
+from updatestream_jobs.sinks.base import BatchContext
+from updatestream_jobs.sinks.memcached import MemcachedSink
+from updatestream_jobs.sinks.versionstream import VersionStreamSink
 
-from updatestream_cli.devcluster.memcached import MemcachedServer  # noqa: E402
-from updatestream_cli.devcluster.server import MariaDBServer  # noqa: E402
-from updatestream_jobs.sinks.base import BatchContext  # noqa: E402
-from updatestream_jobs.sinks.memcached import MemcachedSink  # noqa: E402
-from updatestream_jobs.sinks.versionstream import VersionStreamSink  # noqa: E402
-
-from bench.report import machine, say_load, write_result  # noqa: E402
-from bench.summary import merge_summary  # noqa: E402
-from harness.sink_events import ShardLog  # noqa: E402
-from updatestream import spec  # noqa: E402
-from updatestream.binlog.events import ChangeEvent  # noqa: E402
-from updatestream.versionstream.repository import VersionStreamRepository  # noqa: E402
+from bench.report import machine, say_load, write_result
+from bench.summary import merge_summary
+from harness.sink_events import ShardLog
+from updatestream import spec
+from updatestream.binlog.events import ChangeEvent
+from updatestream.versionstream.repository import VersionStreamRepository
 
 BATCH = 5000
 # A durable server, as in production (the development servers relax both): each commit is

@@ -17,7 +17,7 @@ reads one 100k-row transaction through Spark and reports the Python worker's pea
 Each figure is the median of ``--rounds`` runs. Figures are printed, written with the load
 average to ``bench/results/source.json`` and merged into ``bench/results/summary.json`` (other
 keys are kept). Run it with ``make bench-source`` or
-``python bench/source_bench.py [--rows N] [--rounds R]``.
+``python -m bench.source_bench [--rows N] [--rounds R]``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ import os
 import secrets
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -36,26 +35,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # bench.summary
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.row_event import WriteRowsEvent
+from updatestream_cli.devcluster.server import MariaDBServer
+from updatestream_jobs.job import spark_session
+from updatestream_jobs.source.datasource import ShardRange, read_shard_rows, record_batches
+
+from bench.report import machine, say_load, write_result
+from bench.rss import pyspark_worker_peak_rss_mb
+from bench.summary import merge_summary
+from updatestream.binlog.options import parse_options
+from updatestream.core.gtid import parse_position
+from updatestream.core.token import EventToken
+
 TX_ROWS = 100
-
-from pymysqlreplication import BinLogStreamReader  # noqa: E402
-from pymysqlreplication.row_event import WriteRowsEvent  # noqa: E402
-from updatestream_cli.devcluster.server import MariaDBServer  # noqa: E402
-from updatestream_jobs.job import spark_session  # noqa: E402
-from updatestream_jobs.source.datasource import (  # noqa: E402
-    ShardRange,
-    read_shard_rows,
-    record_batches,
-)
-
-from bench.report import machine, say_load, write_result  # noqa: E402
-from bench.rss import pyspark_worker_peak_rss_mb  # noqa: E402
-from bench.summary import merge_summary  # noqa: E402
-from updatestream.binlog.options import parse_options  # noqa: E402
-from updatestream.core.gtid import parse_position  # noqa: E402
-from updatestream.core.token import EventToken  # noqa: E402
 
 READER_SECRET = "bench-reader"
 

@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.reshard import ReshardOptions, ReshardWorkflow, plan_reshard
+from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 
 CLI = str(Path(sys.executable).with_name("updatestream"))
 
@@ -91,6 +92,12 @@ class StreamJob:
         path.write_text(yaml.safe_dump(stream))
         return path
 
+    def write_stream_from_now(self) -> Path:
+        """The stream, starting on every serving shard at its current GTID position."""
+        serving = self.cluster.keyspace().spec.serving_shards
+        start = {s: self.cluster.server(s).gtid_position() for s in serving}
+        return self.write_stream({"mode": "gtid", "gtid": start})
+
     def arguments(self) -> list[str]:
         return [
             CLI, "run",
@@ -133,6 +140,9 @@ class StreamJob:
             )
             assert time.monotonic() < deadline, f"timed out waiting for {what}: {status}"
             time.sleep(0.5)
+
+    def wait_first_batch(self) -> dict[str, Any]:
+        return self.wait_for("the first batch", lambda s: (s.get("batchId") or 0) >= 1)
 
     def wait_exit(self, timeout: float = 300) -> int:
         assert self.process is not None
@@ -191,6 +201,13 @@ class StreamJob:
 
 def completed_hops(status: dict[str, Any]) -> list[dict[str, Any]]:
     return [hop for hop in status.get("hops", []) if hop.get("completedAt") is not None]
+
+
+def traffic_generator(
+    cluster: DevCluster, ledger: Path, options: TrafficOptions
+) -> TrafficGenerator:
+    """Traffic through the cluster's manifest, recorded in `ledger`; not started yet."""
+    return TrafficGenerator(cluster.manifest_path, cluster.secrets_dir, ledger, options)
 
 
 def reshard(

@@ -43,19 +43,21 @@ class Row:
     description: str
 
 
+# Python type -> the type name the table shows; bool before int, since a bool is an int.
+_TYPE_NAMES: tuple[tuple[type, str], ...] = (
+    (bool, "bool"),
+    (int, "int"),
+    (float, "float"),
+    (str, "string"),
+    (list, "list"),
+    (dict, "object"),
+)
+
+
 def _type_name(value: Any) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "int"
-    if isinstance(value, float):
-        return "float"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "list"
-    if isinstance(value, dict):
-        return "object"
+    for kind, name in _TYPE_NAMES:
+        if isinstance(value, kind):
+            return name
     return "null" if value is None else type(value).__name__
 
 

@@ -4,7 +4,8 @@
 - `mariadb_server_factory`: start more servers, e.g. a deliberately misconfigured one with
   `extra_args=["--binlog-format=STATEMENT"]`; all are stopped at the end of the session.
 - `devcluster`: a two-shard (`-80,80-`) development cluster with the sample schema
-  (`updatestream_cli.devcluster.cluster.DevCluster`).
+  (`updatestream_cli.devcluster.cluster.DevCluster`), shared by the session; `cluster`: one
+  like it of each test module's own, for tests that reshard it or change its data.
 
 Datadirs are copied from a template installed once per MariaDB version (see
 `updatestream_cli.devcluster.server.template_datadir`), so each server costs about a second.
@@ -113,12 +114,18 @@ def mariadb_server(mariadb_server_factory: MariaDBServerFactory) -> MariaDBFixtu
 def devcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
     """A running two-shard (`-80,80-`) cluster with the sample schema and its manifest.
 
-    Shared by the session: tests that reshard it or change its data should use their own
-    `DevCluster` instead.
+    Shared by the session: tests that reshard it or change its data use `cluster` instead.
     """
-    cluster = DevCluster(tmp_path_factory.mktemp("devcluster"))
-    try:
-        cluster.up("-80,80-")
+    with DevCluster(tmp_path_factory.mktemp("devcluster")).running("-80,80-") as cluster:
         yield cluster
-    finally:
-        cluster.down()
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[DevCluster]:
+    """A running two-shard (`-80,80-`) cluster of the requesting test module's own, for tests
+    that reshard it or change its data."""
+    name = request.module.__name__.rpartition(".")[2]
+    with DevCluster(tmp_path_factory.mktemp(name)).running("-80,80-") as dev:
+        yield dev

@@ -18,6 +18,15 @@ from updatestream.spec import (
 )
 
 
+def manifest(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "updatestream.io/v1alpha1",
+        "kind": kind,
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
 def keyspace_doc(**spec_overrides: Any) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "shards": [
@@ -35,24 +44,12 @@ def keyspace_doc(**spec_overrides: Any) -> dict[str, Any]:
         "vschema": {"sharded": True, "vindexes": {}, "tables": {}},
         "servingShards": ["-80", "80-"],
     }
-    spec.update(spec_overrides)
-    return {
-        "apiVersion": "updatestream.io/v1alpha1",
-        "kind": "Keyspace",
-        "metadata": {"name": "commerce"},
-        "spec": spec,
-    }
+    return manifest("Keyspace", "commerce", {**spec, **spec_overrides})
 
 
 def stream_doc(**spec_overrides: Any) -> dict[str, Any]:
     spec: dict[str, Any] = {"keyspace": "commerce", "sinks": [{"type": "cdcv2", "path": "/x"}]}
-    spec.update(spec_overrides)
-    return {
-        "apiVersion": "updatestream.io/v1alpha1",
-        "kind": "UpdateStream",
-        "metadata": {"name": "s1"},
-        "spec": spec,
-    }
+    return manifest("UpdateStream", "s1", {**spec, **spec_overrides})
 
 
 def test_keyspace_round_trips_through_yaml(tmp_path: Path) -> None:

@@ -15,6 +15,15 @@ from typing import Any
 import click
 
 from updatestream import spec, validation
+from updatestream.clickopts import (
+    DIRECTORY,
+    FILE,
+    key_range_option,
+    manifest_option,
+    seconds_option,
+    secrets_dir_option,
+    status_file_option,
+)
 from updatestream.contract.job import JobConfig
 
 
@@ -75,39 +84,22 @@ def _flags_config(
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="The job configuration the operator writes (job.yaml); replaces the flags below.",
 )
-@click.option(
-    "--stream",
-    "stream_path",
-    default=None,
-    type=click.Path(exists=True, path_type=Path),
-    help="UpdateStream spec (YAML or JSON).",
+@manifest_option(
+    "--stream", "stream_path", required=False, help="UpdateStream spec (YAML or JSON)."
 )
-@click.option(
-    "--keyspace",
-    "keyspace_path",
-    default=None,
-    type=click.Path(exists=True, path_type=Path),
-    help="Keyspace manifest (YAML/JSON).",
-)
-@click.option(
-    "--secrets-dir",
-    default=None,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Where the Secrets are mounted (<dir>/<secret>/username, password).",
-)
+@manifest_option("--keyspace", "keyspace_path", required=False, help="Keyspace manifest.")
+@secrets_dir_option(help="Where the Secrets are mounted (<dir>/<secret>/username, password).")
 @click.option(
     "--checkpoint",
     default=None,
-    type=click.Path(file_okay=False, path_type=Path),
+    type=DIRECTORY,
     help="Spark checkpoint directory: restarting with it resumes exactly.",
 )
-@click.option("--key-range", default=None, help="The key range to serve (default: the only one).")
+@key_range_option(help="The key range to serve (default: the only one).")
 @click.option("--master", default=None, help="Spark master (default local[*]).")
-@click.option(
-    "--trigger-seconds", default=2.0, show_default=True, type=float, help="Micro-batch interval."
-)
+@seconds_option("--trigger-seconds", default=2.0, help="Micro-batch interval.")
 @click.option("--available-now", is_flag=True, help="Read what the shards hold now, then stop.")
-@click.option("--timeout", default=None, type=float, help="Stop after this many seconds.")
+@seconds_option("--timeout", help="Stop after this many seconds.")
 @click.option(
     "--metrics-port",
     default=None,
@@ -120,12 +112,7 @@ def _flags_config(
     show_default=True,
     help="Address the metrics endpoint binds (0.0.0.0 in a cluster, for Prometheus).",
 )
-@click.option(
-    "--status-file",
-    default=None,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Write per-shard progress as JSON here after every batch.",
-)
+@status_file_option(help="Write per-shard progress as JSON here after every batch.")
 @click.option(
     "--dedup",
     default=None,
@@ -145,11 +132,8 @@ def _flags_config(
     help="Where the running job re-reads its Keyspace to follow serving-map changes and hop "
     "(default: the --keyspace file).",
 )
-@click.option(
-    "--hop-started-at",
-    default=None,
-    type=float,
-    help="When that hop began (unix seconds), for the hop duration metric.",
+@seconds_option(
+    "--hop-started-at", help="When that hop began (unix seconds), for the hop duration metric."
 )
 def run(
     config_path: Path | None,

@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from updatestream.clickopts import FILE, seconds_option, secrets_dir_option, status_file_option
 from updatestream_operator.config import LAUNCHERS, OperatorConfig, WebhookSettings
 
 
@@ -84,13 +85,7 @@ def _webhook_settings(
 )
 @click.option("--metrics-port", type=int, default=8080, show_default=True, help="0: none.")
 @click.option("--metrics-address", default="0.0.0.0", show_default=True)
-@click.option(
-    "--interval",
-    type=float,
-    default=10.0,
-    show_default=True,
-    help="Seconds between progress folds per stream.",
-)
+@seconds_option("--interval", default=10.0, help="Seconds between progress folds per stream.")
 @click.option(
     "--state-dir",
     type=click.Path(path_type=Path),
@@ -98,11 +93,8 @@ def _webhook_settings(
     show_default=True,
     help="Local launcher: where job directories and pid files live.",
 )
-@click.option(
-    "--secrets-dir",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Local launcher: Secrets as <dir>/<name>/<key> files (default: read from the API).",
+@secrets_dir_option(
+    help="Local launcher: Secrets as <dir>/<name>/<key> files (default: read from the API)."
 )
 @click.option(
     "--in-job-hops/--no-in-job-hops",
@@ -111,11 +103,10 @@ def _webhook_settings(
     help="Launch jobs watching their Keyspace, so that they hop inside the running query when "
     "its serving shards change (otherwise every hop stops and relaunches the job).",
 )
-@click.option(
+@seconds_option(
     "--in-job-hop-timeout",
-    type=click.FloatRange(min=1),
     default=120.0,
-    show_default=True,
+    minimum=1,
     help="Seconds a job has to report an in-job hop before it is stopped and relaunched from "
     "planned positions.",
 )
@@ -123,7 +114,7 @@ def _webhook_settings(
 @click.option("--service-account", default=None, help="ServiceAccount of the Spark drivers.")
 @click.option(
     "--driver-pod-template",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=FILE,
     default=None,
     help="spark-submit launcher: a driver Pod template (the chart's) to build the driver Pods "
     "on, keeping its nodeSelector, tolerations, affinity, pull secrets and annotations.",
@@ -219,11 +210,11 @@ def operator_command(
 
 
 @click.command("publish-progress")
-@click.option("--status-file", type=click.Path(path_type=Path), required=True)
+@status_file_option(required=True, help="The job's status file, written after every batch.")
 @click.option("--namespace", required=True)
 @click.option("--config-map", required=True)
 @click.option("--launch-id", type=int, required=True)
-@click.option("--interval", type=float, default=5.0, show_default=True)
+@seconds_option("--interval", default=5.0, help="Seconds between copies.")
 def publish_progress(
     status_file: Path, namespace: str, config_map: str, launch_id: int, interval: float
 ) -> None:

@@ -7,21 +7,15 @@ import pickle
 
 import pytest
 
+from tests.core.builders import tok
 from updatestream.core.dedup import DedupFilter, DedupFilterError, DedupVerdict
 from updatestream.core.gtid import Flavor, GTIDPosition, PositionError, parse_position
 from updatestream.core.hop import plan_hop
 from updatestream.core.shardmap import ShardMap
-from updatestream.core.token import EventToken, SourceProvenance
+from updatestream.core.token import EventToken
 
 U1 = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
 D, H, U = DedupVerdict.DELIVER, DedupVerdict.DUPLICATE_HOP, DedupVerdict.OVERLAP_UNKNOWN
-
-
-def tok(ts: int, shard: str, pos: str, source: tuple[str, str, int] | None = None) -> EventToken:
-    provenance = None
-    if source is not None:
-        provenance = SourceProvenance(source[0], parse_position(source[1]), source[2])
-    return EventToken(ts, shard, parse_position(pos), provenance)
 
 
 def marks(**by_shard: str) -> dict[str, GTIDPosition]:
@@ -73,13 +67,17 @@ def test_empty_filter_delivers_everything() -> None:
     assert empty.classify(tok(1, "-40", "2-1-9")) is D
 
 
+def filter_of_hop(old: str, new: str, last: dict[str, EventToken]) -> DedupFilter:
+    """The dedup filter of the hop from shard map `old` to `new` after the `last` tokens."""
+    return DedupFilter.from_plan(plan_hop(ShardMap.parse(old), ShardMap.parse(new), last))
+
+
 def test_from_plan_split() -> None:
-    plan = plan_hop(
-        ShardMap.parse("-80,80-"),
-        ShardMap.parse("-40,40-80,80-"),
+    dedup = filter_of_hop(
+        "-80,80-",
+        "-40,40-80,80-",
         {"-80": tok(100, "-80", "0-1-50"), "80-": tok(104, "80-", "1-1-5")},
     )
-    dedup = DedupFilter.from_plan(plan)
     assert dedup == DedupFilter(marks(**{"-80": "0-1-50"}), {"-40": 100, "40-80": 100})
     # the hop duplicate is dropped, the next copy and unchanged-shard events are delivered
     assert dedup.classify(tok(100, "-40", "2-1-1", ("-80", "0-1-50", 100))) is H
@@ -88,12 +86,11 @@ def test_from_plan_split() -> None:
 
 
 def test_from_plan_merge_window_ends_at_latest_source() -> None:
-    plan = plan_hop(
-        ShardMap.parse("-40,40-80,80-"),
-        ShardMap.parse("-80,80-"),
+    dedup = filter_of_hop(
+        "-40,40-80,80-",
+        "-80,80-",
         {"-40": tok(100, "-40", "0-1-50"), "40-80": tok(90, "40-80", "1-1-7")},
     )
-    dedup = DedupFilter.from_plan(plan)
     assert dict(dedup.overlap_until) == {"-80": 100}
     assert dedup.classify(tok(95, "-80", "7-1-1")) is U
     assert dedup.classify(tok(95, "-80", "7-1-1", ("40-80", "1-1-8", 95))) is D

@@ -7,20 +7,14 @@ from dataclasses import dataclass
 
 import pytest
 
+from tests.core.builders import tok
 from updatestream.core.gtid import parse_position
 from updatestream.core.hop import DestinationStart, HopPlanningError, plan_hop
 from updatestream.core.keyrange import FULL_RANGE, KeyRange
 from updatestream.core.shardmap import ShardMap
-from updatestream.core.token import EventToken, SourceProvenance
+from updatestream.core.token import EventToken
 
 U1 = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
-
-
-def tok(ts: int, shard: str, pos: str, source: tuple[str, str, int] | None = None) -> EventToken:
-    provenance = None
-    if source is not None:
-        provenance = SourceProvenance(source[0], parse_position(source[1]), source[2])
-    return EventToken(ts, shard, parse_position(pos), provenance)
 
 
 @dataclass(frozen=True)

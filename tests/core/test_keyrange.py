@@ -6,6 +6,7 @@ import pickle
 
 import pytest
 
+from tests.core.builders import kr
 from updatestream.core.errors import UpdateStreamError
 from updatestream.core.keyrange import (
     FULL_RANGE,
@@ -18,10 +19,6 @@ from updatestream.core.keyrange import (
     parse_shard_names,
     sort_key,
 )
-
-
-def kr(text: str) -> KeyRange:
-    return KeyRange.parse(text)
 
 
 def kid(text: str) -> bytes:

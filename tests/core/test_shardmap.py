@@ -8,8 +8,9 @@ import pickle
 
 import pytest
 
+from tests.core.builders import kr
 from updatestream.core.errors import UpdateStreamError
-from updatestream.core.keyrange import KeyRange, parse_shard_names
+from updatestream.core.keyrange import parse_shard_names
 from updatestream.core.shardmap import (
     ShardMap,
     ShardMapChange,
@@ -17,10 +18,6 @@ from updatestream.core.shardmap import (
     ShardMapHistory,
     overlaps,
 )
-
-
-def kr(text: str) -> KeyRange:
-    return KeyRange.parse(text)
 
 
 @pytest.mark.parametrize(

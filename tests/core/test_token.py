@@ -7,20 +7,13 @@ import pickle
 
 import pytest
 
+from tests.core.builders import tok
 from updatestream.core.gtid import Flavor, PositionError, parse_position
 from updatestream.core.token import Comparison, EventToken, SourceProvenance, TokenError, compare
 
 U1 = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
 
 B, A, E, X = Comparison.BEFORE, Comparison.AFTER, Comparison.EQUAL, Comparison.UNKNOWN
-
-
-def tok(ts: int, shard: str, pos: str, source: tuple[str, str, int] | None = None) -> EventToken:
-    """A token; ``source`` is (shard, pos, ts) of the copied source transaction."""
-    provenance = None
-    if source is not None:
-        provenance = SourceProvenance(source[0], parse_position(source[1]), source[2])
-    return EventToken(ts, shard, parse_position(pos), provenance)
 
 
 CASES = [

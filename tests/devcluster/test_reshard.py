@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,16 +21,6 @@ from tests.devcluster.checks import (
     vreplication_rows,
 )
 from updatestream.core.gtid import MariaDBGTID, MariaDBPosition
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
-    cluster = DevCluster(tmp_path_factory.mktemp("reshard"))
-    try:
-        cluster.up("-80,80-")
-        yield cluster
-    finally:
-        cluster.down()
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import fcntl
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
 from updatestream_cli.devcluster.cluster import DevCluster
@@ -14,17 +13,12 @@ from updatestream_cli.devcluster.errors import (
     ReshardInputError,
     ShardNotServingError,
 )
-from updatestream_cli.devcluster.reshard import ReshardOptions, ReshardWorkflow, plan_reshard
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
-    cluster = DevCluster(tmp_path_factory.mktemp("errors"))
-    try:
-        cluster.up("-80,80-")
-        yield cluster
-    finally:
-        cluster.down()
+from updatestream_cli.devcluster.reshard import (
+    QuietReporter,
+    ReshardOptions,
+    ReshardWorkflow,
+    plan_reshard,
+)
 
 
 def _snapshot(cluster: DevCluster) -> tuple[bytes, bytes, list[str]]:
@@ -56,19 +50,6 @@ def test_bad_input_is_a_typed_error_and_changes_nothing(
     assert cluster.shard_names() == ["-80", "80-"]
 
 
-def test_cli_reports_bad_input_on_one_line(cluster: DevCluster) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "updatestream_cli", "devcluster", "reshard",
-         "--dir", str(cluster.dir),
-         "--from=-80", "--to=-40"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )  # fmt: skip
-    assert proc.returncode == 1
-    assert proc.stderr.startswith("error: target shards -40 do not exactly cover")
-
-
 @pytest.mark.parametrize("value", [-1.0, float("nan"), float("inf")])
 def test_bad_replay_seconds_is_a_typed_error_and_changes_nothing(
     cluster: DevCluster, value: float
@@ -84,18 +65,29 @@ def test_bad_replay_seconds_is_a_typed_error_and_changes_nothing(
     assert cluster.shard_names() == ["-80", "80-"]
 
 
-def test_cli_reports_a_negative_replay_window_on_one_line(cluster: DevCluster) -> None:
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--from=-80", "--to=-40"], "error: target shards -40 do not exactly cover"),
+        (
+            ["--from=-80", "--to=-40,40-80", "--replay-seconds=-5"],
+            "error: --replay-seconds is -5.0; give 0",
+        ),
+    ],
+)
+def test_cli_reports_bad_input_on_one_line(
+    cluster: DevCluster, arguments: list[str], message: str
+) -> None:
     before = _snapshot(cluster)
     proc = subprocess.run(
         [sys.executable, "-m", "updatestream_cli", "devcluster", "reshard",
-         "--dir", str(cluster.dir),
-         "--from=-80", "--to=-40,40-80", "--replay-seconds=-5"],
+         "--dir", str(cluster.dir), *arguments],
         capture_output=True,
         text=True,
         check=False,
     )  # fmt: skip
     assert proc.returncode == 1
-    assert proc.stderr.startswith("error: --replay-seconds is -5.0; give 0")
+    assert proc.stderr.startswith(message)
     assert len(proc.stderr.strip().splitlines()) == 1
     assert _snapshot(cluster) == before
 
@@ -104,19 +96,10 @@ class _Interrupt(Exception):
     pass
 
 
-class _StopAtReplicate:
+class _StopAtReplicate(QuietReporter):
     def phase(self, name: str, detail: str = "") -> None:
         if name == "replicate":
             raise _Interrupt
-
-    def copied(self, source: str, target: str, rows: int) -> None:
-        pass
-
-    def lag(self, report: list[dict[str, object]]) -> None:
-        pass
-
-    def replay(self, window: object) -> None:
-        pass
 
 
 def test_second_reshard_of_a_resharding_shard_is_refused(cluster: DevCluster) -> None:

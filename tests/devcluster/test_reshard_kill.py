@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pymysql.cursors
-import pytest
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.ledger import final_state, read_ledger
 from updatestream_cli.devcluster.reshard import ReshardOptions, ReshardWorkflow, plan_reshard
@@ -23,16 +22,6 @@ from tests.devcluster.checks import (
 from tests.devcluster.processes import run_reshard_and_kill
 
 WORKFLOW = "80-x.to.80-c0+c0-x"
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
-    cluster = DevCluster(tmp_path_factory.mktemp("kill"))
-    try:
-        cluster.up("-80,80-")
-        yield cluster
-    finally:
-        cluster.down()
 
 
 def _vreplication(cluster: DevCluster, target: str) -> list[dict[str, Any]]:

@@ -7,7 +7,6 @@ import json
 import logging
 import math
 import time
-from collections.abc import Iterator
 
 import pymysql
 import pytest
@@ -34,16 +33,6 @@ from tests.devcluster.processes import run_reshard_and_kill
 from updatestream.core.gtid import MariaDBGTID, MariaDBPosition
 
 SPLIT = "x-80.to.x-40+40-80"
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
-    cluster = DevCluster(tmp_path_factory.mktemp("replay"))
-    try:
-        cluster.up("-80,80-")
-        yield cluster
-    finally:
-        cluster.down()
 
 
 class _Recorder(QuietReporter):

@@ -21,10 +21,10 @@ from tests.devcluster.checks import assert_rows_on_their_shard, shard_state
 
 
 @pytest.fixture(scope="module")
-def traffic_run(fresh_cluster: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def traffic_run(cluster: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
     ledger = tmp_path_factory.mktemp("ledger") / "ledger.jsonl"
     options = TrafficOptions(rate=400, duration=3.0, seed=7, large_tx_rows=1500, large_tx_every=1.0)
-    gen = TrafficGenerator(fresh_cluster.manifest_path, fresh_cluster.secrets_dir, ledger, options)
+    gen = TrafficGenerator(cluster.manifest_path, cluster.secrets_dir, ledger, options)
     gen.preload(300, batch=100)
     stats = gen.run()
     gen.close()
@@ -32,27 +32,25 @@ def traffic_run(fresh_cluster: DevCluster, tmp_path_factory: pytest.TempPathFact
     return ledger
 
 
-def test_ledger_matches_final_database_state(fresh_cluster: DevCluster, traffic_run: Path) -> None:
+def test_ledger_matches_final_database_state(cluster: DevCluster, traffic_run: Path) -> None:
     entries = list(read_ledger(traffic_run))
     expected = final_state(entries)
-    actual = {**shard_state(fresh_cluster, "-80"), **shard_state(fresh_cluster, "80-")}
+    actual = {**shard_state(cluster, "-80"), **shard_state(cluster, "80-")}
     assert len(actual) == len(expected) > 300
     assert actual == expected
-    assert_rows_on_their_shard(fresh_cluster, ["-80", "80-"])
+    assert_rows_on_their_shard(cluster, ["-80", "80-"])
     orders = [e.order for e in entries]
     assert orders == sorted(orders) and len(set(orders)) == len(orders)
     assert max(Counter(e.tx for e in entries).values()) >= 500  # a large transaction
-    report = check_ledger(fresh_cluster, traffic_run)
+    report = check_ledger(cluster, traffic_run)
     assert report.ok and report.database_rows == len(expected)
 
 
-def test_ledger_digests_and_gtids_match_the_binlog(
-    fresh_cluster: DevCluster, traffic_run: Path
-) -> None:
+def test_ledger_digests_and_gtids_match_the_binlog(cluster: DevCluster, traffic_run: Path) -> None:
     entries = list(read_ledger(traffic_run))
-    reader = fresh_cluster.credentials("reader")
+    reader = cluster.credentials("reader")
     for shard in ("-80", "80-"):
-        server = fresh_cluster.server(shard)
+        server = cluster.server(shard)
         from_binlog: Counter[tuple[str, str, str, str, str | None]] = Counter()
         for tx in read_transactions(server.host, server.port or 0, reader):
             for row in tx.rows:

@@ -15,11 +15,8 @@ from updatestream_cli.devcluster.memcached import MemcachedServer
 
 @pytest.fixture(scope="session")
 def memcached() -> Iterator[MemcachedServer]:
-    server = MemcachedServer().start()
-    try:
+    with MemcachedServer() as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -20,18 +20,22 @@ from updatestream_cli.devcluster.reshard import ReshardOptions
 from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 from updatestream_jobs.job import FAULT_EXIT_AFTER_HOP_WRITE
 
-from harness.hop import SinkServer, StreamJob, completed_hops, reshard, sink_secret
+from harness.hop import (
+    SinkServer,
+    StreamJob,
+    completed_hops,
+    reshard,
+    sink_secret,
+    traffic_generator,
+)
 from tests.conftest import MariaDBFixture
 
 
 @pytest.fixture
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
-    dev = DevCluster(tmp_path_factory.mktemp("hop-cluster"))
-    try:
-        dev.up("-80,80-")
+    """A cluster of each test's own: every test reshards it."""
+    with DevCluster(tmp_path_factory.mktemp("hop-cluster")).running("-80,80-") as dev:
         yield dev
-    finally:
-        dev.down()
 
 
 def stream_job(
@@ -40,8 +44,7 @@ def stream_job(
     secret = sink_secret(cluster, "hop-versionstream", server.admin.username, server.admin.password)
     sink = SinkServer(server.host, server.port, secret, database)
     job = StreamJob(cluster, workdir, sink, **kw)  # type: ignore[arg-type]
-    start = {s: cluster.server(s).gtid_position() for s in cluster.keyspace().spec.serving_shards}
-    job.write_stream({"mode": "gtid", "gtid": start})
+    job.write_stream_from_now()
     return job
 
 
@@ -64,12 +67,10 @@ def test_live_split_then_merge_hops_in_the_query_without_loss_or_duplicates(
 ) -> None:
     job = stream_job(cluster, mariadb_server, tmp_path, "us_hop_live")
     ledger = tmp_path / "ledger.jsonl"
-    traffic = TrafficGenerator(
-        cluster.manifest_path, cluster.secrets_dir, ledger, TrafficOptions(rate=500, seed=11)
-    )
+    traffic = traffic_generator(cluster, ledger, TrafficOptions(rate=500, seed=11))
     job.start()
     try:
-        job.wait_for("the first batch", lambda s: (s.get("batchId") or 0) >= 1)
+        job.wait_first_batch()
         traffic.start()
         try:
             time.sleep(5)
@@ -104,12 +105,10 @@ def test_a_job_killed_after_writing_the_hop_batch_replays_the_hop_from_its_check
     """Also a key range that is not shard-aligned: 40-c0 reads -80 and 80-, then -80, 80-c0."""
     job = stream_job(cluster, mariadb_server, tmp_path, "us_hop_kill", key_range="40-c0")
     ledger = tmp_path / "ledger.jsonl"
-    traffic = TrafficGenerator(
-        cluster.manifest_path, cluster.secrets_dir, ledger, TrafficOptions(rate=300, seed=12)
-    )
+    traffic = traffic_generator(cluster, ledger, TrafficOptions(rate=300, seed=12))
     job.start(env={FAULT_EXIT_AFTER_HOP_WRITE: "1"})
     try:
-        job.wait_for("the first batch", lambda s: (s.get("batchId") or 0) >= 1)
+        job.wait_first_batch()
         traffic.start()
         try:
             time.sleep(3)
@@ -141,12 +140,10 @@ def stopped_then_resharded(
     cluster: DevCluster, job: StreamJob, ledger: Path, options: ReshardOptions, retire: bool
 ) -> TrafficGenerator:
     """Run the job, stop it under traffic, split -80 while it is down (and retire -80)."""
-    traffic = TrafficGenerator(
-        cluster.manifest_path, cluster.secrets_dir, ledger, TrafficOptions(rate=300, seed=13)
-    )
+    traffic = traffic_generator(cluster, ledger, TrafficOptions(rate=300, seed=13))
     job.start()
     try:
-        job.wait_for("the first batch", lambda s: (s.get("batchId") or 0) >= 1)
+        job.wait_first_batch()
         traffic.start()
         time.sleep(3)
     finally:

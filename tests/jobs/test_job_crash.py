@@ -16,11 +16,9 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
@@ -34,16 +32,6 @@ from updatestream.core.token import EventToken
 SHARDS = ("-80", "80-")
 CLI = str(Path(sys.executable).with_name("updatestream"))
 DATABASE = "us_crash"
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
-    dev = DevCluster(tmp_path_factory.mktemp("crash-cluster"))
-    try:
-        dev.up("-80,80-")
-        yield dev
-    finally:
-        dev.down()
 
 
 def read_status(path: Path) -> dict[str, Any]:

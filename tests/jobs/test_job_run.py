@@ -10,7 +10,6 @@ import sys
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,16 +27,6 @@ from updatestream.core.dedup import DedupFilter
 from updatestream.core.gtid import parse_position
 
 SHARDS = ("-80", "80-")
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
-    dev = DevCluster(tmp_path_factory.mktemp("job-cluster"))
-    try:
-        dev.up("-80,80-")
-        yield dev
-    finally:
-        dev.down()
 
 
 def positions(cluster: DevCluster) -> dict[str, str]:

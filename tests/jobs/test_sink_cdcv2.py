@@ -10,7 +10,7 @@ import pytest
 from updatestream_jobs.sinks.base import BatchContext, SinkError
 from updatestream_jobs.sinks.cdcv2 import CDCv2Sink, stream_directory
 
-from harness.sink_events import ShardLog, final_rows, two_shard_workload
+from harness.sink_events import ShardLog, final_rows, split_transaction, two_shard_workload
 from updatestream import spec
 from updatestream.binlog.events import ChangeEvent
 from updatestream.cdcv2 import Collection, Progress, Update, read_directory
@@ -119,13 +119,9 @@ def test_duplicate_events_change_nothing(tmp_path: Path) -> None:
 def test_rows_of_one_source_transaction_copied_to_two_destinations_are_both_taken(
     tmp_path: Path,
 ) -> None:
-    # users 2 and 3 map to -40 and 40-80; each destination numbers its copied rows from 0.
-    source, low, high = ShardLog("-80", 1), ShardLog("-40", 3), ShardLog("40-80", 4)
-    original = source.transaction(
-        1_700_000_100,
-        [("insert", "users", None, {"id": 2, "name": "b"}), ("insert", "users", None, {"id": 3})],
-    )
-    copies = source.split_copy(original, [low, high])
+    # each destination numbers its copied rows from 0.
+    split = split_transaction()
+    copies, low, high = split.copies, split.destinations["-40"], split.destinations["40-80"]
     sink = make_sink(tmp_path)
     report = sink.write_batch(copies["-40"] + copies["40-80"], ctx(0))
     sink.write_batch([low.heartbeat(1_700_000_200), high.heartbeat(1_700_000_200)], ctx(1))
@@ -134,7 +130,7 @@ def test_rows_of_one_source_transaction_copied_to_two_destinations_are_both_take
     collection = Collection()
     for completed in read_directory(stream_directory(tmp_path, ctx(0))):
         collection.apply(completed)
-    assert collection.tables() == final_rows(original)
+    assert collection.tables() == final_rows(split.original)
 
 
 def test_late_change_is_written_at_the_watermark_not_lost(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from updatestream_cli.devcluster.server import free_port
 from updatestream_jobs.sinks.base import BatchContext, SinkError
 from updatestream_jobs.sinks.versionstream import VersionStreamSink
 
-from harness.sink_events import ShardLog, final_rows, two_shard_workload
+from harness.sink_events import ShardLog, final_rows, split_transaction, two_shard_workload
 from tests.conftest import MariaDBFixture
 from updatestream import spec
 from updatestream.binlog.events import ChangeEvent
@@ -49,6 +49,14 @@ def new_table() -> str:
     return f"vs_{uuid.uuid4().hex[:10]}"
 
 
+def open_sink(server: MariaDBFixture, secrets: Path) -> tuple[str, VersionStreamSink]:
+    """The sink of a table of its own, opened (which creates the table)."""
+    table = new_table()
+    sink = make_sink(server, secrets, table)
+    sink.open()
+    return table, sink
+
+
 def rows(server: MariaDBFixture, table: str, stream: int = 0) -> list[tuple[int, str, object]]:
     with server.connect(DATABASE) as conn, conn.cursor() as cur:
         cur.execute(
@@ -77,9 +85,7 @@ def expected_states(work_events: list[ChangeEvent]) -> dict[str, object]:
 def test_batches_append_gapless_ordered_versions_once(
     mariadb_server: MariaDBFixture, secrets_dir: Path
 ) -> None:
-    table = new_table()
-    sink = make_sink(mariadb_server, secrets_dir, table)
-    sink.open()
+    table, sink = open_sink(mariadb_server, secrets_dir)
     work = two_shard_workload()
     results = [sink.write_batch(b, BatchContext("s", "-", i)) for i, b in enumerate(work.batches)]
     sink.close()
@@ -96,9 +102,7 @@ def test_batches_append_gapless_ordered_versions_once(
 
 
 def test_replayed_batch_appends_nothing(mariadb_server: MariaDBFixture, secrets_dir: Path) -> None:
-    table = new_table()
-    sink = make_sink(mariadb_server, secrets_dir, table)
-    sink.open()
+    table, sink = open_sink(mariadb_server, secrets_dir)
     work = two_shard_workload()
     for i, batch in enumerate(work.batches):
         first = sink.write_batch(batch, BatchContext("s", "-", i))
@@ -113,19 +117,12 @@ def test_replayed_batch_appends_nothing(mariadb_server: MariaDBFixture, secrets_
 def test_rows_of_one_source_transaction_copied_to_two_destinations_are_both_appended(
     mariadb_server: MariaDBFixture, secrets_dir: Path
 ) -> None:
-    # users 2 and 3 map to -40 and 40-80: after a split each destination numbers its copy of
-    # the source transaction's rows from 0, so only table and key tell the two copies apart.
-    source, low, high = ShardLog("-80", 1), ShardLog("-40", 3), ShardLog("40-80", 4)
-    original = source.transaction(
-        1_700_000_100,
-        [("insert", "users", None, {"id": 2, "name": "b"}), ("insert", "users", None, {"id": 3})],
-    )
-    copies = source.split_copy(original, [low, high])
+    # after a split each destination numbers its copy of the source transaction's rows from 0,
+    # so only table and key tell the two copies apart.
+    copies = split_transaction().copies
     assert [e.tx_index for e in copies["-40"]] == [0]
     assert [e.tx_index for e in copies["40-80"]] == [0]
-    table = new_table()
-    sink = make_sink(mariadb_server, secrets_dir, table)
-    sink.open()
+    table, sink = open_sink(mariadb_server, secrets_dir)
     result = sink.write_batch(copies["-40"] + copies["40-80"], BatchContext("s", "-", 0))
     sink.close()
     assert result.written == 2
@@ -138,9 +135,7 @@ def test_rows_of_one_source_transaction_copied_to_two_destinations_are_both_appe
 def test_key_change_writes_a_tombstone_for_the_old_key(
     mariadb_server: MariaDBFixture, secrets_dir: Path
 ) -> None:
-    table = new_table()
-    sink = make_sink(mariadb_server, secrets_dir, table)
-    sink.open()
+    table, sink = open_sink(mariadb_server, secrets_dir)
     log = ShardLog("-80", 1)
     row = {"id": 1, "name": "a", "visits": 0}
     events = log.transaction(10, [("insert", "users", None, row)])

@@ -8,63 +8,25 @@ import json
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.ledger import LedgerEntry, read_ledger
-from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
+from updatestream_cli.devcluster.traffic import TrafficOptions
 from updatestream_jobs.source.datasource import _Planner, read_shard_range
 
+from harness.hop import traffic_generator
+from tests.binlogs import config_for, positions, read
 from updatestream.binlog.events import ChangeEvent
-from updatestream.binlog.options import SourceConfig, parse_options
 from updatestream.binlog.reader import BinlogRangeReader
 from updatestream.binlog.rows import RowConverter
-from updatestream.binlog.session import ShardSession, flavor_of
+from updatestream.binlog.session import flavor_of
 from updatestream.core.gtid import GTIDPosition, MariaDBPosition, parse_position
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.token import EventToken
 
 SHARDS = ("-80", "80-")
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
-    """A two-shard cluster of this module's own (its tests write data)."""
-    dev = DevCluster(tmp_path_factory.mktemp("source-cluster"))
-    try:
-        dev.up("-80,80-")
-        yield dev
-    finally:
-        dev.down()
-
-
-def config_for(cluster: DevCluster, key_range: str = "-", **options: str) -> SourceConfig:
-    return parse_options(
-        {
-            "keyspace": str(cluster.manifest_path),
-            "secretsDir": str(cluster.secrets_dir),
-            "keyRange": key_range,
-            **options,
-        }
-    )
-
-
-def positions(config: SourceConfig) -> dict[str, GTIDPosition]:
-    found = {}
-    for endpoint in config.shards:
-        with ShardSession(endpoint, config) as session:
-            found[endpoint.shard] = session.current_position()[0]
-    return found
-
-
-def read(
-    config: SourceConfig, shard: str, start: GTIDPosition, end: GTIDPosition
-) -> list[ChangeEvent]:
-    endpoint = config.endpoint(shard)
-    converter = RowConverter(config, shard, flavor_of(endpoint))
-    return list(BinlogRangeReader(endpoint, config, start, end, converter))
 
 
 def identity(event: ChangeEvent) -> tuple[str, str, str, str, str | None]:
@@ -90,12 +52,8 @@ def traffic(
     config = config_for(cluster)
     start = positions(config)
     ledger = tmp_path_factory.mktemp("ledger") / "ledger.jsonl"
-    gen = TrafficGenerator(
-        cluster.manifest_path,
-        cluster.secrets_dir,
-        ledger,
-        TrafficOptions(rate=0, duration=1.5, seed=11, large_tx_rows=800, large_tx_every=0.5),
-    )
+    options = TrafficOptions(rate=0, duration=1.5, seed=11, large_tx_rows=800, large_tx_every=0.5)
+    gen = traffic_generator(cluster, ledger, options)
     gen.run()
     for shard in SHARDS:
         cluster.server(shard).query("FLUSH BINARY LOGS")

@@ -8,6 +8,7 @@ import json
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from updatestream_jobs.source.datasource import _Planner
@@ -77,6 +78,16 @@ def test_refuses_each_binlog_setting_naming_shard_address_and_fix(misconfigured:
     resolve_now(config)  # all three fixed: accepted
 
 
+def logged_range(cur: Any, *statements: str) -> tuple[GTIDPosition, GTIDPosition]:
+    """Run the statements; the server's binlog positions before and after them."""
+    cur.execute("SELECT @@gtid_binlog_pos")
+    start = parse_position(str(cur.fetchone()[0]))
+    for statement in statements:
+        cur.execute(statement)
+    cur.execute("SELECT @@gtid_binlog_pos")
+    return start, parse_position(str(cur.fetchone()[0]))
+
+
 def test_refuses_a_statement_logged_transaction(
     mariadb_server: MariaDBFixture, tmp_path: Path
 ) -> None:
@@ -84,12 +95,11 @@ def test_refuses_a_statement_logged_transaction(
     with mariadb_server.connect() as conn, conn.cursor() as cur:
         cur.execute("CREATE DATABASE IF NOT EXISTS source_refusals")
         cur.execute("CREATE TABLE IF NOT EXISTS source_refusals.users (id BIGINT PRIMARY KEY)")
-        cur.execute("SELECT @@gtid_binlog_pos")
-        start = parse_position(str(cur.fetchone()[0]))
-        cur.execute("SET SESSION binlog_format = 'STATEMENT'")
-        cur.execute("INSERT INTO source_refusals.users VALUES (4242)")
-        cur.execute("SELECT @@gtid_binlog_pos")
-        end = parse_position(str(cur.fetchone()[0]))
+        start, end = logged_range(
+            cur,
+            "SET SESSION binlog_format = 'STATEMENT'",
+            "INSERT INTO source_refusals.users VALUES (4242)",
+        )
     with pytest.raises(BinlogSettingsError, match="logged as a statement") as refused:
         list(reader(config, start, end))
     assert f"shard - (127.0.0.1:{mariadb_server.port})" in str(refused.value)
@@ -103,12 +113,11 @@ def test_refuses_a_table_without_primary_vindex(
         cur.execute("CREATE DATABASE IF NOT EXISTS source_refusals")
         cur.execute("CREATE TABLE IF NOT EXISTS source_refusals.unrouted (id INT PRIMARY KEY)")
         cur.execute("CREATE TABLE IF NOT EXISTS source_refusals.users (id BIGINT PRIMARY KEY)")
-        cur.execute("SELECT @@gtid_binlog_pos")
-        start = parse_position(str(cur.fetchone()[0]))
-        cur.execute("INSERT INTO source_refusals.unrouted VALUES (1)")
-        cur.execute("INSERT INTO source_refusals.users VALUES (1)")
-        cur.execute("SELECT @@gtid_binlog_pos")
-        end = parse_position(str(cur.fetchone()[0]))
+        start, end = logged_range(
+            cur,
+            "INSERT INTO source_refusals.unrouted VALUES (1)",
+            "INSERT INTO source_refusals.users VALUES (1)",
+        )
     with pytest.raises(
         UnknownTable, match=r"source_refusals\.unrouted, which has no primary vindex"
     ):

@@ -7,11 +7,9 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.ledger import LedgerEntry, read_ledger
 from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
@@ -21,16 +19,6 @@ from updatestream.core.token import EventToken
 
 SHARDS = ("-80", "80-")
 Identity = tuple[str, str, str, str, str | None]
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
-    dev = DevCluster(tmp_path_factory.mktemp("stream-cluster"))
-    try:
-        dev.up("-80,80-")
-        yield dev
-    finally:
-        dev.down()
 
 
 def positions(cluster: DevCluster) -> dict[str, str]:

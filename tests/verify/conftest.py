@@ -15,19 +15,18 @@ import pytest
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.ledger import LedgerEntry, read_ledger
 from updatestream_cli.devcluster.memcached import MemcachedServer
-from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
+from updatestream_cli.devcluster.traffic import TrafficOptions
 
-from tests.verify.streams import positions, read_events, source_config
+from harness.hop import traffic_generator
+from tests.binlogs import config_for, positions
+from tests.verify.streams import read_events
 from updatestream.binlog.events import ChangeEvent
 
 
 @pytest.fixture(scope="package")
 def memcached() -> Iterator[MemcachedServer]:
-    server = MemcachedServer().start()
-    try:
+    with MemcachedServer() as server:
         yield server
-    finally:
-        server.stop()
 
 
 @dataclass
@@ -40,21 +39,13 @@ class Scenario:
 
 @pytest.fixture(scope="package")
 def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
-    cluster = DevCluster(tmp_path_factory.mktemp("verify-cluster"))
-    try:
-        cluster.up("-80,80-")
-        config = source_config(cluster)
+    with DevCluster(tmp_path_factory.mktemp("verify-cluster")).running("-80,80-") as cluster:
+        config = config_for(cluster)
         start = positions(config)
         ledger = tmp_path_factory.mktemp("verify-ledger") / "ledger.jsonl"
-        generator = TrafficGenerator(
-            cluster.manifest_path,
-            cluster.secrets_dir,
-            ledger,
-            TrafficOptions(rate=250, duration=2.0, seed=5),
-        )
+        options = TrafficOptions(rate=250, duration=2.0, seed=5)
+        generator = traffic_generator(cluster, ledger, options)
         generator.run()
         generator.close()
         events = read_events(config, start, positions(config))
         yield Scenario(cluster, ledger, list(read_ledger(ledger)), events)
-    finally:
-        cluster.down()

@@ -15,49 +15,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_jobs.sinks.base import BatchContext, Sink
 
+from tests.binlogs import read
 from updatestream.binlog.events import ChangeEvent
-from updatestream.binlog.options import SourceConfig, parse_options
-from updatestream.binlog.reader import BinlogRangeReader
-from updatestream.binlog.rows import RowConverter, heartbeat
-from updatestream.binlog.session import ShardSession, flavor_of
+from updatestream.binlog.options import SourceConfig
+from updatestream.binlog.rows import heartbeat
 from updatestream.core.gtid import GTIDPosition
 from updatestream.core.token import EventToken
 
 SCRIPT = Path(sys.executable).parent / "updatestream"
 
 
-def source_config(cluster: DevCluster) -> SourceConfig:
-    return parse_options(
-        {
-            "keyspace": str(cluster.manifest_path),
-            "secretsDir": str(cluster.secrets_dir),
-            "keyRange": "-",
-        }
-    )
-
-
-def positions(config: SourceConfig) -> dict[str, GTIDPosition]:
-    found = {}
-    for endpoint in config.shards:
-        with ShardSession(endpoint, config) as session:
-            found[endpoint.shard] = session.current_position()[0]
-    return found
-
-
 def read_events(
     config: SourceConfig, start: dict[str, GTIDPosition], end: dict[str, GTIDPosition]
 ) -> dict[str, list[ChangeEvent]]:
-    events = {}
-    for shard in start:
-        endpoint = config.endpoint(shard)
-        converter = RowConverter(config, shard, flavor_of(endpoint))
-        events[shard] = list(
-            BinlogRangeReader(endpoint, config, start[shard], end[shard], converter)
-        )
-    return events
+    return {shard: read(config, shard, start[shard], end[shard]) for shard in start}
 
 
 def batches(

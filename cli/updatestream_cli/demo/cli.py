@@ -12,7 +12,9 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Column, Table
 
+from updatestream.clickopts import json_option, seconds_option
 from updatestream.core.errors import UpdateStreamError
+from updatestream_cli.options import directory_option
 
 DEFAULT_DIR = Path(".updatestream") / "demo"
 CHECKS = (
@@ -97,29 +99,24 @@ def _print_result(console: Console, result: Any, directory: Path) -> None:
 
 
 @click.command("demo")
-@click.option(
-    "--dir",
-    "directory",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=DEFAULT_DIR,
-    show_default=True,
-    help="Where the demo keeps its servers, job, ledger and sink files (emptied first).",
+@directory_option(
+    DEFAULT_DIR, "Where the demo keeps its servers, job, ledger and sink files (emptied first)."
 )
 @click.option(
     "--rate", type=click.FloatRange(min=1), default=200.0, show_default=True,
     help="Traffic: row changes per second.",
 )  # fmt: skip
-@click.option(
-    "--seconds", type=click.FloatRange(min=1), default=30.0, show_default=True,
+@seconds_option(
+    "--seconds", default=30.0, minimum=1,
     help="Traffic: how long it runs (at least until a few seconds after the hop).",
 )  # fmt: skip
-@click.option(
-    "--split-after", type=click.FloatRange(min=0), default=8.0, show_default=True,
+@seconds_option(
+    "--split-after", default=8.0, minimum=0,
     help="Seconds of traffic before the live split of -80 starts.",
 )  # fmt: skip
 @click.option("--seed", type=int, default=None, help="Seed of the traffic generator.")
 @click.option("--keep", is_flag=True, help="Leave everything running at the end.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object at the end.")
+@json_option("Print one JSON object at the end.")
 @click.option("--down", is_flag=True, help="Only stop what a demo run with --keep left running.")
 def demo(
     directory: Path,

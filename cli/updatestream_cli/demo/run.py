@@ -233,7 +233,20 @@ class Demo:
         began = time.monotonic()
         self._sleep_until(began + options.split_after)
         report.end(f"live traffic at {options.rate:g} row changes/s")
+        self._split()
+        self._await_hop()
+        report.begin("traffic onto the new shards")
+        self._sleep_until(max(began + options.seconds, time.monotonic() + AFTER_HOP_SECONDS))
+        stats = self.traffic.stop()
+        self.traffic = None
+        by_shard = ", ".join(f"{k}: {v:,}" for k, v in sorted(stats.by_shard.items()))
+        report.end(f"traffic stopped: {stats.rows:,} row changes in {stats.transactions:,} tx")
+        report.line(f"row changes per shard: {by_shard}")
+        return stats.rows
 
+    def _split(self) -> None:
+        """The live split, in a thread of its own while the traffic runs; its phases are shown."""
+        options, report, cluster = self.options, self.reporter, self.servers.cluster
         report.begin(f"live split {SPLIT_FROM} -> {SPLIT_TO}")
         split_error: list[BaseException] = []
         phases = _SplitPhases()
@@ -260,6 +273,8 @@ class Demo:
         serving = ",".join(cluster.keyspace().spec.serving_shards)
         report.end(f"live split done: serving {serving}")
 
+    def _await_hop(self) -> None:
+        report = self.reporter
         report.begin("hop: the running job moves to the new shards")
 
         def hopped() -> bool:
@@ -273,15 +288,6 @@ class Demo:
             f"hop {','.join(hop['fromShards'])} -> {','.join(hop['toShards'])} {how}, "
             f"{hop['durationSeconds']:.1f}s"
         )
-
-        report.begin("traffic onto the new shards")
-        self._sleep_until(max(began + options.seconds, time.monotonic() + AFTER_HOP_SECONDS))
-        stats = self.traffic.stop()
-        self.traffic = None
-        by_shard = ", ".join(f"{k}: {v:,}" for k, v in sorted(stats.by_shard.items()))
-        report.end(f"traffic stopped: {stats.rows:,} row changes in {stats.transactions:,} tx")
-        report.line(f"row changes per shard: {by_shard}")
-        return stats.rows
 
     # -- 4. catch up and verify ---------------------------------------------------------------
 

@@ -12,21 +12,19 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from updatestream.clickopts import json_option, seconds_option
 from updatestream_cli.devcluster.cluster import DEFAULT_DIR, DEFAULT_KEYSPACE, DevCluster
+from updatestream_cli.options import directory_option, ledger_option
 
 if TYPE_CHECKING:
     from updatestream_cli.devcluster.replay import ReplayWindow
+    from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficStats
 
 console = Console(stderr=True)
 out = Console()
 
-_dir_option = click.option(
-    "--dir",
-    "directory",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=DEFAULT_DIR,
-    show_default=True,
-    help="Cluster directory (manifest, secrets, state, datadirs).",
+_dir_option = directory_option(
+    DEFAULT_DIR, "Cluster directory (manifest, secrets, state, datadirs)."
 )
 
 
@@ -67,7 +65,7 @@ def down(purge: bool, directory: Path) -> None:
 
 
 @devcluster.command()
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@json_option("Print JSON instead of a table.")
 @_dir_option
 def status(as_json: bool, directory: Path) -> None:
     """Serving shard map, and each shard's address, GTID position and binlog files."""
@@ -98,6 +96,37 @@ def _print_status(report: dict[str, Any]) -> None:
     out.print(table)
 
 
+class _TrafficProgress:
+    """Prints the traffic's running figures at most once a second."""
+
+    def __init__(self, began: float) -> None:
+        self.began = began
+        self.last = 0.0
+
+    def __call__(self, stats: TrafficStats) -> None:
+        now = time.monotonic()
+        if now - self.last < 1.0:
+            return
+        self.last = now
+        shards = " ".join(f"{k}={v}" for k, v in sorted(stats.by_shard.items()))
+        console.print(
+            f"[{now - self.began:6.1f}s] tx={stats.transactions} rows={stats.rows} "
+            f"frozen-retries={stats.frozen_waits} {shards}",
+            highlight=False,
+        )
+
+
+def _start_traffic(gen: TrafficGenerator, preload: int, began: float) -> None:
+    with console.status("reading the rows already on the serving shards..."):
+        adopted = gen.adopt_existing_rows()
+    if adopted:
+        console.print(f"found {adopted} existing rows to update and delete")
+    if preload:
+        with console.status(f"preloading {preload} rows..."):
+            gen.preload(preload)
+        console.print(f"preloaded {gen.stats.rows} rows in {time.monotonic() - began:.1f}s")
+
+
 @devcluster.command()
 @click.option(
     "--rate",
@@ -106,15 +135,8 @@ def _print_status(report: dict[str, Any]) -> None:
     show_default=True,
     help="Row changes per second (0: unthrottled).",
 )
-@click.option(
-    "--duration", type=float, default=None, help="Seconds to run [default: until Ctrl-C]."
-)
-@click.option(
-    "--ledger",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="JSON-lines ledger of committed changes.",
-)
+@seconds_option("--duration", help="Seconds to run [default: until Ctrl-C].")
+@ledger_option(help="JSON-lines ledger of committed changes.")
 @click.option("--seed", type=int, default=None)
 @click.option("--preload", type=int, default=0, help="First insert this many rows in batches.")
 @click.option("--max-tx-rows", type=int, default=5, show_default=True)
@@ -125,63 +147,21 @@ def _print_status(report: dict[str, Any]) -> None:
     show_default=True,
     help="Rows of an occasional large transaction (0: none).",
 )
-@click.option(
-    "--large-tx-every",
-    type=float,
-    default=30.0,
-    show_default=True,
-    help="Seconds between large transactions.",
-)
+@seconds_option("--large-tx-every", default=30.0, help="Seconds between large transactions.")
 @_dir_option
-def traffic(
-    rate: float,
-    duration: float | None,
-    ledger: Path | None,
-    seed: int | None,
-    preload: int,
-    max_tx_rows: int,
-    large_tx_rows: int,
-    large_tx_every: float,
-    directory: Path,
-) -> None:
+def traffic(ledger: Path | None, preload: int, directory: Path, **options: Any) -> None:
     """Write inserts, updates and deletes through the vindex and the serving shard map."""
     from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 
     cluster = DevCluster(directory)
-    options = TrafficOptions(
-        rate=rate,
-        duration=duration,
-        seed=seed,
-        max_tx_rows=max_tx_rows,
-        large_tx_rows=large_tx_rows,
-        large_tx_every=large_tx_every,
+    gen = TrafficGenerator(
+        cluster.manifest_path, cluster.secrets_dir, ledger, TrafficOptions(**options)
     )
-    gen = TrafficGenerator(cluster.manifest_path, cluster.secrets_dir, ledger, options)
     signal.signal(signal.SIGTERM, lambda *_: gen._stop.set())
     began = time.monotonic()
     try:
-        with console.status("reading the rows already on the serving shards..."):
-            adopted = gen.adopt_existing_rows()
-        if adopted:
-            console.print(f"found {adopted} existing rows to update and delete")
-        if preload:
-            with console.status(f"preloading {preload} rows..."):
-                gen.preload(preload)
-            console.print(f"preloaded {gen.stats.rows} rows in {time.monotonic() - began:.1f}s")
-        last = [0.0]
-
-        def progress(stats: Any) -> None:
-            now = time.monotonic()
-            if now - last[0] >= 1.0:
-                last[0] = now
-                shards = " ".join(f"{k}={v}" for k, v in sorted(stats.by_shard.items()))
-                console.print(
-                    f"[{now - began:6.1f}s] tx={stats.transactions} rows={stats.rows} "
-                    f"frozen-retries={stats.frozen_waits} {shards}",
-                    highlight=False,
-                )
-
-        gen.run(progress)
+        _start_traffic(gen, preload, began)
+        gen.run(_TrafficProgress(began))
     except KeyboardInterrupt:
         console.print("stopping")
     finally:
@@ -255,49 +235,28 @@ def _clock(timestamp: int) -> str:
 @click.option("--from", "sources", required=True, help="Source shards, like -80 or 40-80,80-c0.")
 @click.option("--to", "targets", required=True, help="Target shards, like -40,40-80 or 40-c0.")
 @click.option("--copy-batch-size", type=int, default=1000, show_default=True)
-@click.option("--copy-throttle", type=float, default=0.0, hidden=True)
-@click.option(
+@seconds_option("--copy-throttle", default=0.0, hidden=True)
+@seconds_option(
     "--min-replicate-seconds",
-    type=float,
     default=0.0,
-    show_default=True,
     help="Keep filtered replication running at least this long before switching.",
 )
-@click.option("--catchup-seconds", type=float, default=2.0, show_default=True)
-@click.option("--hold-after-freeze", type=float, default=0.0, hidden=True)
-@click.option(
+@seconds_option("--catchup-seconds", default=2.0)
+@seconds_option("--hold-after-freeze", default=0.0, hidden=True)
+@seconds_option(
     "--replay-seconds",
-    type=float,
     default=0.0,
-    show_default=True,
     help="Start filtered replication this many seconds of source binlog before the copy's "
     "snapshot, so the destination binlogs also cover that window (0: from the snapshot).",
 )
 @_dir_option
-def reshard(
-    sources: str,
-    targets: str,
-    copy_batch_size: int,
-    copy_throttle: float,
-    min_replicate_seconds: float,
-    catchup_seconds: float,
-    hold_after_freeze: float,
-    replay_seconds: float,
-    directory: Path,
-) -> None:
+def reshard(sources: str, targets: str, directory: Path, **settings: Any) -> None:
     """Split or merge shards: create, copy, filtered replication, switch reads then writes."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from updatestream_cli.devcluster.reshard import ReshardOptions, ReshardWorkflow, plan_reshard
 
-    options = ReshardOptions(
-        copy_batch_size=copy_batch_size,
-        copy_throttle=copy_throttle,
-        min_replicate_seconds=min_replicate_seconds,
-        catchup_seconds=catchup_seconds,
-        hold_after_freeze=hold_after_freeze,
-        replay_seconds=replay_seconds,
-    )
+    options = ReshardOptions(**settings)
     cluster = DevCluster(directory)
     plan = plan_reshard(cluster, sources, targets)
     columns = (
@@ -330,9 +289,7 @@ def retire(shards: str, directory: Path) -> None:
 
 
 @devcluster.command("check")
-@click.option(
-    "--ledger", type=click.Path(dir_okay=False, exists=True, path_type=Path), required=True
-)
+@ledger_option(required=True, exists=True, help="The ledger that `devcluster traffic` wrote.")
 @_dir_option
 def check(ledger: Path, directory: Path) -> None:
     """Compare a traffic ledger with the serving shards' rows; check every row's shard."""

@@ -233,6 +233,15 @@ class DevCluster:
 
     # -- lifecycle ------------------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def running(self, shards: str | None = None) -> Iterator[DevCluster]:
+        """`up(shards)` for the length of a `with` block, then `down()`, however it ends."""
+        try:
+            self.up(shards)
+            yield self
+        finally:
+            self.down()
+
     def up(self, shards: str | None = None) -> list[str]:
         """Start (or restart) every shard's server; idempotent. Returns the shards it started.
 

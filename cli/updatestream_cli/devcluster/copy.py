@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pymysql.cursors
@@ -132,6 +132,126 @@ def upgrade_vreplication(conn: Connection, workflow: str, snapshots: dict[str, s
             cur.execute("SET SESSION sql_log_bin = 1")
 
 
+def vreplication_rows(conn: Connection, workflow: str) -> dict[str, dict[str, Any]]:
+    """A target's `_vt.vreplication` rows of `workflow`, by source shard, bytes decoded."""
+    with conn.cursor(pymysql.cursors.DictCursor) as cur:
+        cur.execute("SELECT * FROM `_vt`.`vreplication` WHERE workflow = %s", (workflow,))
+        return {
+            row["source_shard"].decode(): {
+                k: (v.decode() if isinstance(v, bytes) else v) for k, v in row.items()
+            }
+            for row in cur.fetchall()
+        }
+
+
+def holds_rows(conn: Connection) -> bool:
+    """Whether any sample table of the keyspace's database holds a row."""
+    counts = " + ".join(f"(SELECT COUNT(*) FROM `{t}`)" for t in schema.COLUMNS)
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT {counts}")
+        row = cur.fetchone()
+        return bool(row and row[0])
+
+
+@dataclass
+class _Batches:
+    """Copied rows waiting for each target; a flush writes them in one transaction with the
+    target's vreplication row, so progress and data never disagree."""
+
+    workflow: str
+    source_shard: str
+    snapshot: str
+    start: ReplicationStart
+    throttle: float = 0.0
+    progress: Callable[[str, int], None] | None = None
+    pending: dict[str, list[tuple[str, list[Any]]]] = field(default_factory=dict)
+
+    def add(self, target: CopyTarget, table: str, values: list[Any], batch_size: int) -> None:
+        batch = self.pending.setdefault(target.shard, [])
+        batch.append((table, values))
+        if len(batch) >= batch_size:
+            self.flush(target)
+
+    def flush(self, target: CopyTarget, done: bool = False) -> None:
+        batch = self.pending.setdefault(target.shard, [])
+        with target.conn.cursor() as cur:
+            target.conn.begin()
+            _insert_rows(cur, batch)
+            target.rows_copied += len(batch)
+            if done:
+                for sql, args in self.start.rewind(target.key_range):
+                    cur.execute(sql, args)
+            cur.execute(COPY_UPSERT, self._vreplication_row(target, done))
+            target.conn.commit()
+        batch.clear()
+        if self.progress is not None:
+            self.progress(target.shard, target.rows_copied)
+        if self.throttle:
+            time.sleep(self.throttle)
+
+    def _vreplication_row(self, target: CopyTarget, done: bool) -> tuple[Any, ...]:
+        return (
+            target.vrep_id,
+            self.workflow,
+            self.source_shard,
+            self.start.position if done else self.snapshot,
+            self.start.position if done else "",
+            int(time.time()),
+            "Running" if done else "Copying",
+            target.rows_copied,
+            1 if done else 0,
+        )
+
+
+def _insert_rows(cur: Any, batch: Sequence[tuple[str, list[Any]]]) -> None:
+    by_table: dict[str, list[list[Any]]] = {}
+    for table, params in batch:
+        by_table.setdefault(table, []).append(params)
+    for table, rows in by_table.items():
+        for first in range(0, len(rows), 500):
+            chunk = rows[first : first + 500]
+            cur.execute(rowsql.insert_sql(table, len(chunk)), [p for r in chunk for p in r])
+
+
+def _log_bin(targets: Sequence[CopyTarget], on: bool) -> None:
+    for target in targets:
+        with target.conn.cursor() as cur:
+            cur.execute(f"SET SESSION sql_log_bin = {int(on)}")
+
+
+def _take_snapshot(source: Connection, cur: Any) -> tuple[str, int]:
+    """Open the consistent snapshot on `cur`; its source GTID position and the server's time."""
+    cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+    with source.cursor() as status_cur:
+        position = snapshot_position(status_cur)
+        status_cur.execute("SELECT UNIX_TIMESTAMP()")
+        now = status_cur.fetchone()
+    return position, int(now[0]) if now else int(time.time())
+
+
+def _route_rows(
+    cur: Any,
+    source_shard: str,
+    targets: Sequence[CopyTarget],
+    vschema: VSchema,
+    batches: _Batches,
+    batch_size: int,
+) -> None:
+    """Read every sample row of the snapshot and hand it to the targets that own it."""
+    for table, columns in schema.COLUMNS.items():
+        names = ", ".join(f"`{c}`" for c in columns)
+        cur.execute(f"SELECT {names} FROM `{schema.DATABASE}`.`{table}`")
+        for values in cur:
+            row = dict(zip(columns, values, strict=True))
+            ksid = vschema.keyspace_id_for(table, row)
+            if ksid is None:
+                raise ReshardError(f"row of {table} on {source_shard} has a NULL vindex column")
+            for target in targets:
+                if target.key_range.contains(ksid):
+                    batches.add(target, table, list(values), batch_size)
+
+
 def copy_source(
     *,
     workflow: str,
@@ -150,77 +270,17 @@ def copy_source(
     before any row is written; it says where replication will start (written as `pos` and
     `start_pos` with `copy_done`, after its rewind statements). Without it, at the snapshot.
     """
-    for target in targets:
-        with target.conn.cursor() as cur:
-            cur.execute("SET SESSION sql_log_bin = 0")
+    _log_bin(targets, on=False)
     with source.cursor(pymysql.cursors.SSCursor) as cur:
-        cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
-        with source.cursor() as status_cur:
-            position = snapshot_position(status_cur)
-            status_cur.execute("SELECT UNIX_TIMESTAMP()")
-            now = status_cur.fetchone()
+        position, snapshot_time = _take_snapshot(source, cur)
         start = ReplicationStart(position)
         if start_position is not None:
-            start = start_position(position, int(now[0]) if now else int(time.time()))
-        pending: dict[str, list[tuple[str, list[Any]]]] = {t.shard: [] for t in targets}
-
-        def flush(target: CopyTarget, done: bool = False) -> None:
-            batch = pending[target.shard]
-            with target.conn.cursor() as tcur:
-                target.conn.begin()
-                by_table: dict[str, list[list[Any]]] = {}
-                for table, params in batch:
-                    by_table.setdefault(table, []).append(params)
-                for table, rows in by_table.items():
-                    for first in range(0, len(rows), 500):
-                        chunk = rows[first : first + 500]
-                        tcur.execute(
-                            rowsql.insert_sql(table, len(chunk)), [p for r in chunk for p in r]
-                        )
-                target.rows_copied += len(batch)
-                if done:
-                    for sql, args in start.rewind(target.key_range):
-                        tcur.execute(sql, args)
-                tcur.execute(
-                    COPY_UPSERT,
-                    (
-                        target.vrep_id,
-                        workflow,
-                        source_shard,
-                        start.position if done else position,
-                        start.position if done else "",
-                        int(time.time()),
-                        "Running" if done else "Copying",
-                        target.rows_copied,
-                        1 if done else 0,
-                    ),
-                )
-                target.conn.commit()
-            batch.clear()
-            if progress is not None:
-                progress(target.shard, target.rows_copied)
-            if throttle:
-                time.sleep(throttle)
-
-        for table, columns in schema.COLUMNS.items():
-            names = ", ".join(f"`{c}`" for c in columns)
-            cur.execute(f"SELECT {names} FROM `{schema.DATABASE}`.`{table}`")
-            for values in cur:
-                row = dict(zip(columns, values, strict=True))
-                ksid = vschema.keyspace_id_for(table, row)
-                if ksid is None:
-                    raise ReshardError(f"row of {table} on {source_shard} has a NULL vindex column")
-                for target in targets:
-                    if target.key_range.contains(ksid):
-                        pending[target.shard].append((table, list(values)))
-                        if len(pending[target.shard]) >= batch_size:
-                            flush(target)
+            start = start_position(position, snapshot_time)
+        batches = _Batches(workflow, source_shard, position, start, throttle, progress)
+        _route_rows(cur, source_shard, targets, vschema, batches, batch_size)
         with contextlib.suppress(Exception):
             source.rollback()
         for target in targets:
-            flush(target, done=True)
-    for target in targets:
-        with target.conn.cursor() as tcur:
-            tcur.execute("SET SESSION sql_log_bin = 1")
+            batches.flush(target, done=True)
+    _log_bin(targets, on=True)
     return position

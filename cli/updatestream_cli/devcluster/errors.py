@@ -31,3 +31,7 @@ class ShardNotServingError(ReshardInputError):
 
 class ReshardInProgressError(ReshardInputError):
     """A shard is already part of another, unfinished resharding workflow."""
+
+
+class TrafficError(DevClusterError):
+    """The traffic generator could not commit a transaction and gave up."""

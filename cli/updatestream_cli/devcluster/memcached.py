@@ -98,6 +98,12 @@ class MemcachedServer:
                 time.sleep(0.05)
         return False
 
+    def __enter__(self) -> MemcachedServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
     def flush(self) -> None:
         with socket.create_connection(("127.0.0.1", self.port), timeout=5) as sock:
             sock.sendall(b"flush_all\r\n")

@@ -45,6 +45,22 @@ def plan_reshard(cluster: DevCluster, sources_text: str, targets_text: str) -> R
             f"reshard --from={sources_text} --to={targets_text}: {exc}"
         ) from None
     serving = cluster.serving_map()
+    _check_sources(sources, sources_text, serving)
+    _check_targets(targets, targets_text, sources, sources_text)
+    names = [s.name for s in sources]
+    new_serving = [n for n in serving.names if n not in names] + [t.name for t in targets]
+    ShardMap(KeyRange.parse(n) for n in new_serving)
+    name = (
+        "+".join(shard_dir_name(s.name) for s in sources)
+        + ".to."
+        + "+".join(shard_dir_name(t.name) for t in targets)
+    )
+    plan = ReshardPlan(names, [t.name for t in targets], new_serving, name)
+    _check_not_busy(cluster, plan)
+    return plan
+
+
+def _check_sources(sources: list[KeyRange], text: str, serving: ShardMap) -> None:
     for source in sources:
         if source not in serving:
             raise ShardNotServingError(
@@ -53,8 +69,14 @@ def plan_reshard(cluster: DevCluster, sources_text: str, targets_text: str) -> R
             )
     if len({s.name for s in sources}) != len(sources) or not are_contiguous(sources):
         raise ReshardInputError(
-            f"source shards {sources_text} must be distinct and adjacent (like 40-80,80-c0)"
+            f"source shards {text} must be distinct and adjacent (like 40-80,80-c0)"
         )
+
+
+def _check_targets(
+    targets: list[KeyRange], text: str, sources: list[KeyRange], sources_text: str
+) -> None:
+    """The targets partition the sources' range exactly, and are not the sources."""
     for i, a in enumerate(targets):
         for b in targets[i + 1 :]:
             if a.intersects(b):
@@ -68,29 +90,26 @@ def plan_reshard(cluster: DevCluster, sources_text: str, targets_text: str) -> R
         or KeyRange(min(t.start for t in targets), _max_end(targets)) != src_span
     ):
         raise ReshardInputError(
-            f"target shards {targets_text} do not exactly cover the source range {src_span.name} "
+            f"target shards {text} do not exactly cover the source range {src_span.name} "
             f"(from {sources_text}); list adjacent ranges from {src_span.start.hex() or '-'} "
             f"to {src_span.end.hex() or 'the end'}"
         )
     if {t.name for t in targets} == {s.name for s in sources}:
-        raise ReshardInputError(f"targets {targets_text} are the sources; nothing to reshard")
-    names = [s.name for s in sources]
-    new_serving = [n for n in serving.names if n not in names] + [t.name for t in targets]
-    ShardMap(KeyRange.parse(n) for n in new_serving)
-    name = (
-        "+".join(shard_dir_name(s.name) for s in sources)
-        + ".to."
-        + "+".join(shard_dir_name(t.name) for t in targets)
-    )
-    plan = ReshardPlan(names, [t.name for t in targets], new_serving, name)
+        raise ReshardInputError(f"targets {text} are the sources; nothing to reshard")
+
+
+def _check_not_busy(cluster: DevCluster, plan: ReshardPlan) -> None:
+    """No other unfinished workflow holds a shard of this one, and the targets are new unless
+    this workflow is resuming."""
     resuming = False
+    mine = set(plan.sources) | set(plan.targets)
     for other in _workflow_states(cluster):
         if other.get("phase") == "done":
             continue
-        if other["name"] == name:
+        if other["name"] == plan.name:
             resuming = True
             continue
-        busy = (set(other["sources"]) | set(other["targets"])) & (set(names) | set(plan.targets))
+        busy = (set(other["sources"]) | set(other["targets"])) & mine
         if busy:
             raise ReshardInProgressError(
                 f"shard(s) {', '.join(sorted(busy))} are already part of the unfinished "
@@ -103,7 +122,6 @@ def plan_reshard(cluster: DevCluster, sources_text: str, targets_text: str) -> R
                 f"target shard {target} already exists; retire it first "
                 f"(updatestream devcluster retire --shards={target})"
             )
-    return plan
 
 
 def _max_end(ranges: list[KeyRange]) -> bytes:

@@ -52,7 +52,12 @@ from updatestream.spec import Keyspace
 from updatestream_cli.devcluster import schema
 from updatestream_cli.devcluster.copy import ReplicationStart
 from updatestream_cli.devcluster.errors import ReshardError
-from updatestream_cli.devcluster.replication import RowChange, row_statements
+from updatestream_cli.devcluster.rowchanges import (
+    TRANSACTION_EVENTS,
+    RowChange,
+    row_images,
+    row_statements,
+)
 
 log = logging.getLogger(__name__)
 
@@ -206,14 +211,7 @@ def read_rewind(keyspace: Keyspace, secrets_dir: Path, window: ReplayWindow) -> 
         is_mariadb=True,
         auto_position=str(position),
         pymysql_wrapper=connect,
-        only_events=[
-            MariadbGtidEvent,
-            XidEvent,
-            QueryEvent,
-            WriteRowsEvent,
-            UpdateRowsEvent,
-            DeleteRowsEvent,
-        ],
+        only_events=list(TRANSACTION_EVENTS),
     )
     gtid: MariaDBGTID | None = None
     standalone = False
@@ -230,7 +228,7 @@ def read_rewind(keyspace: Keyspace, secrets_dir: Path, window: ReplayWindow) -> 
             elif isinstance(event, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):
                 if event.schema == schema.DATABASE and event.table in schema.COLUMNS:
                     for row in event.rows:
-                        rewind.touch(event.table, *_images(event, row))
+                        rewind.touch(event.table, *row_images(event, row))
             elif gtid is not None and (
                 isinstance(event, XidEvent)
                 or (isinstance(event, QueryEvent) and (standalone or event.query == "COMMIT"))
@@ -242,18 +240,6 @@ def read_rewind(keyspace: Keyspace, secrets_dir: Path, window: ReplayWindow) -> 
     finally:
         stream.close()
     return rewind
-
-
-def _images(event: Any, row: dict[str, Any]) -> tuple[dict[str, Any] | None, ...]:
-    """(before, after) images of a row event's row, with the library's `none_sources` (which
-    tells an empty SET from NULL) kept for writing them back."""
-    if isinstance(event, UpdateRowsEvent):
-        return (
-            {**row["before_values"], "none_sources": row["before_none_sources"]},
-            {**row["after_values"], "none_sources": row["after_none_sources"]},
-        )
-    image = {**row["values"], "none_sources": row["none_sources"]}
-    return (None, image) if isinstance(event, WriteRowsEvent) else (image, None)
 
 
 def replication_start(

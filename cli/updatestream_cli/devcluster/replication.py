@@ -41,6 +41,13 @@ from updatestream.core.vschema import VSchema
 from updatestream.spec import Credentials
 from updatestream_cli.devcluster import schema
 from updatestream_cli.devcluster.errors import ReshardError
+from updatestream_cli.devcluster.rowchanges import (
+    TRANSACTION_EVENTS,
+    RowChange,
+    execute_batched,
+    row_images,
+    row_statements,
+)
 from updatestream_cli.devcluster.server import Connection
 
 log = logging.getLogger(__name__)
@@ -57,14 +64,6 @@ VREPLICATION_UPSERT = (
 
 class ReplicationError(ReshardError):
     """Filtered replication stopped: the source binlog or a destination failed."""
-
-
-@dataclass(frozen=True)
-class RowChange:
-    table: str
-    op: str  # "write" (insert or update, as an upsert) or "delete"
-    values: dict[str, Any]
-    keyspace_id: bytes
 
 
 @dataclass
@@ -90,88 +89,6 @@ class Destination:
     applied_transactions: int = 0
     snapshot: MariaDBPosition | None = None  # the copy's snapshot, to count replayed transactions
     replayed: int = 0  # transactions with rows applied here that the snapshot already contains
-
-
-def sql_value(value: Any, none_source: str | None = None) -> Any:
-    if isinstance(value, set | frozenset):
-        return ",".join(sorted(value))
-    if value is None and none_source == "empty set":
-        return ""
-    return value
-
-
-def upsert_sql(table: str, columns: Sequence[str], rows: int) -> str:
-    names = ", ".join(f"`{c}`" for c in columns)
-    one = "(" + ", ".join(["%s"] * len(columns)) + ")"
-    keys = set(schema.PRIMARY_KEYS[table])
-    updates = ", ".join(f"`{c}` = VALUES(`{c}`)" for c in columns if c not in keys)
-    return (
-        f"INSERT INTO `{schema.DATABASE}`.`{table}` ({names}) VALUES "
-        + ", ".join([one] * rows)
-        + (f" ON DUPLICATE KEY UPDATE {updates}" if updates else "")
-    )
-
-
-def row_statements(changes: Sequence[RowChange]) -> list[tuple[str, list[Any]]]:
-    """Statements applying row changes in order; consecutive runs of one op on one table are
-    batched into one multi-row statement."""
-    statements: list[tuple[str, list[Any]]] = []
-    start = 0
-    while start < len(changes):
-        first = changes[start]
-        end = start + 1
-        while (
-            end < len(changes)
-            and end - start < 500
-            and changes[end].table == first.table
-            and changes[end].op == first.op
-        ):
-            end += 1
-        run = changes[start:end]
-        keys = schema.PRIMARY_KEYS[first.table]
-        if first.op == "delete":
-            one = "(" + ", ".join(["%s"] * len(keys)) + ")"
-            cols = ", ".join(f"`{k}`" for k in keys)
-            statements.append(
-                (
-                    f"DELETE FROM `{schema.DATABASE}`.`{first.table}` WHERE ({cols}) IN ("
-                    + ", ".join([one] * len(run))
-                    + ")",
-                    [c.values[k] for c in run for k in keys],
-                )
-            )
-        else:
-            columns = [c for c in first.values if c != "none_sources"]
-            params: list[Any] = []
-            for change in run:
-                sources = change.values.get("none_sources", {})
-                params += [sql_value(change.values[c], sources.get(c)) for c in columns]
-            statements.append((upsert_sql(first.table, columns, len(run)), params))
-        start = end
-    return statements
-
-
-def execute_batched(cur: Any, statements: Sequence[tuple[str, Any]], limit: int = 4 << 20) -> None:
-    """Run statements as few multi-statement round trips (the connection needs the
-    MULTI_STATEMENTS client flag), in order, reading every result so errors surface."""
-    chunk: list[str] = []
-    size = 0
-
-    def send() -> None:
-        cur.execute(";\n".join(chunk))
-        while cur.nextset():
-            pass
-        chunk.clear()
-
-    for sql, params in statements:
-        text = cur.mogrify(sql, params) if params is not None else sql
-        if chunk and size + len(text) > limit:
-            send()
-            size = 0
-        chunk.append(text)
-        size += len(text) + 2
-    if chunk:
-        send()
 
 
 class FilteredReplication:
@@ -310,15 +227,7 @@ class FilteredReplication:
             auto_position=str(self.source_pos),
             slave_heartbeat=self.heartbeat,
             pymysql_wrapper=self._counting_connect,
-            only_events=[
-                MariadbGtidEvent,
-                XidEvent,
-                QueryEvent,
-                WriteRowsEvent,
-                UpdateRowsEvent,
-                DeleteRowsEvent,
-                HeartbeatLogEvent,
-            ],
+            only_events=[*TRANSACTION_EVENTS, HeartbeatLogEvent],
         )
 
     def _run(self) -> None:
@@ -390,20 +299,14 @@ class FilteredReplication:
             return []
         changes: list[RowChange] = []
         for row in event.rows:
-            if isinstance(event, UpdateRowsEvent):
-                before = {**row["before_values"], "none_sources": row["before_none_sources"]}
-                after = {**row["after_values"], "none_sources": row["after_none_sources"]}
+            before, after = row_images(event, row)
+            new_ksid = None if after is None else self._ksid(table, after)
+            if before is not None:
                 old_ksid = self._ksid(table, before)
-                new_ksid = self._ksid(table, after)
-                if old_ksid != new_ksid:  # the vindex column changed: the row moves
+                if old_ksid != new_ksid:  # a delete, or the vindex column changed: the row moves
                     changes.append(RowChange(table, "delete", before, old_ksid))
+            if after is not None and new_ksid is not None:
                 changes.append(RowChange(table, "write", after, new_ksid))
-            elif isinstance(event, WriteRowsEvent):
-                values = {**row["values"], "none_sources": row["none_sources"]}
-                changes.append(RowChange(table, "write", values, self._ksid(table, values)))
-            else:
-                values = {**row["values"], "none_sources": row["none_sources"]}
-                changes.append(RowChange(table, "delete", values, self._ksid(table, values)))
         return changes
 
     def _ksid(self, table: str, values: dict[str, Any]) -> bytes:

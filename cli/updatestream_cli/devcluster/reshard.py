@@ -9,7 +9,7 @@ progress in each destination's `_vt.vreplication`, committed with the data):
               earlier with a replay window, see `replay`) until caught up (see `replication`);
 4. switch   - reads switch (recorded), then writes: sources `read_only=ON`, wait until every
               destination applied the source's final position, rewrite the manifest's
-              servingShards and shardMapHistory atomically, stop replication.
+              servingShards and shardMapHistory atomically, stop replication (see `cutover`).
 
 A rerun after a crash (kill -9 in any phase) resumes: a destination whose copy did not finish is
 emptied and copied again; replication resumes from each destination's `_vt.vreplication.pos`.
@@ -26,7 +26,7 @@ import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import pymysql
 from pymysql.constants import CLIENT
@@ -40,44 +40,32 @@ from updatestream_cli.devcluster.copy import (
     CopyTarget,
     ReplicationStart,
     copy_source,
+    holds_rows,
     reset_target,
     upgrade_vreplication,
+    vreplication_rows,
 )
+from updatestream_cli.devcluster.cutover import freeze_sources, mark_stopped, switch_serving
 from updatestream_cli.devcluster.errors import (
     ReshardError,
     ReshardInProgressError,
     ReshardInputError,
 )
 from updatestream_cli.devcluster.plan import ReshardPlan, plan_reshard
-from updatestream_cli.devcluster.replay import ReplayWindow, find_replay_window, replication_start
+from updatestream_cli.devcluster.replay import find_replay_window, replication_start
 from updatestream_cli.devcluster.replication import Destination, FilteredReplication
+from updatestream_cli.devcluster.reporting import QuietReporter, Reporter
 
-__all__ = ["Reporter", "ReshardOptions", "ReshardPlan", "ReshardWorkflow", "plan_reshard"]
+__all__ = [
+    "QuietReporter",
+    "Reporter",
+    "ReshardOptions",
+    "ReshardPlan",
+    "ReshardWorkflow",
+    "plan_reshard",
+]
 
 PHASES = ("create", "copy", "replicate", "switch_reads", "freeze", "switch_writes", "done")
-
-
-class Reporter(Protocol):
-    def phase(self, name: str, detail: str = "") -> None: ...
-    def copied(self, source: str, target: str, rows: int) -> None: ...
-    def lag(self, report: list[dict[str, Any]]) -> None: ...
-    def replay(self, window: ReplayWindow) -> None: ...
-
-
-class QuietReporter:
-    """A Reporter that shows nothing; subclass it to show only some steps."""
-
-    def phase(self, name: str, detail: str = "") -> None:
-        pass
-
-    def copied(self, source: str, target: str, rows: int) -> None:
-        pass
-
-    def lag(self, report: list[dict[str, Any]]) -> None:
-        pass
-
-    def replay(self, window: ReplayWindow) -> None:
-        pass
 
 
 @dataclass
@@ -224,17 +212,8 @@ class ReshardWorkflow:
                 upgrade_vreplication(conn, self.plan.name, snapshots)
 
     def _vrep_rows(self, target: str) -> dict[str, dict[str, Any]]:
-        with (
-            self.cluster.connect(target, "admin") as conn,
-            conn.cursor(pymysql.cursors.DictCursor) as cur,
-        ):
-            cur.execute("SELECT * FROM `_vt`.`vreplication` WHERE workflow = %s", (self.plan.name,))
-            return {
-                row["source_shard"].decode(): {
-                    k: (v.decode() if isinstance(v, bytes) else v) for k, v in row.items()
-                }
-                for row in cur.fetchall()
-            }
+        with self.cluster.connect(target, "admin") as conn:
+            return vreplication_rows(conn, self.plan.name)
 
     def _copy(self) -> None:
         if self.state["phase"] != "copy":
@@ -316,11 +295,8 @@ class ReshardWorkflow:
         return replication_start(keyspace, self.cluster.secrets_dir, window)
 
     def _has_rows(self, target: str) -> bool:
-        with self.cluster.connect(target, "admin", "commerce") as conn, conn.cursor() as cur:
-            cur.execute("SELECT (SELECT COUNT(*) FROM users) + (SELECT COUNT(*) FROM orders)"
-                        " + (SELECT COUNT(*) FROM events)")  # fmt: skip
-            row = cur.fetchone()
-            return bool(row and row[0])
+        with self.cluster.connect(target, "admin", schema.DATABASE) as conn:
+            return holds_rows(conn)
 
     def _start_replication(self) -> None:
         if self.replications:
@@ -436,7 +412,7 @@ class ReshardWorkflow:
             # Always (re)freeze: after a crash a restarted source would accept writes again,
             # and a final position read before that would miss them.
             self.reporter.phase("switch writes", "freezing sources (read_only=ON)")
-            self.state["final_positions"] = self._freeze()
+            self.state["final_positions"] = freeze_sources(self.cluster, self.plan.sources)
             self._save()
             if self.state["phase"] == "freeze":
                 self._finish("freeze")
@@ -457,45 +433,13 @@ class ReshardWorkflow:
             self._switch_manifest()
             for replication in self.replications:
                 replication.stop()
-            self._mark_stopped()
+            mark_stopped(self.cluster, self.plan.targets, self.plan.name)
             self._finish("switch_writes")
             self._enter("done")
             self.reporter.phase("done", "serving " + ",".join(self.state["new_serving"]))
 
-    def _freeze(self) -> dict[str, str]:
-        finals: dict[str, str] = {}
-        for source in self.plan.sources:
-            with self.cluster.connect(source, "admin") as conn, conn.cursor() as cur:
-                cur.execute("SET GLOBAL read_only = ON")
-                cur.execute("SELECT @@gtid_binlog_pos")
-                row = cur.fetchone()
-                finals[source] = str(row[0] if row else "")
-        return finals
-
     def _switch_manifest(self) -> None:
-        with self.cluster.locked():
-            keyspace = self.cluster.keyspace()
-            if set(self.plan.targets) <= set(keyspace.spec.serving_shards):
-                return  # switched before a crash
-            serving = [n for n in keyspace.spec.serving_shards if n not in self.plan.sources]
-            serving = [
-                r.name for r in sorted(KeyRange.parse(n) for n in serving + self.plan.targets)
-            ]
-            history = [e.model_dump() for e in keyspace.spec.shard_map_history]
-            at = max(time.time(), history[-1]["at"] if history else 0.0)
-            history.append({"at": at, "shards": serving})
-            self.cluster.write_manifest(serving=serving, history=history)
-            self.state["new_serving"] = serving
-            self.state["switched_at"] = at
+        switched = switch_serving(self.cluster, self.plan.sources, self.plan.targets)
+        if switched is not None:
+            self.state["new_serving"], self.state["switched_at"] = switched
             self._save()
-
-    def _mark_stopped(self) -> None:
-        """Mark the vreplication rows stopped, without a binlog event (not a data change)."""
-        for target in self.plan.targets:
-            with self.cluster.connect(target, "admin") as conn, conn.cursor() as cur:
-                cur.execute("SET SESSION sql_log_bin = 0")
-                cur.execute(
-                    "UPDATE `_vt`.`vreplication` SET state = 'Stopped', time_updated = %s "
-                    "WHERE workflow = %s",
-                    (int(time.time()), self.plan.name),
-                )

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import os
 import random
 import threading
 import time
@@ -28,9 +27,8 @@ import pymysql.cursors
 from pymysql.constants import CLIENT
 
 from updatestream import spec
-from updatestream.core.vschema import VSchema
 from updatestream_cli.devcluster import rows, schema
-from updatestream_cli.devcluster.errors import DevClusterError
+from updatestream_cli.devcluster.errors import TrafficError
 from updatestream_cli.devcluster.ledger import (
     LedgerEntry,
     LedgerOp,
@@ -40,16 +38,13 @@ from updatestream_cli.devcluster.ledger import (
     pk_json,
     row_digest,
 )
+from updatestream_cli.devcluster.routing import Router
 from updatestream_cli.devcluster.server import Connection
 
 log = logging.getLogger(__name__)
 
 _READ_ONLY = 1290  # ER_OPTION_PREVENTS_STATEMENT: the server runs with read_only
 _CONNECTION_LOST = {2003, 2006, 2013, 2014, 2055}
-
-
-class TrafficError(DevClusterError):
-    """The traffic generator could not commit a transaction and gave up."""
 
 
 @dataclass(frozen=True)
@@ -102,41 +97,6 @@ class _Rows:
 
     def __len__(self) -> int:
         return len(self.keys)
-
-
-class Router:
-    """Routes rows with the VSchema and the serving shard map of the manifest on disk."""
-
-    def __init__(self, manifest_path: Path) -> None:
-        self.manifest_path = manifest_path
-        self._signature: tuple[int, int, int] | None = None
-        self.refresh()
-
-    def _stat(self) -> tuple[int, int, int]:
-        st = os.stat(self.manifest_path)
-        return (st.st_ino, st.st_mtime_ns, st.st_size)
-
-    def refresh(self) -> bool:
-        """Re-read the manifest if it changed on disk; True when it did."""
-        signature = self._stat()
-        if signature == self._signature:
-            return False
-        keyspace = spec.load_keyspace(self.manifest_path)
-        self.keyspace = keyspace
-        self.vschema = VSchema.from_dict(keyspace.spec.vschema, keyspace=keyspace.metadata.name)
-        self.shard_map = keyspace.spec.serving_map
-        self.endpoints = {s.name: (s.mysql.host, s.mysql.port) for s in keyspace.spec.shards}
-        self._signature = signature
-        return True
-
-    def keyspace_id(self, table: str, row: dict[str, Any]) -> bytes:
-        ksid = self.vschema.keyspace_id_for(table, row)
-        if ksid is None:
-            raise TrafficError(f"row of {table} has a NULL vindex column: {pk_json(table, row)}")
-        return ksid
-
-    def shard_for(self, table: str, row: dict[str, Any]) -> str:
-        return self.shard_map.shard_for(self.keyspace_id(table, row)).name
 
 
 @dataclass

@@ -17,7 +17,16 @@ from rich.console import Console
 from rich.table import Table
 
 from updatestream import spec
+from updatestream.clickopts import (
+    FILE,
+    json_option,
+    key_range_option,
+    seconds_option,
+    secrets_dir_option,
+    status_file_option,
+)
 from updatestream.core.errors import UpdateStreamError
+from updatestream_cli.options import ledger_option
 from updatestream_cli.verify import sinks
 from updatestream_cli.verify.compare import (
     Committed,
@@ -141,26 +150,16 @@ def _summary(report: Report, sink: str) -> None:
 
 
 @click.command("verify")
-@click.option(
-    "--ledger",
-    type=click.Path(path_type=Path),
-    required=True,
-    help="Traffic ledger (JSON lines) written by 'devcluster traffic'.",
-)
+@ledger_option(required=True, help="Traffic ledger (JSON lines) written by 'devcluster traffic'.")
 @click.option("--sink", "sink", type=click.Choice(sorted(_SINKS)), required=True)
 @click.option(
     "--keyspace-manifest",
-    type=click.Path(path_type=Path),
+    type=FILE,
     default=None,
     help="Keyspace manifest (memcached: the shards to read rows from).",
 )
 @click.option("--mysql", default=None, help="versionstream: host:port of the change-log DB.")
-@click.option(
-    "--secrets-dir",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Directory of Secrets as files (<name>/username, <name>/password).",
-)
+@secrets_dir_option(help="Directory of Secrets as files (<name>/username, <name>/password).")
 @click.option(
     "--secret",
     default=None,
@@ -187,26 +186,17 @@ def _summary(report: Report, sink: str) -> None:
     metavar="TABLE=TEMPLATE",
     help="memcached: the sink's keyTemplate of a table (repeat per table).",
 )
-@click.option(
+@seconds_option(
     "--slack",
-    type=float,
     default=1.0,
-    show_default=True,
     help="memcached: seconds of clock resolution when only timestamps compare.",
 )
-@click.option(
-    "--status-file",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="The job's status file: duplicates it dropped, by cause.",
-)
-@click.option(
-    "--key-range",
+@status_file_option(help="The job's status file: duplicates it dropped, by cause.")
+@key_range_option(
     default="-",
-    show_default=True,
     help="The stream's key range: only ledger rows whose keyspace id lies in it are expected.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@json_option("Print the report as JSON.")
 def verify(
     sink: str,
     ledger: Path,

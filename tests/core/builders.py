@@ -1,0 +1,19 @@
+"""Short constructors the core tests share: key ranges and Event Tokens from text."""
+
+from __future__ import annotations
+
+from updatestream.core.gtid import parse_position
+from updatestream.core.keyrange import KeyRange
+from updatestream.core.token import EventToken, SourceProvenance
+
+
+def kr(text: str) -> KeyRange:
+    return KeyRange.parse(text)
+
+
+def tok(ts: int, shard: str, pos: str, source: tuple[str, str, int] | None = None) -> EventToken:
+    """A token; ``source`` is (shard, pos, ts) of the copied source transaction."""
+    provenance = None
+    if source is not None:
+        provenance = SourceProvenance(source[0], parse_position(source[1]), source[2])
+    return EventToken(ts, shard, parse_position(pos), provenance)
