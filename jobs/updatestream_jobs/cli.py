@@ -17,7 +17,6 @@ import click
 from updatestream import spec, validation
 from updatestream.clickopts import (
     DIRECTORY,
-    FILE,
     key_range_option,
     manifest_option,
     seconds_option,

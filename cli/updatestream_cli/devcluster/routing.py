@@ -11,8 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from updatestream import spec
-from updatestream.core.keyrange import KeyRange
-from updatestream.core.shardmap import ShardMap
 from updatestream.core.vschema import VSchema
 from updatestream_cli.devcluster.errors import TrafficError
 from updatestream_cli.devcluster.ledger import pk_json
