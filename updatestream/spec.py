@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Annotated, Any, Final, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from updatestream.core.errors import UpdateStreamError
 from updatestream.core.keyrange import KeyRange
@@ -47,6 +47,10 @@ def _key_range_name(text: str) -> str:
     return name
 
 
+# a key range written the one canonical way, as shard names are (`-80`, `40-80`, `80-`, `-`)
+KeyRangeName = Annotated[str, AfterValidator(_key_range_name)]
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
@@ -69,15 +73,10 @@ class MySQLEndpoint(_Model):
 class ShardSpec(_Model):
     """One shard: its key range as its name, and where its primary MySQL/MariaDB listens."""
 
-    name: str
+    name: KeyRangeName
     mysql: MySQLEndpoint
     credentials_secret: SecretRef = Field(alias="credentialsSecret")
     flavor: Literal["mariadb", "mysql"] = "mariadb"
-
-    @field_validator("name")
-    @classmethod
-    def _key_range_name(cls, value: str) -> str:
-        return _key_range_name(value)
 
 
 class ShardMapHistoryEntry(_Model):
@@ -192,17 +191,14 @@ class SparkSpec(_Model):
 
 class UpdateStreamSpec(_Model):
     keyspace: str
-    key_ranges: list[str] = Field(default_factory=lambda: ["-"], alias="keyRanges", min_length=1)
+    key_ranges: list[KeyRangeName] = Field(
+        default_factory=lambda: ["-"], alias="keyRanges", min_length=1
+    )
     tables: list[str] = Field(default_factory=list)
     start: StartPosition = Field(default_factory=StartPosition)
     sinks: list[SinkSpec] = Field(min_length=1)
     spark: SparkSpec = Field(default_factory=SparkSpec)
     suspend: bool = False
-
-    @field_validator("key_ranges")
-    @classmethod
-    def _key_ranges(cls, values: list[str]) -> list[str]:
-        return [_key_range_name(v) for v in values]
 
 
 class UpdateStream(_Model):
