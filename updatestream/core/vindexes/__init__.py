@@ -49,10 +49,10 @@ __all__ = [
 
 
 def _register_builtins() -> None:
-    register(numeric.TYPE_NAME, numeric.create)
-    register(hash.TYPE_NAME, hash.create)
-    register(binary_md5.TYPE_NAME, binary_md5.create)
-    register(xxhash64.TYPE_NAME, xxhash64.create)
+    register(numeric.TYPE_NAME, numeric.NumericVindex.create)
+    register(hash.TYPE_NAME, hash.HashVindex.create)
+    register(binary_md5.TYPE_NAME, binary_md5.BinaryMD5Vindex.create)
+    register(xxhash64.TYPE_NAME, xxhash64.XXHashVindex.create)
     register(lookup_unique.TYPE_NAME, lookup_unique.create, needs_lookup_store=True)
 
 

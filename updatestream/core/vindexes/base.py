@@ -8,8 +8,10 @@ and :class:`LookupStore` for the table a lookup vindex reads (implemented outsid
 from __future__ import annotations
 
 import numbers
+from collections.abc import Mapping
+from dataclasses import dataclass
 from decimal import Decimal
-from typing import Protocol, runtime_checkable
+from typing import ClassVar, Protocol, Self, runtime_checkable
 
 from updatestream.core.errors import UpdateStreamError
 
@@ -160,3 +162,25 @@ def pad_keyspace_id(name: str, type_name: str, keyspace_id: bytes) -> bytes:
             "it is longer than 8 bytes"
         )
     return raw.ljust(8, b"\x00")
+
+
+@dataclass(frozen=True)
+class FunctionalVindex:
+    """What the unique kinds that compute a keyspace id from the value alone share: a name, and
+    per kind a fixed type name and cost (`class K(FunctionalVindex, type_name="k", cost=1)`).
+    Each kind writes its own `map`."""
+
+    name: str
+    type_name: ClassVar[str]
+    cost: ClassVar[int]
+    is_unique: ClassVar[bool] = True
+
+    def __init_subclass__(cls, *, type_name: str, cost: int = 1, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.type_name = type_name
+        cls.cost = cost
+
+    @classmethod
+    def create(cls, name: str, params: Mapping[str, str], lookup_store: LookupStore | None) -> Self:
+        """The registry's factory: functional kinds take no parameters and no store."""
+        return cls(name)

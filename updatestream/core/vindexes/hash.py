@@ -6,12 +6,15 @@ The mapping is a bijection on 64-bit integers, so it is reversible by decrypting
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from Crypto.Cipher import DES
 
-from updatestream.core.vindexes.base import LookupStore, pad_keyspace_id, to_uint64
+from updatestream.core.vindexes.base import (
+    FunctionalVindex,
+    pad_keyspace_id,
+    to_uint64,
+)
 
 TYPE_NAME = "hash"
 
@@ -30,13 +33,8 @@ def unhash_uint64(keyspace_id: bytes) -> int:
 
 
 @dataclass(frozen=True)
-class HashVindex:
+class HashVindex(FunctionalVindex, type_name=TYPE_NAME):
     """Keyspace id = DES-ECB(zero key, value as 8 bytes big-endian)."""
-
-    name: str
-    type_name: str = field(default=TYPE_NAME, init=False)
-    cost: int = field(default=1, init=False)
-    is_unique: bool = field(default=True, init=False)
 
     def map(self, value: object) -> bytes | None:
         number = to_uint64(self.name, self.type_name, value)
@@ -44,7 +42,3 @@ class HashVindex:
 
     def reverse_map(self, keyspace_id: bytes) -> int:
         return unhash_uint64(pad_keyspace_id(self.name, self.type_name, keyspace_id))
-
-
-def create(name: str, params: Mapping[str, str], lookup_store: LookupStore | None) -> HashVindex:
-    return HashVindex(name)

@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from updatestream.core.vindexes.base import LookupStore, pad_keyspace_id, to_uint64
+from updatestream.core.vindexes.base import (
+    FunctionalVindex,
+    pad_keyspace_id,
+    to_uint64,
+)
 
 TYPE_NAME = "numeric"
 
 
 @dataclass(frozen=True)
-class NumericVindex:
+class NumericVindex(FunctionalVindex, type_name=TYPE_NAME, cost=0):
     """Keyspace id = the value as 8 bytes, big-endian; ids keep the order of the values."""
-
-    name: str
-    type_name: str = field(default=TYPE_NAME, init=False)
-    cost: int = field(default=0, init=False)
-    is_unique: bool = field(default=True, init=False)
 
     def map(self, value: object) -> bytes | None:
         number = to_uint64(self.name, self.type_name, value)
@@ -25,7 +23,3 @@ class NumericVindex:
 
     def reverse_map(self, keyspace_id: bytes) -> int:
         return int.from_bytes(pad_keyspace_id(self.name, self.type_name, keyspace_id), "big")
-
-
-def create(name: str, params: Mapping[str, str], lookup_store: LookupStore | None) -> NumericVindex:
-    return NumericVindex(name)

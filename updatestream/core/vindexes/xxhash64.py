@@ -6,12 +6,11 @@ does too: a keyspace id computed here lands on the same shard as in a Vitess key
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import xxhash
 
-from updatestream.core.vindexes.base import LookupStore, to_key_bytes
+from updatestream.core.vindexes.base import FunctionalVindex, to_key_bytes
 
 TYPE_NAME = "xxhash"
 
@@ -22,18 +21,9 @@ def xxhash_key(data: bytes) -> bytes:
 
 
 @dataclass(frozen=True)
-class XXHashVindex:
+class XXHashVindex(FunctionalVindex, type_name=TYPE_NAME):
     """Keyspace id = XXH64(value bytes); text is UTF-8, integers their decimal text."""
-
-    name: str
-    type_name: str = field(default=TYPE_NAME, init=False)
-    cost: int = field(default=1, init=False)
-    is_unique: bool = field(default=True, init=False)
 
     def map(self, value: object) -> bytes | None:
         data = to_key_bytes(self.name, self.type_name, value)
         return None if data is None else xxhash_key(data)
-
-
-def create(name: str, params: Mapping[str, str], lookup_store: LookupStore | None) -> XXHashVindex:
-    return XXHashVindex(name)
