@@ -164,14 +164,7 @@ def operator_command(
 ) -> None:
     """Run the UpdateStream operator (kopf) until interrupted."""
     webhook = _webhook_settings(webhook_port, webhook_address, webhook_cert_dir)
-    if liveness and metrics_port and urllib.parse.urlsplit(liveness).port == metrics_port:
-        raise click.BadParameter(
-            f"{liveness!r} uses port {metrics_port}, which --metrics-port serves; "
-            "give them different ports",
-            param_hint="--liveness",
-        )
-    if driver_pod_template is not None:
-        _check_pod_template(driver_pod_template)
+    _check_endpoints(liveness, metrics_port, driver_pod_template)
     import dataclasses
 
     import kopf
@@ -207,6 +200,20 @@ def operator_command(
         standalone=True,
         liveness_endpoint=liveness,
     )
+
+
+def _check_endpoints(
+    liveness: str | None, metrics_port: int, driver_pod_template: Path | None
+) -> None:
+    """Refuse a liveness endpoint on the metrics port, and a driver template that is bad."""
+    if liveness and metrics_port and urllib.parse.urlsplit(liveness).port == metrics_port:
+        raise click.BadParameter(
+            f"{liveness!r} uses port {metrics_port}, which --metrics-port serves; "
+            "give them different ports",
+            param_hint="--liveness",
+        )
+    if driver_pod_template is not None:
+        _check_pod_template(driver_pod_template)
 
 
 @click.command("publish-progress")

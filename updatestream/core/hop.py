@@ -153,6 +153,25 @@ def _tokens_by_shard(last_delivered: Mapping[str, EventToken]) -> dict[str, Even
     return tokens
 
 
+def _source_token(
+    tokens: Mapping[str, EventToken],
+    source: str,
+    destination: str,
+    old: ShardMap,
+    new: ShardMap,
+    key_range: KeyRange,
+) -> EventToken:
+    token = tokens.get(source)
+    if token is None:
+        raise HopPlanningError(
+            f"cannot plan the hop of key range {key_range} from {old} to {new}: no last "
+            f"delivered Event Token for source shard {source}, which hands keyspace ids to "
+            f"{destination}; record the stream's last delivered token for {source} (or the "
+            "token it started from) before hopping"
+        )
+    return token
+
+
 def plan_hop(
     old: ShardMap,
     new: ShardMap,
@@ -187,14 +206,7 @@ def plan_hop(
             continue
         sources = old.shards_for(wanted)
         for source in sources:
-            token = tokens.get(source.name)
-            if token is None:
-                raise HopPlanningError(
-                    f"cannot plan the hop of key range {key_range} from {old} to {new}: no "
-                    f"last delivered Event Token for source shard {source.name}, which hands "
-                    f"keyspace ids to {shard.name}; record the stream's last delivered token "
-                    f"for {source.name} (or the token it started from) before hopping"
-                )
+            token = _source_token(tokens, source.name, shard.name, old, new, key_range)
             # The watermark is the source shard's own position, even if the token itself
             # carries provenance (the stream was already on a former destination).
             watermarks[source.name] = token.position
