@@ -30,7 +30,8 @@ import yaml
 from kopf.testing import KopfRunner
 from updatestream_operator import config
 
-from tests.operator.fixtures_operator import (
+from harness.kube import KubeApi, free_port
+from harness.operator import (
     REPO_ROOT,
     apply,
     apply_crds,
@@ -38,7 +39,6 @@ from tests.operator.fixtures_operator import (
     install_operator_identity,
     wait_for,
 )
-from tests.support.kube import KubeApi, free_port
 
 NS = "us-admit"
 CORPUS = yaml.safe_load((Path(__file__).parent / "admission_corpus.yaml").read_text())
