@@ -35,14 +35,7 @@ from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 
 from bench.report import machine
 from bench.summary import merge_summary
-from harness.hop import (
-    SinkServer,
-    StreamJob,
-    completed_hops,
-    reshard,
-    sink_secret,
-    traffic_generator,
-)
+from harness.hop import StreamJob, completed_hops, job_from_now, reshard, traffic_generator
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -64,11 +57,10 @@ def _start_job(cluster: DevCluster, server: MariaDBServer, work: Path) -> Stream
     with server.root_connect() as conn, conn.cursor() as cur:
         cur.execute("CREATE USER 'hopbench'@'127.0.0.1' IDENTIFIED BY 'hop-bench-pw'")
         cur.execute("GRANT ALL PRIVILEGES ON *.* TO 'hopbench'@'127.0.0.1'")
-    secret = sink_secret(cluster, "hop-bench-sink", "hopbench", "hop-bench-pw")
     assert server.port is not None
-    job = StreamJob(cluster, work, SinkServer(server.host, server.port, secret, "us_hop_bench"))
-    job.write_stream_from_now()
-    return job
+    sink = (server.host, server.port)
+    account = ("hopbench", "hop-bench-pw")
+    return job_from_now(cluster, work, sink, account, "us_hop_bench", secret="hop-bench-sink")
 
 
 def _hop(

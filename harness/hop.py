@@ -226,3 +226,22 @@ def sink_secret(cluster: DevCluster, name: str, username: str, password: str) ->
     (folder / "username").write_text(username)
     (folder / "password").write_text(password)
     return name
+
+
+def job_from_now(
+    cluster: DevCluster,
+    workdir: Path,
+    sink: tuple[str, int],
+    account: tuple[str, str],
+    database: str,
+    *,
+    secret: str = "hop-sink",
+    **options: Any,
+) -> StreamJob:
+    """A stream job of every serving shard from its current position into CDCv2 files and a
+    Version Stream on `sink` (host, port) in `database`, with `account` (username, password)
+    as the Secret `secret`."""
+    name = sink_secret(cluster, secret, *account)
+    job = StreamJob(cluster, workdir, SinkServer(*sink, name, database), **options)
+    job.write_stream_from_now()
+    return job

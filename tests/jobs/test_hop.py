@@ -20,14 +20,7 @@ from updatestream_cli.devcluster.reshard import ReshardOptions
 from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 from updatestream_jobs.job import FAULT_EXIT_AFTER_HOP_WRITE
 
-from harness.hop import (
-    SinkServer,
-    StreamJob,
-    completed_hops,
-    reshard,
-    sink_secret,
-    traffic_generator,
-)
+from harness.hop import StreamJob, completed_hops, job_from_now, reshard, traffic_generator
 from tests.conftest import MariaDBFixture
 
 
@@ -41,11 +34,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
 def stream_job(
     cluster: DevCluster, server: MariaDBFixture, workdir: Path, database: str, **kw: object
 ) -> StreamJob:
-    secret = sink_secret(cluster, "hop-versionstream", server.admin.username, server.admin.password)
-    sink = SinkServer(server.host, server.port, secret, database)
-    job = StreamJob(cluster, workdir, sink, **kw)  # type: ignore[arg-type]
-    job.write_stream_from_now()
-    return job
+    account = (server.admin.username, server.admin.password)
+    sink = (server.host, server.port)
+    return job_from_now(cluster, workdir, sink, account, database, secret="hop-versionstream", **kw)
 
 
 # Filtered replication runs a few seconds before the cut-over, as it would in production: the
