@@ -193,16 +193,16 @@ class Job:
             if several:
                 frame.unpersist()
         fault_after_sink_write(batch_id)
-        if any(hop["completedAt"] is None for hop in self.tracker.hops):
+        if any(hop.completed_at is None for hop in self.tracker.hops):
             fault_after_hop_write(batch_id)
         for hop in self.tracker.complete_hops(self.tracker.duplicates["hop"] - dropped_before):
             log.info(
                 "hop %s done: %s -> %s in %.1fs, %d duplicates dropped",
-                hop["number"],
-                ",".join(hop["from"]),
-                ",".join(hop["to"]),
-                hop["durationSeconds"],
-                hop["duplicatesDropped"],
+                hop.number,
+                ",".join(hop.from_shards),
+                ",".join(hop.to_shards),
+                hop.duration_seconds,
+                hop.duplicates_dropped,
             )
         if self._hop_pending and self.config.hop_started_at is not None:
             self._hop_pending = False
