@@ -28,6 +28,7 @@ from updatestream.core.gtid import (
     parse_position,
     position_contains,
     position_from_json,
+    position_to_json,
 )
 from updatestream.core.hop import canonical_shard_name
 from updatestream.core.token import EventToken
@@ -132,8 +133,8 @@ class Via:
         return json.dumps(
             {
                 "shard": self.shard,
-                "after": {"pos": str(self.after), "flavor": self.after.flavor.value},
-                "upto": {"pos": str(self.upto), "flavor": self.upto.flavor.value},
+                "after": position_to_json(self.after),
+                "upto": position_to_json(self.upto),
             }
         )
 
