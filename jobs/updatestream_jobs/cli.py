@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from updatestream import spec
+from updatestream.core.errors import UpdateStreamError
 
 
 def _dedup(text: str | None) -> object:
@@ -77,6 +78,13 @@ def _dedup(text: str | None) -> object:
     help="Write per-shard progress as JSON here after every batch.",
 )
 @click.option(
+    "--trace-file",
+    default=None,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where Spark's and Python's diagnostic output goes (appended); the terminal gets the "
+    "job's own warnings and one line per error. Default: <checkpoint>.log.",
+)
+@click.option(
     "--dedup",
     default=None,
     help="The dedup filter of the hop this job starts after (JSON text or file).",
@@ -114,6 +122,7 @@ def run(
     metrics_port: int | None,
     metrics_host: str,
     status_file: Path | None,
+    trace_file: Path | None,
     dedup: str | None,
     hop_started_at: float | None,
     source_option: tuple[str, ...],
@@ -121,6 +130,7 @@ def run(
 ) -> None:
     """Stream one key range of an UpdateStream from the shards' binlogs to its sinks."""
     from updatestream_jobs.job import Job, JobOptions
+    from updatestream_jobs.joblog import JobFailed, TraceFile, default_trace_path, first_line
 
     stream = spec.parse_update_stream(spec.load_manifest(stream_path), source=str(stream_path))
     keyspace = spec.load_keyspace(keyspace_path)
@@ -149,8 +159,13 @@ def run(
         keyspace_watch=keyspace_watch,
         keyspace_path=keyspace_path,
     )
-    job = Job(options)
-    tracker = job.run()
+    with TraceFile(trace_file or default_trace_path(checkpoint)):
+        try:
+            tracker = Job(options).run()
+        except UpdateStreamError:
+            raise
+        except Exception as exc:
+            raise JobFailed(f"the stream's Spark query failed: {first_line(exc)}") from exc
     for shard, progress in sorted(tracker.shards.items()):
         click.echo(
             f"{shard}: {progress.events} events, position {progress.position}, "
