@@ -182,6 +182,7 @@ class Job:
         self.single_pass_events = SINGLE_PASS_EVENTS
         self._hop_pending = options.hop_started_at is not None
         self.stop_requested = threading.Event()
+        self.replays = uncommitted_batches(options.checkpoint)
         serving = options.keyspace.spec.serving_shards
         self.tracker.shard_map = str(ShardMap.parse(",".join(serving)))
 
@@ -205,7 +206,7 @@ class Job:
 
     def write_batch(self, frame: Any, batch_id: int) -> None:
         """The foreachBatch function: runs in the driver for every micro-batch."""
-        ctx = BatchContext(self.name, self.key_range, batch_id)
+        ctx = BatchContext(self.name, self.key_range, batch_id, batch_id in self.replays)
 
         def events() -> Iterator[ChangeEvent]:
             for row in frame.toLocalIterator():
@@ -355,6 +356,18 @@ class Job:
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def uncommitted_batches(checkpoint: Path) -> frozenset[int]:
+    """Batch ids whose offsets Spark logged in `checkpoint` but did not commit: an earlier run
+    may have written them to the sinks, and Spark runs them again (replays)."""
+
+    def ids(folder: str) -> set[int]:
+        path = checkpoint / folder
+        return {int(p.name) for p in path.iterdir() if p.name.isdigit()} if path.is_dir() else set()
+
+    committed = ids("commits")
+    return frozenset(i for i in ids("offsets") if i > max(committed, default=-1))
 
 
 FAULT_EXIT_AFTER_SINK_WRITE = "UPDATESTREAM_FAULT_EXIT_AFTER_SINK_WRITE"
