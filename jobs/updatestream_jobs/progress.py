@@ -160,7 +160,7 @@ class ProgressTracker:
 
     def sink_result(self, sink: str, result: Any) -> None:
         """Add up what a sink reported for a batch (`SinkResult`, or None from a sink that
-        reports nothing). Delivered duplicates come only from a sink that says so."""
+        reports nothing), delivered duplicates included."""
         delivered = int(getattr(result, "duplicates_delivered", 0) or 0)
         with self._lock:
             counts = self.sinks.setdefault(sink, Counter())

@@ -224,6 +224,9 @@ class _Planner:
             if start_token is None:
                 raise SourceOptionsError(f"offset has no start for shard {shard}")
             if start_token == end_token:
+                if hop is not None:  # a kept shard's heartbeat: it is read on, not retired
+                    held, announce, marker = end_token.dumps(), marker, None
+                    parts.append(ShardRange(shard, held, held, True, marker=announce))
                 continue
             if not position_contains(end_token.position, start_token.position):
                 raise BinlogReadError(
