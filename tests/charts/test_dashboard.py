@@ -22,9 +22,9 @@ from updatestream_operator.metrics import MetricsBook
 from updatestream_operator.models import KeyRangeStatus, ShardPosition, StreamRef, StreamStatus
 
 from harness.kube import free_port
+from harness.sink_events import ShardLog
 from tests.charts.conftest import CHART
 from tests.charts.prometheus import Prometheus, running_prometheus
-from harness.sink_events import ShardLog
 from updatestream import spec
 
 DASHBOARD = CHART / "dashboards" / "updatestream.json"
@@ -246,8 +246,7 @@ def scraped_metrics(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Promet
     sink = CDCv2Sink(
         spec.CDCv2Sink.model_validate(
             {"type": "cdcv2", "path": str(tmp_path_factory.mktemp("cdc"))}
-        ),
-        keyspace="commerce",
+        )
     )
     job.add_sinks([sink.name])
     tracker = ProgressTracker("users", "-", metrics=job)

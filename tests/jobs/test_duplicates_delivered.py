@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from pymemcache.client.base import Client
-from updatestream.binlog.events import ChangeEvent
+from updatestream_cli.devcluster.memcached import MemcachedServer
 from updatestream_jobs.job import uncommitted_batches
 from updatestream_jobs.metrics import StreamMetrics
 from updatestream_jobs.progress import ProgressTracker
@@ -24,11 +24,11 @@ from updatestream_jobs.sinks.cdcv2 import CDCv2Sink
 from updatestream_jobs.sinks.memcached import MemcachedSink
 from updatestream_jobs.sinks.versionstream import VersionStreamSink
 
-from tests.conftest import MariaDBFixture
 from harness.sink_events import ShardLog
+from tests.conftest import MariaDBFixture
 from updatestream import spec
+from updatestream.binlog.events import ChangeEvent
 from updatestream.cache.entry import encode
-from updatestream_cli.devcluster.memcached import MemcachedServer
 
 T0 = 1_700_000_000
 
@@ -46,7 +46,7 @@ def versionstream(server: MariaDBFixture, tmp_path: Path) -> Callable[[], Sink]:
             "credentialsSecret": {"name": "vs"},
         }
     )
-    return lambda: VersionStreamSink(config, keyspace="commerce", secrets_dir=tmp_path / "secrets")
+    return lambda: VersionStreamSink(config, secrets_dir=tmp_path / "secrets")
 
 
 def memcached_sink(server: MemcachedServer, keyspace: str) -> MemcachedSink:
@@ -58,7 +58,7 @@ def cdcv2(tmp_path: Path) -> CDCv2Sink:
     config = spec.CDCv2Sink.model_validate(
         {"type": "cdcv2", "path": str(tmp_path / "cdc"), "allowedLatenessSeconds": 1}
     )
-    return CDCv2Sink(config, keyspace="commerce")
+    return CDCv2Sink(config)
 
 
 @pytest.fixture(params=["versionstream", "memcached", "cdcv2"])

@@ -22,7 +22,6 @@ from typing import Any
 
 import pytest
 import yaml
-
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.server import MariaDBServer
 
