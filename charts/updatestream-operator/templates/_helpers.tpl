@@ -165,6 +165,15 @@ The operator container's arguments: the image's entrypoint dispatches on the fir
 - --driver-pod-template={{ include "updatestream-operator.operator.sparkConfDir" . }}/driver-pod-template.yaml
 {{- end }}
 - --state-dir=/tmp/updatestream-operator
+{{- with .Values.spark.driverMaster }}
+- --driver-master={{ . }}
+{{- end }}
+{{- with .Values.spark.coreRequest }}
+- --spark-core-request={{ . }}
+{{- end }}
+{{- with .Values.spark.checkpointClaim }}
+- --checkpoint-claim={{ . }}
+{{- end }}
 {{- if .Values.operator.inJobHops }}
 - --in-job-hop-timeout={{ .Values.operator.inJobHopTimeoutSeconds }}
 {{- else }}

@@ -103,14 +103,20 @@ def publisher_container(job: JobSpec, settings: ClusterSettings) -> dict[str, An
     }
 
 
-def job_volumes(job: JobSpec) -> list[dict[str, Any]]:
+def job_volumes(job: JobSpec, checkpoint_claim: str | None = None) -> list[dict[str, Any]]:
     """The driver Pod's volumes: the job's configuration, and emptyDirs for everything it
-    writes (the root filesystem is read-only)."""
+    writes (the root filesystem is read-only); the checkpoints on `checkpoint_claim` (a
+    PersistentVolumeClaim, which outlives the Pod) when one is configured."""
+    state: dict[str, Any] = (
+        {"persistentVolumeClaim": {"claimName": checkpoint_claim}}
+        if checkpoint_claim
+        else {"emptyDir": {}}
+    )
     return [
         {"name": CONFIG_VOLUME, "configMap": {"name": naming.config_map_name(job.job_id)}},
         {"name": STATUS_VOLUME, "emptyDir": {}},
         {"name": SCRATCH_VOLUME, "emptyDir": {}},
-        {"name": STATE_VOLUME, "emptyDir": {}},
+        {"name": STATE_VOLUME, **state},
     ]
 
 
