@@ -279,6 +279,9 @@ def test_default_rbac_is_namespaced_to_the_release_namespace(
     assert "patch" in rules["updatestream.io/updatestreams/status"]
     assert "create" in rules["events"]
     assert {"create", "delete"} <= rules["pods"]
+    # spark-submit (Spark 4) applies the driver's Service and NetworkPolicy server-side
+    assert {"create", "patch", "delete"} <= rules["services"]
+    assert {"create", "patch", "delete"} <= rules["networking.k8s.io/networkpolicies"]
     assert "secrets" not in rules, "the operator never reads Secrets: jobs mount them"
 
 
