@@ -62,3 +62,16 @@ def test_a_streams_own_core_request_and_conf_win_over_the_operators() -> None:
     assert conf["spark.kubernetes.driver.request.cores"] == "250m"
     assert conf["spark.kubernetes.executor.request.cores"] == "500m"
     assert conf["spark.kubernetes.executor.useDriverPodIP"] == "false"
+
+
+def test_the_spark_main_file_gets_the_run_commands_options_it_parses() -> None:
+    """spark-submit passes the driver's arguments to main.py, which is `updatestream run`."""
+    from updatestream_jobs.cli import run
+
+    command = launcher().command(job_spec(), TEMPLATE)
+    main_file = next(i for i, arg in enumerate(command) if arg.endswith("/main.py"))
+    options = command[main_file + 1 :]
+    assert options[0] == "--stream"
+    known = {name for param in run.params for name in param.opts}
+    assert {o for o in options if o.startswith("--")} <= known
+    assert options[options.index("--key-range") + 1] == "-"

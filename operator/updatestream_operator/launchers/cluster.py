@@ -52,10 +52,12 @@ def write_config_maps(store: KubeStore, job: JobSpec) -> None:
 
 
 def driver_arguments(job: JobSpec, settings: ClusterSettings) -> list[str]:
+    """The Spark main file's arguments: it is `updatestream run` itself, so they are that
+    command's options without the subcommand's name."""
     checkpoint = (
         f"{settings.checkpoint_root}/{job.stream.namespace}/{job.job_id}/launch-{job.launch_id}"
     )
-    return run_arguments(
+    command, *options = run_arguments(
         job,
         config_dir=naming.CONFIG_MOUNT,
         secrets_dir=naming.SECRETS_MOUNT,
@@ -65,6 +67,8 @@ def driver_arguments(job: JobSpec, settings: ClusterSettings) -> list[str]:
         # the driver reads the Keyspace object (its Role may get keyspaces, nothing more)
         keyspace_watch=kubernetes_watch(job),
     )
+    assert command == "run"
+    return options
 
 
 def publish_keyspace(job: JobInfo, keyspace: Keyspace) -> None:
