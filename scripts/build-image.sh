@@ -31,7 +31,7 @@ build_pause() {
   local work
   work=$(mktemp -d)
   gcc -static -Os -s -o "$work/pause" "$repo/docker/pause/pause.c"
-  bah bud --quiet --pull=never --runtime /usr/sbin/runc --network host \
+  bah bud --quiet --pull=never --force-rm --runtime /usr/sbin/runc --network host \
     -f "$repo/docker/pause/Containerfile" -t "$PAUSE_IMAGE" "$work" >/dev/null
   rm -rf "$work"
   echo "built $PAUSE_IMAGE"
@@ -61,8 +61,10 @@ build_app() {
   [ -f /etc/pip.conf ] && host_config+=(--volume /etc/pip.conf:/etc/pip.conf:ro)
   [ -f /etc/ssl/certs/ca-certificates.crt ] &&
     host_config+=(--volume /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro)
+  # No --layers: buildah 1.28 reused a cached `COPY . ./` layer for a changed context. The
+  # image is only built when the context's hash changes, and pip's cache mount keeps it quick.
   echo "building $APP_IMAGE ..."
-  bah bud --quiet --pull=never --layers --runtime /usr/sbin/runc --network host "${host_config[@]}" \
+  bah bud --quiet --pull=never --force-rm --runtime /usr/sbin/runc --network host "${host_config[@]}" \
     --build-arg "PYTHON_IMAGE=$BASE_IMAGE" --build-arg "JRE_IMAGE=$JRE_IMAGE" \
     -t "$APP_IMAGE" "$repo" >/dev/null
   echo "built $APP_IMAGE in $((SECONDS - t0))s"
