@@ -31,7 +31,7 @@ build_pause() {
   local work
   work=$(mktemp -d)
   gcc -static -Os -s -o "$work/pause" "$repo/docker/pause/pause.c"
-  bah bud --quiet --pull=never --force-rm --runtime /usr/sbin/runc --network host \
+  bah bud --quiet --pull=never --runtime /usr/sbin/runc --network host \
     -f "$repo/docker/pause/Containerfile" -t "$PAUSE_IMAGE" "$work" >/dev/null
   rm -rf "$work"
   echo "built $PAUSE_IMAGE"
@@ -61,13 +61,22 @@ build_app() {
   [ -f /etc/pip.conf ] && host_config+=(--volume /etc/pip.conf:/etc/pip.conf:ro)
   [ -f /etc/ssl/certs/ca-certificates.crt ] &&
     host_config+=(--volume /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro)
-  # No --layers: buildah 1.28 reused a cached `COPY . ./` layer for a changed context. The
-  # image is only built when the context's hash changes, and pip's cache mount keeps it quick.
+  # No layer cache (--layers): buildah 1.28 reused a cached `COPY . ./` layer for a changed
+  # context. The image is only built when the context's hash changes, and pip's cache mount
+  # keeps it quick. Working containers a failed or interrupted build left in this storage
+  # (ours alone, and the lock above serialises builds) are removed first.
+  bah rm --all >/dev/null
   echo "building $APP_IMAGE ..."
-  bah bud --quiet --pull=never --force-rm --runtime /usr/sbin/runc --network host "${host_config[@]}" \
+  bah bud --quiet --pull=never --runtime /usr/sbin/runc --network host "${host_config[@]}" \
     --build-arg "PYTHON_IMAGE=$BASE_IMAGE" --build-arg "JRE_IMAGE=$JRE_IMAGE" \
     -t "$APP_IMAGE" "$repo" >/dev/null
   echo "built $APP_IMAGE in $((SECONDS - t0))s"
+  # Older builds of the app image are of no use: keep the cache to one (about 1.5 GB).
+  local old
+  for old in $(bah images --format '{{.Name}}:{{.Tag}}' | grep '^localhost/updatestream:dev-' |
+    grep -vxF "$APP_IMAGE"); do
+    bah rmi "$old" >/dev/null 2>&1 || true
+  done
 }
 
 load() { # image
@@ -79,6 +88,11 @@ load() { # image
   ctr --address "$address" -n k8s.io images import "$archive" >/dev/null
   rm -f "$archive"
   echo "loaded $1 into the node's containerd in $((SECONDS - t0))s"
+  local old
+  for old in $(ctr --address "$address" -n k8s.io images ls -q | grep '^localhost/updatestream:dev-' |
+    grep -vxF "$1"); do
+    ctr --address "$address" -n k8s.io images rm "$old" >/dev/null
+  done
 }
 
 case $what in

@@ -290,6 +290,10 @@ def test_the_operator_pod_runs_a_spark_job_as_pods_that_deliver_every_change(
     for pod in w.pods():
         assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
         assert pod["status"]["phase"] == "Running", pod["metadata"]["name"]
+    reasons = [
+        e["reason"] for e in node.items(NS, "events") if e["involvedObject"]["name"] == STREAM
+    ]
+    assert reasons.count("Launched") == 1 and "Relaunched" not in reasons, reasons
 
     node.kubectl("delete", "updatestream", STREAM, "-n", NS, "--wait=true", "--timeout=180s")
 
@@ -305,7 +309,8 @@ def test_the_operator_pod_runs_a_spark_job_as_pods_that_deliver_every_change(
     REPORT.parent.mkdir(parents=True, exist_ok=True)
     REPORT.write_text(
         f"time from kubectl apply of the UpdateStream to the first event in a sink: "
-        f"{first_event:.1f}s\ncluster-up {node.timings['cluster-up']:.1f}s, image build and load "
+        f"{first_event:.1f}s\n"
+        f"cluster-up {node.timings['cluster-up']:.1f}s, image build and load "
         f"{node.timings['image']:.1f}s\ncommitted rows {stats.rows}\n\n{pods_wide}\n"
         + json.dumps(reports, indent=1)
     )
