@@ -1,6 +1,7 @@
 """End to end on a real one-node Kubernetes: the chart's operator Pod from the project's image
 launches a Spark job as a driver Pod and an executor Pod, which stream live traffic into the
-Version Stream, memcached and CDCv2 sinks; `updatestream verify` checks every sink.
+Version Stream, memcached and CDCv2 sinks; a live split applied to the Keyspace with kubectl
+is hopped inside the running job; `updatestream verify` checks every sink.
 
 Real components throughout (tests/cluster/node.py): kubelet runs the Pods with containerd and
 runc, in a namespace enforcing the `restricted` Pod Security Standard. The development
@@ -26,8 +27,10 @@ import yaml
 
 from tests.cluster.node import API_SERVER, BRIDGE_IP, REPO_ROOT, Forwarder, Node, wait_for
 from tests.conftest import MariaDBFixture
+from tests.jobs.hop_harness import reshard
 from updatestream.devcluster.cluster import DevCluster
 from updatestream.devcluster.memcached import MemcachedServer
+from updatestream.devcluster.reshard import ReshardOptions
 from updatestream.devcluster.traffic import TrafficGenerator, TrafficOptions
 
 NS = "us-node"
@@ -63,6 +66,16 @@ class World:
                 return 0
             cur.execute(f"SELECT COUNT(*) FROM `{SINK_DATABASE}`.versionstream")
             return int(cur.fetchone()[0])
+
+    def status(self) -> dict[str, Any]:
+        found = self.node.items(NS, "updatestreams")
+        return dict(found[0].get("status") or {}) if found else {}
+
+    def condition(self, type_: str) -> tuple[str, str] | None:
+        for c in self.status().get("conditions", []):
+            if c["type"] == type_:
+                return c["status"], c.get("reason", "")
+        return None
 
     def pods(self) -> list[dict[str, Any]]:
         return self.node.items(NS, "pods", STREAM_SELECTOR)
@@ -259,7 +272,17 @@ def test_the_operator_pod_runs_a_spark_job_as_pods_that_deliver_every_change(
         )
         assert roles
         pods_wide = node.kubectl("get", "pods", "-n", NS, "-o", "wide")
-        time.sleep(15)
+        time.sleep(4)
+        # a live split, applied to the Keyspace as a user would: the job hops in place
+        reshard(cluster, "-80", "-40,40-80", ReshardOptions(min_replicate_seconds=5))
+        for shard in ("-40", "40-80"):
+            w.forwarders[shard] = Forwarder(int(cluster.server(shard).port or 0))
+        node.apply(NS, _keyspace(w))
+        try:
+            wait_for(lambda: w.condition("Hopping") == ("False", "HopCompleted"), "the hop", 300)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{_diagnostics(node)}") from None
+        time.sleep(5)  # traffic onto the new shards
     finally:
         stats = traffic.stop()
 
@@ -279,7 +302,7 @@ def test_the_operator_pod_runs_a_spark_job_as_pods_that_deliver_every_change(
         )
         status_file.write_text(data.get("status.json") or "{}")
         reports = _verify(w, ledger, status_file)
-        done = all(r["lost"] == 0 for r in reports.values())
+        done = all(r["lost"] == 0 and not r.get("stale_keys") for r in reports.values())
         return reports if done else None
 
     reports = wait_for(clean, "every sink to catch up with the ledger", timeout=300)
@@ -294,6 +317,11 @@ def test_the_operator_pod_runs_a_spark_job_as_pods_that_deliver_every_change(
         e["reason"] for e in node.items(NS, "events") if e["involvedObject"]["name"] == STREAM
     ]
     assert reasons.count("Launched") == 1 and "Relaunched" not in reasons, reasons
+    status = w.status()
+    assert status["hopCount"] == 1
+    (hop,) = status["hops"]
+    assert (hop["method"], hop["phase"]) == ("InJob", "Completed")
+    assert (hop["fromShards"], hop["toShards"]) == (["-80", "80-"], ["-40", "40-80", "80-"])
 
     node.kubectl("delete", "updatestream", STREAM, "-n", NS, "--wait=true", "--timeout=180s")
 
