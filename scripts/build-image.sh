@@ -71,6 +71,10 @@ build_app() {
     --build-arg "PYTHON_IMAGE=$BASE_IMAGE" --build-arg "JRE_IMAGE=$JRE_IMAGE" \
     -t "$APP_IMAGE" "$repo" >/dev/null
   echo "built $APP_IMAGE in $((SECONDS - t0))s"
+  # bud leaves the container of a stage it only copied from (jre) mounted: remove it, and the
+  # storage's own mount of its overlay directory, so a build leaves no mount behind.
+  bah rm --all >/dev/null
+  if mountpoint -q "$BUILDAH_ROOT/overlay"; then umount "$BUILDAH_ROOT/overlay"; fi
   # Older builds of the app image are of no use: keep the cache to one (about 1.5 GB).
   local old
   for old in $(bah images --format '{{.Name}}:{{.Tag}}' | grep '^localhost/updatestream:dev-' |
