@@ -7,24 +7,31 @@
 # project and of exactly the locked versions of its runtime dependencies), and the final image:
 # Python 3.11, the JRE and the installed wheels, running as UID 10001, with no compiler, no pip
 # and no wheel files left in it. No HEALTHCHECK: Kubernetes probes the operator (see the chart).
+#
+# The base images are build arguments. By default they are the official images above; where
+# those cannot be pulled, `make image` passes images made from Debian packages
+# (scripts/build-base-image.sh): PYTHON_IMAGE with Python 3.11 and tini, JRE_IMAGE holding a
+# Java 17 runtime at /opt/java/openjdk.
+ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm
+ARG JRE_IMAGE=eclipse-temurin:17.0.15_6-jre-jammy
 
-FROM eclipse-temurin:17.0.15_6-jre-jammy AS jre
+FROM ${JRE_IMAGE} AS jre
 
-FROM python:3.11.13-slim-bookworm AS builder
-ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    PIP_NO_CACHE_DIR=1
+FROM ${PYTHON_IMAGE} AS builder
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-COPY pyproject.toml README.md requirements.lock ./
-COPY updatestream ./updatestream
-COPY jobs ./jobs
-COPY operator ./operator
-COPY cli ./cli
+# Every file the .dockerignore lets in: the packaging files, the packages and docker/.
+COPY . ./
 # The project's wheel, then a wheel of every runtime dependency at its locked version (pyspark
-# is published as a source archive: its wheel is built here, not in the final image).
-RUN pip wheel --no-deps --wheel-dir /wheels . \
- && pip wheel --wheel-dir /wheels --constraint requirements.lock /wheels/updatestream-*.whl
+# is published as a source archive: its wheel is built here, not in the final image). pip runs
+# from a venv of its own (a Debian python3 has no pip); its cache survives between builds.
+RUN --mount=type=cache,target=/root/.cache/pip \
+    python3 -m venv /build \
+ && /build/bin/pip wheel --no-deps --wheel-dir /wheels . \
+ && /build/bin/pip wheel --use-pep517 --wheel-dir /wheels --constraint requirements.lock \
+      /wheels/updatestream-*.whl
 
-FROM python:3.11.13-slim-bookworm
+FROM ${PYTHON_IMAGE}
 ENV JAVA_HOME=/opt/java/openjdk \
     VIRTUAL_ENV=/opt/updatestream/venv \
     SPARK_HOME=/opt/updatestream/venv/lib/python3.11/site-packages/pyspark \
@@ -35,23 +42,26 @@ ENV JAVA_HOME=/opt/java/openjdk \
     HOME=/tmp
 ENV PATH=/opt/updatestream/venv/bin:/opt/java/openjdk/bin:/usr/local/bin:/usr/bin:/bin
 # tini reaps the Python workers Spark forks; the user owns nothing but its scratch space.
-RUN apt-get update \
+RUN if [ ! -x /usr/bin/tini ]; then apt-get update \
  && apt-get install -y --no-install-recommends tini \
- && rm -rf /var/lib/apt/lists/* \
- && groupadd --system --gid 10001 updatestream \
- && useradd --system --uid 10001 --gid 10001 --home-dir /tmp --no-create-home \
+ && rm -rf /var/lib/apt/lists/*; fi \
+ && /usr/sbin/groupadd --system --gid 10001 updatestream \
+ && /usr/sbin/useradd --system --uid 10001 --gid 10001 --home-dir /tmp --no-create-home \
       --shell /usr/sbin/nologin updatestream
 COPY --from=jre /opt/java/openjdk /opt/java/openjdk
 # Install the wheels (bind-mounted from the builder, so none stays in a layer) into a venv
-# without pip, then remove pip, setuptools and wheel from the base Python as well. The Spark
+# whose pip is removed after use, then remove pip, setuptools and wheel from the base Python
+# as well when it has them. The Spark
 # main file is reachable where the operator's spark-submit points drivers at
 # (local:///opt/updatestream/jobs/updatestream_jobs/main.py).
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
     --mount=type=bind,source=requirements.lock,target=/run/requirements.lock \
-    python -m venv --without-pip /opt/updatestream/venv \
- && python -m pip --python /opt/updatestream/venv/bin/python install --no-cache-dir \
+    python3 -m venv /opt/updatestream/venv \
+ && /opt/updatestream/venv/bin/python -m pip install --no-cache-dir \
       --no-index --find-links=/wheels --constraint /run/requirements.lock updatestream \
- && python -m pip uninstall --yes pip setuptools wheel \
+ && /opt/updatestream/venv/bin/python -m pip uninstall --yes pip setuptools wheel \
+ && if python3 -m pip --version >/dev/null 2>&1; then \
+      python3 -m pip uninstall --yes pip setuptools wheel; fi \
  && mkdir -p /opt/updatestream/jobs \
  && ln -s /opt/updatestream/venv/lib/python3.11/site-packages/updatestream_jobs \
       /opt/updatestream/jobs/updatestream_jobs \

@@ -21,8 +21,21 @@ system-deps: ## install the Debian packages (MariaDB, memcached, Prometheus, etc
 	@bash scripts/install-system-deps.sh
 
 .PHONY: kube-tools
-kube-tools: ## build kube-apiserver, kubectl, etcd and helm for the tests (once, into the cache dir)
+kube-tools: ## build kube-apiserver, kubectl, etcd, helm and the node's kubelet, controller manager and scheduler (once, into the cache dir)
 	@bash scripts/build-kube-tools.sh
+
+.PHONY: image
+image: system-deps ## build the UpdateStream and pause images with buildah (cached by input hash); load them into the node when it runs
+	@bash scripts/build-image.sh all
+
+.PHONY: cluster-up
+cluster-up: system-deps kube-tools ## start a one-node Kubernetes on this machine (root; state in .updatestream/node)
+	@bash scripts/cluster-up.sh
+	@bash scripts/build-image.sh all
+
+.PHONY: cluster-down
+cluster-down: ## stop the one-node cluster by pid and restore the host (bridge, firewall, sysctls)
+	@bash scripts/cluster-down.sh
 
 $(STAMP): pyproject.toml $(LOCK)
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -46,7 +59,7 @@ lint: $(STAMP) ## ruff, mypy and the import-linter contracts
 	$(BIN)/lint-imports
 
 .PHONY: test
-test: system-deps kube-tools $(STAMP) lint ## everything CI checks: lint, types, layering, unit and integration tests
+test: system-deps kube-tools image $(STAMP) lint ## everything CI checks: lint, types, layering, unit and integration tests
 	$(BIN)/pytest tests
 
 .PHONY: sync-crds
@@ -97,5 +110,6 @@ bench: system-deps bench-source bench-sinks bench-lag bench-footprint bench-scal
 .NOTPARALLEL: bench
 
 .PHONY: clean
-clean: ## remove the virtual environment and local cluster state
+clean: ## stop the one-node cluster if it runs, remove the virtual environment and local cluster state
+	@bash scripts/cluster-down.sh
 	rm -rf $(VENV) .updatestream

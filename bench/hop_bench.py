@@ -54,9 +54,7 @@ def _steps(rounds: int) -> list[tuple[str, str]]:
 
 def _start_job(cluster: DevCluster, server: MariaDBServer, work: Path) -> StreamJob:
     """A stream of both shards from their current positions into the sink server."""
-    with server.root_connect() as conn, conn.cursor() as cur:
-        cur.execute("CREATE USER 'hopbench'@'127.0.0.1' IDENTIFIED BY 'hop-bench-pw'")
-        cur.execute("GRANT ALL PRIVILEGES ON *.* TO 'hopbench'@'127.0.0.1'")
+    server.create_account("hopbench", "hop-bench-pw", ["GRANT ALL PRIVILEGES ON *.* TO {user}"])
     assert server.port is not None
     sink = (server.host, server.port)
     account = ("hopbench", "hop-bench-pw")

@@ -94,9 +94,9 @@ class Rig:
         )
         self.stack.callback(self.versionstream.stop)
         self.versionstream.start()
-        with self.versionstream.root_connect() as conn, conn.cursor() as cur:
-            cur.execute("CREATE USER 'vs'@'127.0.0.1' IDENTIFIED BY 'vs-bench-pw'")
-            cur.execute("GRANT ALL PRIVILEGES ON *.* TO 'vs'@'127.0.0.1'")
+        self.versionstream.create_account(
+            "vs", "vs-bench-pw", ["GRANT ALL PRIVILEGES ON *.* TO {user}"]
+        )
         secret = self.cluster.secrets_dir / "bench-versionstream"
         secret.mkdir(parents=True)
         (secret / "username").write_text("vs")

@@ -99,9 +99,7 @@ def bench_versionstream(events: int, naive: int, rounds: int) -> dict[str, Any]:
         try:
             secrets = Path(tmp) / "secrets"
             (secrets / "bench").mkdir(parents=True)
-            with server.root_connect() as conn, conn.cursor() as cur:
-                cur.execute("CREATE USER 'bench'@'127.0.0.1' IDENTIFIED BY 'bench-pw'")
-                cur.execute("GRANT ALL PRIVILEGES ON *.* TO 'bench'@'127.0.0.1'")
+            server.create_account("bench", "bench-pw", ["GRANT ALL PRIVILEGES ON *.* TO {user}"])
             (secrets / "bench" / "username").write_text("bench")
             (secrets / "bench" / "password").write_text("bench-pw")
             batched = single = 0.0

@@ -75,9 +75,10 @@ def prepare(root: Path, rows: int) -> tuple[MariaDBServer, dict[str, str], str, 
 def fill_shard(server: MariaDBServer, password: str, first_id: int, rows: int) -> tuple[str, str]:
     """The reader user, database `bench` and table `items` on `server`, then `rows` rows (ids
     from `first_id + 1`) in transactions of 100; returns the GTID positions before and after."""
+    server.create_account(
+        "bench", password, ["GRANT REPLICATION SLAVE, BINLOG MONITOR, SELECT ON *.* TO {user}"]
+    )
     with server.root_connect() as conn, conn.cursor() as cur:
-        cur.execute("CREATE USER 'bench'@'127.0.0.1' IDENTIFIED BY %s", (password,))
-        cur.execute("GRANT REPLICATION SLAVE, BINLOG MONITOR, SELECT ON *.* TO 'bench'@'127.0.0.1'")
         cur.execute("CREATE DATABASE bench")
         cur.execute(
             "CREATE TABLE bench.items (id BIGINT PRIMARY KEY, qty INT NOT NULL, "

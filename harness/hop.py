@@ -65,6 +65,11 @@ class StreamJob:
         return self.workdir / "checkpoint"
 
     @property
+    def trace(self) -> Path:
+        """Spark's and Python's diagnostic output (the job's default trace file)."""
+        return self.workdir / "checkpoint.log"
+
+    @property
     def cdc(self) -> Path:
         return self.workdir / "cdc"
 
@@ -125,7 +130,8 @@ class StreamJob:
         return self.process
 
     def log_tail(self) -> str:
-        return self.logs[-1].read_text()[-4000:] if self.logs else ""
+        trace = self.trace.read_text()[-4000:] if self.trace.exists() else ""
+        return (self.logs[-1].read_text()[-4000:] if self.logs else "") + trace
 
     def wait_for(
         self, what: str, predicate: Callable[[dict[str, Any]], bool], timeout: float = 300

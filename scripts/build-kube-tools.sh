@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, kubectl, etcd and helm from the pinned Go modules under tools/ into
+# Builds kube-apiserver, kubectl, etcd and helm, and the one-node cluster's kubelet,
+# kube-controller-manager and kube-scheduler, from the pinned Go modules under tools/ into
 # ${UPDATESTREAM_CACHE_DIR:-~/.cache/updatestream}/bin, once. Each module has a stamp keyed by
 # the hash of its go.mod and go.sum (and of the build recipe below); when every stamp matches,
 # the script prints one line and exits. Concurrent runs wait for each other on a lock file.
@@ -26,11 +27,23 @@ declare -A targets=(
   [kube]="kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver kubectl=k8s.io/kubernetes/cmd/kubectl"
   [etcd]="etcd=go.etcd.io/etcd/server/v3"
   [helm]="helm=helm.sh/helm/v3/cmd/helm"
+  [node]="kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager
+    kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler kubelet=k8s.io/kubernetes/cmd/kubelet"
 )
-modules=(kube etcd helm)
+# The node's binaries come from the same module (and k8s.io/kubernetes version) as the API
+# server; they have a stamp of their own so they can be built alone: `build-kube-tools.sh node`.
+declare -A module_dirs=([kube]=kube [etcd]=etcd [helm]=helm [node]=kube)
+if [ $# -gt 0 ]; then modules=("$@"); else modules=(kube etcd helm node); fi
+for module in "${modules[@]}"; do
+  [ -n "${module_dirs[$module]:-}" ] || {
+    echo "build-kube-tools: unknown module '$module' (kube, etcd, helm or node)" >&2
+    exit 2
+  }
+done
 
 module_hash() {
-  { echo "$recipe"; cat "$repo/tools/$1/go.mod" "$repo/tools/$1/go.sum"; } | sha256sum | cut -c1-16
+  local dir=${module_dirs[$1]}
+  { echo "$recipe"; cat "$repo/tools/$dir/go.mod" "$repo/tools/$dir/go.sum"; } | sha256sum | cut -c1-16
 }
 
 up_to_date() {
@@ -47,7 +60,7 @@ all_up_to_date() {
 }
 
 if all_up_to_date; then
-  echo "kube tools up to date in $bin_dir (kube-apiserver kubectl etcd helm)"
+  echo "kube tools up to date in $bin_dir (${modules[*]})"
   exit 0
 fi
 
@@ -64,7 +77,7 @@ pinned() { awk -v m="$2" '$1 == m { print $2; exit }' "$repo/tools/$1/go.mod"; }
 ldflags_for() {
   local module=$1 flags="-s -w" v
   case $module in
-    kube)
+    kube | node)
       v=$(pinned kube k8s.io/kubernetes)
       local major=${v#v}; major=${major%%.*}
       local minor=${v#v*.}; minor=${minor%%.*}
@@ -104,7 +117,7 @@ for module in "${modules[@]}"; do
     name=${spec%%=*} pkg=${spec#*=}
     t0=$SECONDS
     echo "  building $name from $pkg ..."
-    (cd "$repo/tools/$module" &&
+    (cd "$repo/tools/${module_dirs[$module]}" &&
       nice -n 10 "$go_cmd" build -p 2 -trimpath -ldflags="$flags" -o "$bin_dir/.$name.tmp" "$pkg")
     mv -f "$bin_dir/.$name.tmp" "$bin_dir/$name"
     echo "  built $name in $((SECONDS - t0))s"

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the tests, benchmarks and demo need, only when missing.
-# Services are never started by the install (policy-rc.d), the tests start their own.
+# Installs the Debian packages the tests, benchmarks and demo need, only when missing:
+# the servers (MariaDB, memcached, Prometheus, etcd) and what the one-node Kubernetes cluster
+# and its image need (containerd, runc, the CNI plugins, iptables, conntrack, buildah,
+# mmdebstrap, a static libc for the pause program). Services are never started by the install
+# (policy-rc.d), the tests and scripts/cluster-up.sh start their own.
 set -euo pipefail
 
 need=()
@@ -9,6 +12,15 @@ command -v mariadb >/dev/null 2>&1 || need+=(mariadb-client)
 command -v memcached >/dev/null 2>&1 || [ -x /usr/bin/memcached ] || need+=(memcached)
 command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
 command -v etcd >/dev/null 2>&1 || [ -x /usr/bin/etcd ] || need+=(etcd-server)
+[ -x /usr/bin/containerd ] || need+=(containerd)
+[ -x /usr/sbin/runc ] || need+=(runc)
+[ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
+[ -x /usr/sbin/iptables ] || need+=(iptables)
+[ -x /usr/sbin/conntrack ] || need+=(conntrack)
+command -v buildah >/dev/null 2>&1 || need+=(buildah)
+command -v mmdebstrap >/dev/null 2>&1 || need+=(mmdebstrap)
+command -v gcc >/dev/null 2>&1 || need+=(gcc)
+[ -e /usr/lib/x86_64-linux-gnu/libc.a ] || [ -n "$(find /usr/lib -name libc.a -print -quit 2>/dev/null)" ] || need+=(libc6-dev)
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0

@@ -79,12 +79,11 @@ class MariaDBServerFactory:
         server.start()
         self.servers.append(server)
         admin = Credentials(username="us_admin", password=secrets.token_urlsafe(18))
-        with server.root_connect() as conn, conn.cursor() as cur:
-            cur.execute(
-                "CREATE USER IF NOT EXISTS 'us_admin'@'127.0.0.1' IDENTIFIED BY %s",
-                (admin.password,),
-            )
-            cur.execute("GRANT ALL PRIVILEGES ON *.* TO 'us_admin'@'127.0.0.1' WITH GRANT OPTION")
+        server.create_account(
+            admin.username,
+            admin.password,
+            ["GRANT ALL PRIVILEGES ON *.* TO {user} WITH GRANT OPTION"],
+        )
         return MariaDBFixture(server=server, admin=admin)
 
     def stop_all(self) -> None:

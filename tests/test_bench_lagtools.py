@@ -99,7 +99,7 @@ def test_a_cdcv2_change_is_complete_when_a_progress_statement_passes_its_second(
 ) -> None:
     clock = iter([10.0, 10.5, 11.0, 20.0, 20.5, 21.0, 30.0, 30.5, 31.0])
     sink = TimedSink(
-        CDCv2Sink(spec.CDCv2Sink(type="cdcv2", path=str(tmp_path)), keyspace="ks"),
+        CDCv2Sink(spec.CDCv2Sink(type="cdcv2", path=str(tmp_path))),
         clock=lambda: next(clock),
     )
     a, b = ShardLog("-80", 1), ShardLog("80-", 2)

@@ -97,17 +97,32 @@ def parse_dockerfile(text: str) -> list[Stage]:
         logical.append((start, pending + stripped))
         pending = ""
     assert not pending, "the Dockerfile ends inside a continued instruction"
+    global_args: dict[str, str] = {}
     for number, line in logical:
         keyword, _, arguments = line.partition(" ")
         instruction = Instruction(keyword.upper(), arguments.strip(), number)
-        if instruction.keyword == "FROM":
+        if instruction.keyword == "ARG" and not stages:
+            name, _, default = instruction.arguments.partition("=")
+            global_args[name] = default
+        elif instruction.keyword == "FROM":
             words = [w for w in instruction.arguments.split() if not w.startswith("--")]
             name = words[2] if len(words) >= 3 and words[1].upper() == "AS" else None
-            stages.append(Stage(words[0], name, number))
+            stages.append(Stage(_expand(words[0], global_args, number), name, number))
         else:
             assert stages, f"line {number}: {keyword} before the first FROM"
             stages[-1].instructions.append(instruction)
     return stages
+
+
+def _expand(image: str, args: dict[str, str], line: int) -> str:
+    """A FROM image with the build arguments it names replaced by their defaults."""
+
+    def default(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        assert args.get(name), f"line {line}: FROM uses ${name}, which has no default ARG"
+        return args[name]
+
+    return re.sub(r"\$\{(\w+)\}|\$(\w+)", default, image)
 
 
 @pytest.fixture(scope="module")
@@ -138,6 +153,8 @@ def test_the_parser_reads_stages_continuations_and_comments() -> None:
     )
     assert [(s.image, s.name) for s in parsed] == [("a:1.2.3", "one"), ("b@sha256:00", None)]
     assert parsed[0].instructions[0].arguments == "x  && y"
+    with_args = parse_dockerfile("ARG BASE=c:4.5.6\nFROM ${BASE} AS one\nFROM $BASE\n")
+    assert [s.image for s in with_args] == ["c:4.5.6", "c:4.5.6"]
     assert packages_installed("apt-get update && apt-get install -y --no-install-recommends gcc")
     assert packages_installed("pip install build==1.2 && echo") == {"build"}
 

@@ -54,4 +54,6 @@ def main() -> None:
         sys.exit(exc.exit_code)
     except UpdateStreamError as exc:
         click.echo(f"error: {exc}", err=True)
+        for note in getattr(exc, "__notes__", ()):  # e.g. where a job's full trace is
+            click.echo(note, err=True)
         sys.exit(1)

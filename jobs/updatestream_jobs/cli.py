@@ -24,6 +24,7 @@ from updatestream.clickopts import (
     status_file_option,
 )
 from updatestream.contract.job import JobConfig
+from updatestream.core.errors import UpdateStreamError
 
 
 def _dedup(text: str | None) -> object:
@@ -113,6 +114,13 @@ def _flags_config(
 )
 @status_file_option(help="Write per-shard progress as JSON here after every batch.")
 @click.option(
+    "--trace-file",
+    default=None,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where Spark's and Python's diagnostic output goes (appended); the terminal gets the "
+    "job's own warnings and one line per error. Default: <checkpoint>.log.",
+)
+@click.option(
     "--dedup",
     default=None,
     help="The dedup filter of the hop this job starts after (JSON text or file).",
@@ -138,10 +146,12 @@ def run(
     config_path: Path | None,
     stream_path: Path | None,
     keyspace_path: Path | None,
+    trace_file: Path | None,
     **flags: Any,
 ) -> None:
     """Stream one key range of an UpdateStream from the shards' binlogs to its sinks."""
     from updatestream_jobs.job import Job
+    from updatestream_jobs.joblog import JobFailed, TraceFile, default_trace_path, first_line
 
     if config_path is not None:
         config = JobConfig.load(config_path)
@@ -151,7 +161,13 @@ def run(
     source = str(config_path or stream_path)
     validation.check_keyspace(config.keyspace, source=str(config_path or keyspace_path))
     validation.check_update_stream(config.stream, config.keyspace, source=source)
-    tracker = Job(config).run()
+    with TraceFile(trace_file or default_trace_path(config.checkpoint)):
+        try:
+            tracker = Job(config).run()
+        except UpdateStreamError:
+            raise
+        except Exception as exc:
+            raise JobFailed(f"the stream's Spark query failed: {first_line(exc)}") from exc
     for shard, progress in sorted(tracker.shards.items()):
         click.echo(
             f"{shard}: {progress.events} events, position {progress.position}, "

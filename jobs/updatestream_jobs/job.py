@@ -19,13 +19,16 @@ the workers and never appear in options, logs or the status file.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
 import os
 import re
+import signal
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -133,6 +136,8 @@ class Job:
         self.query: Any = None
         self.single_pass_events = SINGLE_PASS_EVENTS
         self._hop_pending = config.hop_started_at is not None
+        self.stop_requested = threading.Event()
+        self.replays = uncommitted_batches(config.checkpoint)
         self.tracker.shard_map = str(config.keyspace.spec.serving_map)
 
     def _deduplicated(
@@ -155,7 +160,7 @@ class Job:
 
     def write_batch(self, frame: Any, batch_id: int) -> None:
         """The foreachBatch function: runs in the driver for every micro-batch."""
-        ctx = BatchContext(self.name, self.key_range, batch_id)
+        ctx = BatchContext(self.name, self.key_range, batch_id, batch_id in self.replays)
 
         def events() -> Iterator[ChangeEvent]:
             for row in frame.toLocalIterator():
@@ -193,16 +198,16 @@ class Job:
             if several:
                 frame.unpersist()
         fault_after_sink_write(batch_id)
-        if any(hop["completedAt"] is None for hop in self.tracker.hops):
+        if any(hop.completed_at is None for hop in self.tracker.hops):
             fault_after_hop_write(batch_id)
         for hop in self.tracker.complete_hops(self.tracker.duplicates["hop"] - dropped_before):
             log.info(
                 "hop %s done: %s -> %s in %.1fs, %d duplicates dropped",
-                hop["number"],
-                ",".join(hop["from"]),
-                ",".join(hop["to"]),
-                hop["durationSeconds"],
-                hop["duplicatesDropped"],
+                hop.number,
+                ",".join(hop.from_shards),
+                ",".join(hop.to_shards),
+                hop.duration_seconds,
+                hop.duplicates_dropped,
             )
         if self._hop_pending and self.config.hop_started_at is not None:
             self._hop_pending = False
@@ -243,28 +248,80 @@ class Job:
         return self.query
 
     def stop(self, *, failed: bool = False) -> None:
-        if self.query is not None and self.query.isActive:
-            self.query.stop()
-        for sink in self.sinks:
-            sink.close()
-        self.tracker.set_phase("failed" if failed else "stopped")
-        self.metrics.stop()
+        """Stop the query and the sinks; the status file's last word is `stopped` (with the last
+        positions delivered) or `failed`."""
+        try:
+            if self.query is not None and self.query.isActive:
+                self.query.stop()
+        except Exception as exc:  # the JVM went first (a signal to the whole process group)
+            if not (failed or self.stop_requested.is_set()):
+                raise
+            log.info("the query was gone already: %s", exc)
+        finally:
+            for sink in self.sinks:
+                sink.close()
+            self.tracker.set_phase("failed" if failed else "stopped")
+            self.metrics.stop()
 
     def run(self, spark: Any | None = None) -> ProgressTracker:
-        """Start, wait until the query ends (or `timeout`), stop; re-raise a query failure."""
-        query = self.start(spark)
-        failed = True
-        try:
-            if self.config.timeout is not None:
-                query.awaitTermination(self.config.timeout)
-            else:
-                query.awaitTermination()
-            failed = False
-        except Exception as exc:
-            raise typed_error(exc) from None
-        finally:
-            self.stop(failed=failed)
+        """Start, wait until the query ends, `timeout` passes or SIGTERM/SIGINT asks the job to
+        stop, then stop; re-raise a query failure as our typed error when it carries one."""
+        with self._stop_signals():
+            query = self.start(spark)
+            failed = True
+            try:
+                self._await(query)
+                failed = False
+            except Exception as exc:
+                if not self.stop_requested.is_set():
+                    raise typed_error(exc) from None
+                failed = False  # the JVM got the signal too and ended the query
+            finally:
+                self.stop(failed=failed)
         return self.tracker
+
+    def _await(self, query: Any) -> None:
+        """Wait in short steps, so a stop request is seen within a second."""
+        timeout = self.config.timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.stop_requested.is_set():
+            step = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
+            if step <= 0 or query.awaitTermination(step):
+                return
+
+    @contextlib.contextmanager
+    def _stop_signals(self) -> Iterator[None]:
+        """SIGTERM and SIGINT ask for a clean stop (the handler only sets `stop_requested`);
+        only the main thread can take signals, so elsewhere nothing is installed."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def request_stop(signum: int, _frame: Any) -> None:
+            log.warning("%s: stopping the stream", signal.Signals(signum).name)
+            self.stop_requested.set()
+
+        previous = {sig: signal.signal(sig, request_stop) for sig in STOP_SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def uncommitted_batches(checkpoint: Path) -> frozenset[int]:
+    """Batch ids whose offsets Spark logged in `checkpoint` but did not commit: an earlier run
+    may have written them to the sinks, and Spark runs them again (replays)."""
+
+    def ids(folder: str) -> set[int]:
+        path = checkpoint / folder
+        return {int(p.name) for p in path.iterdir() if p.name.isdigit()} if path.is_dir() else set()
+
+    committed = ids("commits")
+    return frozenset(i for i in ids("offsets") if i > max(committed, default=-1))
 
 
 FAULT_EXIT_AFTER_SINK_WRITE = "UPDATESTREAM_FAULT_EXIT_AFTER_SINK_WRITE"

@@ -22,6 +22,8 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except UpdateStreamError as exc:
         click.echo(f"error: {exc}", err=True)
+        for note in getattr(exc, "__notes__", ()):  # e.g. where a job's full trace is
+            click.echo(note, err=True)
         return 1
     return 0
 

@@ -10,10 +10,9 @@ Each job owns a `CollectorRegistry` (several jobs, or tests, can live in one pro
   cause="hop" dropped copies, cause="unknown" undecidable events that were delivered.
 * `updatestream_hops_total{stream}` and `updatestream_hop_duration_seconds{stream}`: hops this
   job started from, and the time from the hop's start to this job's first delivered batch.
-* `updatestream_duplicates_delivered_total{stream,sink}`: duplicates a sink says it had to write
-  anyway. Sinks report duplicates they recognised and did not write as `skipped`; nothing is
-  counted here unless a sink's result carries `duplicates_delivered`, so it stays 0 for sinks
-  that cannot tell (their duplicates show up only in a ledger check, `updatestream verify`).
+* `updatestream_duplicates_delivered_total{stream,sink}`: changes that reached a sink which
+  already had them, outside a replay (`SinkResult.duplicates_delivered`): the stream delivered a
+  duplicate, which the sink recognised and kept out.
 * `updatestream_job_phase{stream,key_range,phase}`: 1 for the job's current phase (starting,
   running, hopping, stopped, failed), 0 for the others.
 

@@ -89,7 +89,7 @@ class ProgressTracker:
         self.duplicates: Counter[str] = Counter({cause: 0 for cause in DUPLICATE_CAUSES})
         self.sinks: dict[str, Counter[str]] = {}
         self.shard_map: str | None = None
-        self.hops: list[dict[str, Any]] = []
+        self.hops: list[HopReport] = []
         self._clock = clock
         self._lock = threading.Lock()
 
@@ -120,45 +120,34 @@ class ProgressTracker:
     def hop_announced(self, hop: dict[str, Any]) -> None:
         """A hop the source made (its marker row); a replayed hop batch announces it again."""
         with self._lock:
-            number = hop.get("number")
-            if any(h["number"] == number for h in self.hops):
-                return
-            self.hops.append(
-                {
-                    "number": number,
-                    "fromMap": hop.get("fromMap"),
-                    "toMap": hop.get("toMap"),
-                    "from": list(hop.get("from") or []),
-                    "to": list(hop.get("to") or []),
-                    "servingChangedAt": hop.get("servingChangedAt"),
-                    "detectedAt": hop.get("detectedAt"),
-                    "completedAt": None,
-                    "durationSeconds": None,
-                    "duplicatesDropped": 0,
-                }
+            announced = HopReport.model_validate(
+                {**hop, "completedAt": None, "durationSeconds": None, "duplicatesDropped": 0}
             )
-            self.shard_map = hop.get("toMap") or self.shard_map
+            if any(h.number == announced.number for h in self.hops):
+                return
+            self.hops.append(announced)
+            self.shard_map = announced.to_map
             self.phase = "hopping"
 
-    def complete_hops(self, duplicates_dropped: int) -> list[dict[str, Any]]:
+    def complete_hops(self, duplicates_dropped: int) -> list[HopReport]:
         """The hops announced in the batch the sinks just wrote are done; returns them."""
         now = self._clock()
         done = []
         with self._lock:
             for hop in self.hops:
-                if hop["completedAt"] is not None:
+                if hop.completed_at is not None:
                     continue
-                began = hop["servingChangedAt"] or hop["detectedAt"] or now
-                hop["completedAt"] = now
-                hop["durationSeconds"] = round(max(0.0, now - float(began)), 3)
-                hop["duplicatesDropped"] = duplicates_dropped
+                began = hop.serving_changed_at or hop.detected_at or now
+                hop.completed_at = now
+                hop.duration_seconds = round(max(0.0, now - float(began)), 3)
+                hop.duplicates_dropped = duplicates_dropped
                 done.append(hop)
             if done and self.phase == "hopping":
                 self.phase = "running"
         for hop in done:
             if self.metrics is not None:
                 self.metrics.hops.labels(self.stream).inc()
-                self.metrics.hop_duration.labels(self.stream).observe(hop["durationSeconds"])
+                self.metrics.hop_duration.labels(self.stream).observe(hop.duration_seconds or 0.0)
                 self.metrics.set_phase(self.key_range, "running")
         return done
 
@@ -171,7 +160,7 @@ class ProgressTracker:
 
     def sink_result(self, sink: str, result: Any) -> None:
         """Add up what a sink reported for a batch (`SinkResult`, or None from a sink that
-        reports nothing). Delivered duplicates come only from a sink that says so."""
+        reports nothing), delivered duplicates included."""
         delivered = int(getattr(result, "duplicates_delivered", 0) or 0)
         with self._lock:
             counts = self.sinks.setdefault(sink, Counter())
@@ -235,7 +224,7 @@ class ProgressTracker:
                 updated_at=self._clock(),
                 phase=self.phase,
                 shard_map=self.shard_map,
-                hops=[HopReport.model_validate(hop) for hop in self.hops],
+                hops=[hop.model_copy() for hop in self.hops],
                 duplicates=dict(sorted(self.duplicates.items())),
                 sinks={
                     name: SinkReport.model_validate({k: counts[k] for k in _SINK_COUNTS})

@@ -119,6 +119,27 @@ def _webhook_settings(
     help="spark-submit launcher: a driver Pod template (the chart's) to build the driver Pods "
     "on, keeping its nodeSelector, tolerations, affinity, pull secrets and annotations.",
 )
+@click.option(
+    "--driver-master",
+    default=None,
+    metavar="URL",
+    help="spark-submit launcher: the API server's address as driver Pods reach it "
+    "(spark.kubernetes.driver.master), e.g. https://10.0.0.1:6443; default: Spark's own.",
+)
+@click.option(
+    "--spark-core-request",
+    default=None,
+    metavar="CPU",
+    help="spark-submit launcher: CPU each driver and executor Pod requests, e.g. 500m "
+    "(a stream's spec.spark coreRequest wins); default: Spark's own.",
+)
+@click.option(
+    "--checkpoint-claim",
+    default=None,
+    metavar="PVC",
+    help="spark-submit launcher: a PersistentVolumeClaim in the job's namespace for the "
+    "drivers' checkpoints, so they outlive the driver Pod; default: an emptyDir.",
+)
 @click.option("--kubeconfig", default=None, help="Default: in-cluster, else $KUBECONFIG.")
 @click.option(
     "--liveness",
@@ -155,6 +176,9 @@ def operator_command(
     image: str | None,
     service_account: str | None,
     driver_pod_template: Path | None,
+    driver_master: str | None,
+    spark_core_request: str | None,
+    checkpoint_claim: str | None,
     kubeconfig: str | None,
     liveness: str | None,
     webhook_port: int | None,
@@ -189,6 +213,9 @@ def operator_command(
         image=image or cfg.cluster.image,
         service_account=service_account or cfg.cluster.service_account,
         driver_pod_template=driver_pod_template.absolute() if driver_pod_template else None,
+        driver_master=driver_master,
+        core_request=spark_core_request,
+        checkpoint_claim=checkpoint_claim,
     )
     if kubeconfig:
         os.environ["KUBECONFIG"] = kubeconfig  # kopf's own login reads it too

@@ -68,9 +68,10 @@ def config_files(config: JobConfig) -> dict[str, str]:
     return {JOB_FILE: config.dump(), KEYSPACE_FILE: keyspace_document(config.keyspace)}
 
 
-def run_arguments(config_dir: str) -> list[str]:
-    """Arguments of `updatestream run` (after the program or the Spark main file)."""
-    return ["run", "--config", f"{config_dir}/{JOB_FILE}"]
+def run_options(config_dir: str) -> list[str]:
+    """The options of `updatestream run`: what the Spark main file (which is that command)
+    takes, and what follows `run` on a command line."""
+    return ["--config", f"{config_dir}/{JOB_FILE}"]
 
 
 def spark_resource_conf(prefix: str, resources: dict[str, str]) -> dict[str, str]:

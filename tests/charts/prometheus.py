@@ -85,11 +85,16 @@ def _ready(url: str) -> bool:
 
 
 def start_prometheus(
-    workdir: Path, targets: dict[str, Sequence[str]], timeout: float = 60.0
+    workdir: Path,
+    targets: dict[str, Sequence[str]],
+    timeout: float = 60.0,
+    rule_files: Sequence[Path] = (),
 ) -> Prometheus:
-    """Prometheus scraping each job's `host:port` targets every second."""
+    """Prometheus scraping each job's `host:port` targets every second, evaluating the alerting
+    rules of `rule_files` every second."""
     config = {
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(path) for path in rule_files],
         "scrape_configs": [
             {"job_name": job, "static_configs": [{"targets": list(addresses)}]}
             for job, addresses in targets.items()
@@ -127,8 +132,10 @@ def start_prometheus(
 
 
 @contextlib.contextmanager
-def running_prometheus(workdir: Path, targets: dict[str, Sequence[str]]) -> Iterator[Prometheus]:
-    prometheus = start_prometheus(workdir, targets)
+def running_prometheus(
+    workdir: Path, targets: dict[str, Sequence[str]], rule_files: Sequence[Path] = ()
+) -> Iterator[Prometheus]:
+    prometheus = start_prometheus(workdir, targets, rule_files=rule_files)
     try:
         yield prometheus
     finally:

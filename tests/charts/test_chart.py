@@ -218,6 +218,12 @@ def test_the_operator_command_accepts_every_argument_the_chart_passes(
     assert context.params["launcher"] == "spark-submit"
     assert context.params["liveness"] == "http://0.0.0.0:8080/healthz"
     assert context.params["namespace"] == (None if which == "full" else "updatestream")
+    cluster = ("https://10.77.0.1:6443", "500m", "updatestream-checkpoints")
+    assert (
+        context.params["driver_master"],
+        context.params["spark_core_request"],
+        context.params["checkpoint_claim"],
+    ) == (cluster if which == "full" else (None, None, None))
 
 
 def test_the_spark_config_is_mounted_where_spark_submit_reads_it(
@@ -281,6 +287,9 @@ def test_default_rbac_is_namespaced_to_the_release_namespace(
     assert "patch" in rules["updatestream.io/updatestreams/status"]
     assert "create" in rules["events"]
     assert {"create", "delete"} <= rules["pods"]
+    # spark-submit (Spark 4) applies the driver's Service and NetworkPolicy server-side
+    assert {"create", "patch", "delete"} <= rules["services"]
+    assert {"create", "patch", "delete"} <= rules["networking.k8s.io/networkpolicies"]
     assert "secrets" not in rules, "the operator never reads Secrets: jobs mount them"
 
 

@@ -39,12 +39,14 @@ def test_the_demo_hops_a_live_split_and_every_sink_verifies_clean(tmp_path: Path
     committed = result["sinks"]["versionstream"]["committed"]
     assert committed > 300
     for sink, report in result["sinks"].items():
-        assert set(report) - {"stale_keys"} == REPORT_KEYS, sink  # stale: memcached only
+        # stale: memcached only; progress violations: CDCv2 only
+        assert set(report) - {"stale_keys", "progress_violations"} == REPORT_KEYS, sink
         assert report["committed"] == committed, (sink, report)
         assert report["lost"] == 0 and report["duplicates_delivered"] == 0, (sink, report)
         assert report["duplicates_dropped"] > 0, (sink, report)  # the split's overlap
 
     assert result["sinks"]["memcached"]["stale_keys"] == 0
+    assert result["sinks"]["cdcv2"]["progress_violations"] == 0
 
     (hop,) = result["hops"]
     assert hop["from"] == ["-80", "80-"] and hop["to"] == ["-40", "40-80", "80-"]

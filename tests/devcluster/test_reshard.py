@@ -12,6 +12,7 @@ from updatestream_cli.devcluster.ledger import LedgerWriter, final_state, read_l
 from updatestream_cli.devcluster.reshard import ReshardOptions, ReshardWorkflow, plan_reshard
 from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 
+from tests.devcluster.binlog_secrets import binlog_files, secrets_in_binlogs
 from tests.devcluster.checks import (
     assert_filtered_replication_exact,
     assert_rows_on_their_shard,
@@ -133,3 +134,16 @@ def test_retire_and_merge_back(cluster: DevCluster, ledger_path: Path) -> None:
     assert_rows_on_their_shard(cluster, ["-80", "80-"])
     assert assert_filtered_replication_exact(cluster, state, "-80") > 5
     _assert_starts_at_snapshot(cluster, state, "-80")
+
+
+def test_no_password_in_any_binlog(cluster: DevCluster) -> None:
+    """After `up`, traffic, a split, a retirement and a merge: no shard's binlog, serving or
+    retired, holds any of the cluster's passwords, neither decoded nor in its raw bytes."""
+    secrets = {p.parent.name: p.read_text() for p in cluster.secrets_dir.glob("*/password")}
+    assert len(secrets) >= 3
+    datadirs = sorted(cluster.dir.glob("*/*/data"))
+    assert len(datadirs) >= 5, "expected -80 (retired), 80-, -40, 40-80 and the merged -80"
+    assert any(d.parent.parent.name == "retired" for d in datadirs)
+    binlogs = [path for datadir in datadirs for path in binlog_files(datadir)]
+    assert len(binlogs) >= len(datadirs)
+    assert secrets_in_binlogs(binlogs, secrets) == []

@@ -8,6 +8,11 @@ from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.server import pid_alive
 
 from tests.conftest import MariaDBFixture, MariaDBServerFactory
+from tests.devcluster.binlog_secrets import (
+    binlog_files,
+    decoded_binlog,
+    secrets_in_binlogs,
+)
 
 
 def test_server_logs_row_events_with_its_domain(mariadb_server: MariaDBFixture) -> None:
@@ -28,6 +33,28 @@ def test_server_logs_row_events_with_its_domain(mariadb_server: MariaDBFixture) 
     assert position == last_gtid
     files = server.binlog_files()
     assert files and files[0][0].startswith("mariadb-bin.") and files[-1][1] > 0
+
+
+def test_accounts_stay_out_of_the_binlog(mariadb_server_factory: MariaDBServerFactory) -> None:
+    """The fixture's admin account (as the sink servers of the tests, demo and benchmarks make
+    theirs) and an account set again with a new password leave no password in the binlog."""
+    fixture = mariadb_server_factory.start()
+    server = fixture.server
+    server.create_account("app", "first-pw-3c9d", ["GRANT SELECT ON *.* TO {user}"])
+    server.create_account("app", "second-pw-7e1a", ["GRANT SELECT ON *.* TO {user}"])
+    with server.connect("app", "second-pw-7e1a") as conn, conn.cursor() as cur:
+        cur.execute("SELECT CURRENT_USER()")
+        assert cur.fetchone() == ("app@127.0.0.1",)
+    with fixture.connect() as conn, conn.cursor() as cur:
+        cur.execute("CREATE DATABASE t_accounts")  # something that is logged, for contrast
+    binlogs = binlog_files(server.datadir)
+    assert any("t_accounts" in decoded_binlog(path) for path in binlogs)
+    secrets = {
+        "admin": fixture.admin.password,
+        "first": "first-pw-3c9d",
+        "second": "second-pw-7e1a",
+    }
+    assert secrets_in_binlogs(binlogs, secrets) == []
 
 
 def test_misconfigured_server_and_stop(mariadb_server_factory: MariaDBServerFactory) -> None:

@@ -44,10 +44,16 @@ def stream_job(
 OVERLAP = ReshardOptions(min_replicate_seconds=5)
 
 
-def assert_clean(reports: dict[str, dict[str, object]], committed_at_least: int) -> None:
+def assert_clean(
+    reports: dict[str, dict[str, object]], committed_at_least: int, progress: bool = True
+) -> None:
+    """Nothing lost, no duplicate delivered, hop duplicates dropped; with `progress`, every
+    CDCv2 progress statement true (see `updatestream verify`)."""
     for sink, report in reports.items():
         assert report["lost"] == 0, (sink, report)
         assert report["duplicates_delivered"] == 0, (sink, report)
+        if progress:
+            assert report.get("progress_violations", 0) == 0, (sink, report)
         assert report["committed"] >= committed_at_least, (sink, report)  # type: ignore[operator]
         dropped = report["duplicates_dropped_by_cause"]
         assert isinstance(dropped, dict) and dropped.get("hop", 0) > 0, (sink, report)
@@ -128,9 +134,16 @@ def test_a_job_killed_after_writing_the_hop_batch_replays_the_hop_from_its_check
 
 
 def stopped_then_resharded(
-    cluster: DevCluster, job: StreamJob, ledger: Path, options: ReshardOptions, retire: bool
+    cluster: DevCluster,
+    job: StreamJob,
+    ledger: Path,
+    options: ReshardOptions,
+    retire: bool,
+    sources: str = "-80",
+    targets: str = "-40,40-80",
 ) -> TrafficGenerator:
-    """Run the job, stop it under traffic, split -80 while it is down (and retire -80)."""
+    """Run the job, stop it under traffic, reshard `sources` to `targets` (a split of -80 by
+    default) while it is down, and retire the sources if asked."""
     traffic = traffic_generator(cluster, ledger, TrafficOptions(rate=300, seed=13))
     job.start()
     try:
@@ -140,26 +153,40 @@ def stopped_then_resharded(
     finally:
         job.stop()
     time.sleep(3)  # changes the stopped stream has not read
-    reshard(cluster, "-80", "-40,40-80", options)
+    reshard(cluster, sources, targets, options)
     if retire:
-        cluster.retire(["-80"])
+        cluster.retire(sources.split(","))
     return traffic
 
 
-def resume_and_verify(job: StreamJob, traffic: TrafficGenerator, ledger: Path) -> None:
-    job.start()  # the same checkpoint: its offsets still name -80
+def resume_and_verify(
+    job: StreamJob,
+    traffic: TrafficGenerator,
+    ledger: Path,
+    before: list[str] | None = None,
+    after: list[str] | None = None,
+    progress: bool = True,
+) -> None:
+    """Restart the job from its checkpoint (its offsets still name the sources), let it hop,
+    and check the sinks: nothing lost, no duplicate and, with `progress`, CDCv2 progress
+    statements that hold (no change written after its second was declared complete: `late` 0)."""
+    before, after = before or ["-80", "80-"], after or ["-40", "40-80", "80-"]
+    job.start()
     try:
         job.wait_for("the hop", lambda s: len(completed_hops(s)) == 1)
         time.sleep(2)
         stats = traffic.stop()
-        final = job.wait_caught_up(["-40", "40-80", "80-"])
+        final = job.wait_caught_up(after)
     finally:
         traffic.stop()
         job.stop()
     (hop,) = completed_hops(final)
-    assert (hop["from"], hop["to"]) == (["-80", "80-"], ["-40", "40-80", "80-"])
+    assert (hop["from"], hop["to"]) == (before, after)
     assert hop["duplicatesDropped"] > 0
-    assert_clean(job.verify(ledger), committed_at_least=stats.rows // 2)
+    if progress:
+        cdcv2 = next(v for k, v in final["sinks"].items() if k.startswith("cdcv2("))
+        assert cdcv2["late"] == 0, cdcv2
+    assert_clean(job.verify(ledger), committed_at_least=stats.rows // 2, progress=progress)
 
 
 def test_a_stream_stopped_before_a_split_resumes_through_the_old_shard_still_running(
@@ -171,8 +198,12 @@ def test_a_stream_stopped_before_a_split_resumes_through_the_old_shard_still_run
     # The destinations' binlogs start at the copy snapshot, after the stream's position on -80:
     # the stream reads -80 up to its final position before it hops, then reads the
     # destinations from just before the cut-over: their copies from there on are dropped.
-    resume_and_verify(job, traffic, ledger)
-    assert "hop deferred" in job.logs[-1].read_text()
+    # Known limit, not checked here: while the hop waits, -80's heartbeats (at the time they
+    # are read, after the cut-over) let CDCv2 declare seconds complete whose writes are on the
+    # destinations, not read yet; those come late (docs/sinks.md).
+    resume_and_verify(job, traffic, ledger, progress=False)
+    # the source's planner runs in a Python process of Spark's: its warnings are in the trace
+    assert "hop deferred" in job.trace.read_text()
 
 
 def test_a_stream_stopped_before_a_split_resumes_after_the_old_shard_was_retired(
@@ -200,4 +231,31 @@ def test_a_gap_only_a_retired_shard_held_stops_the_stream_with_a_typed_error(
     assert "error: cannot hop Keyspace commerce: shard -80's changes after" in error
     assert "only in the binlog of retired shard -80" in error
     assert "Nothing was skipped" in error
+    # The one line and where the trace is; Spark's and Python's stacks are in the trace file.
+    lines = error.strip().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("error: cannot hop"), error
+    assert lines[1] == f"the job's full trace (Spark, Python) is in {job.trace}"
+    assert "HopGapError" in job.trace.read_text()
     assert completed_hops(json.loads(job.status.read_text())) == []
+
+
+def test_a_stream_stopped_before_a_merge_of_three_shards_resumes_after_they_were_retired(
+    mariadb_server: MariaDBFixture, tmp_path: Path
+) -> None:
+    """-40 is kept: in the hop batch it stays at the token it had when the stream stopped,
+    while the merged destination is read from its replay window up to now. CDCv2 must not
+    declare -40's downtime complete before the stream read it."""
+    cluster = DevCluster(tmp_path / "cluster")
+    try:
+        cluster.up("-40,40-80,80-c0,c0-")
+        job = stream_job(cluster, mariadb_server, tmp_path, "us_hop_merged")
+        ledger = tmp_path / "ledger.jsonl"
+        window = ReshardOptions(min_replicate_seconds=5, replay_seconds=60)
+        traffic = stopped_then_resharded(
+            cluster, job, ledger, window, True, sources="40-80,80-c0,c0-", targets="40-"
+        )
+        resume_and_verify(
+            job, traffic, ledger, before=["-40", "40-80", "80-c0", "c0-"], after=["-40", "40-"]
+        )
+    finally:
+        cluster.down()

@@ -39,6 +39,10 @@ class CountingFrame:
         return self
 
 
+# a hop marker's payload: the source's HopInfo as JSON (what the tracker reads of it)
+HOP = {"number": 1, "fromMap": "-", "toMap": "-", "from": ["-"], "to": ["-"], "detectedAt": 5}
+
+
 def _event(n: int, op: str = "insert", dedup: str | None = None) -> ChangeEvent:
     token = json.dumps({"shard": "-", "pos": f"0-1-{n}", "ts": 1_700_000_000 + n})
     return ChangeEvent(
@@ -49,7 +53,7 @@ def _event(n: int, op: str = "insert", dedup: str | None = None) -> ChangeEvent:
         pk=None if op == HOP_MARKER else json.dumps({"id": n}),
         keyspace_id=None,
         before=None,
-        after=json.dumps({"number": 1, "from": ["-"], "to": ["-"]}) if op == HOP_MARKER else "{}",
+        after=json.dumps(HOP) if op == HOP_MARKER else "{}",
         token=token,
         timestamp=1_700_000_000 + n,
         gtid=f"0-1-{n}",
@@ -124,7 +128,7 @@ def test_every_sink_gets_the_same_batch_read_once_when_it_fits(
     for path in paths:
         assert _written(path) == DELIVERED, path.name
     assert job.tracker.duplicates == {"hop": 1, "unknown": 1}
-    assert [hop["number"] for hop in job.tracker.hops] == [1]
+    assert [hop.number for hop in job.tracker.hops] == [1]
     for sink in job.sinks:
         assert job.tracker.sinks[sink.name]["written"] == len(DELIVERED)
 

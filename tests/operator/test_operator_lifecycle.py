@@ -189,7 +189,9 @@ class TestLifecycle:
         driver = next(
             c for c in pod["spec"]["containers"] if c["name"] == "spark-kubernetes-driver"
         )
-        assert driver["args"][-3:] == ["run", "--config", "/etc/updatestream/job/job.yaml"]
+        # the Spark main file is `updatestream run` itself: its options, not the subcommand
+        assert driver["args"][-2:] == ["--config", "/etc/updatestream/job/job.yaml"]
+        assert "run" not in driver["args"]
         job_yaml = _job_yaml(op, job)
         assert job_yaml["keyRange"] == "-"
         assert job_yaml["statusFile"] == "/var/run/updatestream/status.json"
@@ -398,7 +400,7 @@ def test_the_spark_operator_launcher_creates_an_owned_spark_application(
         assert spec[role]["nodeSelector"] == {"kubernetes.io/os": "linux"}
         assert spec[role]["tolerations"] == [TOLERATION]
         assert "affinity" not in spec[role]
-    assert spec["arguments"] == ["run", "--config", "/etc/updatestream/job/job.yaml"]
+    assert spec["arguments"] == ["--config", "/etc/updatestream/job/job.yaml"]
     job_yaml = _job_yaml(op, app["metadata"]["name"])
     assert job_yaml["keyspaceWatch"] == f"kubernetes:{NS}/commerce"
     assert app["metadata"]["annotations"]["updatestream.io/in-job-hops"] == "true"

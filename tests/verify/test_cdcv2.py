@@ -105,3 +105,73 @@ def test_duplicates_dropped_come_from_the_status_file(
         "--status-file", status, "--json",
     )  # fmt: skip
     assert (result.json()["duplicates_dropped"], result.returncode) == (0, 0)
+
+
+def rewrite(path: Path, statements: list[Update | Progress]) -> None:
+    path.write_text("".join(encode(s) + "\n" for s in statements))
+
+
+def test_clean_files_have_true_progress_statements(scenario: Scenario, cdc_root: Path) -> None:
+    report = run(scenario, cdc_root).json()
+    assert report["progress_violations"] == 0
+
+
+def test_an_update_written_after_its_second_was_declared_complete_is_a_violation(
+    scenario: Scenario, cdc_root: Path, tmp_path: Path
+) -> None:
+    """A change whose second a progress statement declared complete, written later at a later
+    time (as a writer that trusted an absent shard to be retired would): the final state and
+    the counts agree, but the ledger shows the progress statement was false."""
+    directory = copy_of(cdc_root, tmp_path)
+    files = stream_files(directory)
+    victim = next(
+        f for f in files if any(isinstance(s, Update) and s.diff > 0 for s in read_file(f))
+    )
+    statements = list(read_file(victim))
+    moved = next(s for s in statements if isinstance(s, Update) and s.diff > 0)
+    kept: list[Update | Progress] = []
+    for statement in statements:
+        if statement is moved:
+            continue
+        if isinstance(statement, Progress):
+            counts = tuple(
+                (t, c - 1 if t == moved.time else c)
+                for t, c in statement.counts
+                if not (t == moved.time and c == 1)
+            )
+            statement = Progress(statement.lower, statement.upper, counts)
+        kept.append(statement)
+    rewrite(victim, kept)
+    upper = max(s.upper for f in files for s in read_file(f) if isinstance(s, Progress) and s.upper)
+    last = max(b for b in map(batch_id_of, files) if b is not None)
+    late = Update(moved.data, upper, moved.diff)
+    rewrite(
+        directory / batch_file_name(last + 1), [late, Progress(upper, upper + 1, ((upper, 1),))]
+    )
+
+    result = run(scenario, directory)
+    assert result.returncode == 1
+    report = result.json()
+    assert (report["lost"], report["duplicates_delivered"]) == (0, 0)
+    assert report["progress_violations"] == 1
+
+
+def test_a_declared_count_that_does_not_match_the_updates_is_a_violation(
+    scenario: Scenario, cdc_root: Path, tmp_path: Path
+) -> None:
+    directory = copy_of(cdc_root, tmp_path)
+    victim = next(
+        f
+        for f in stream_files(directory)
+        if any(isinstance(s, Progress) and s.counts for s in read_file(f))
+    )
+    statements = [
+        Progress(s.lower, s.upper, tuple((t, c + 1) for t, c in s.counts[:1]) + s.counts[1:])
+        if isinstance(s, Progress)
+        else s
+        for s in read_file(victim)
+    ]
+    rewrite(victim, statements)
+    result = run(scenario, directory)
+    assert result.returncode == 1
+    assert result.json()["progress_violations"] == 1

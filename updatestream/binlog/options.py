@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from updatestream.binlog.errors import SourceOptionsError
+from updatestream.core.dedup import DedupFilter, DedupFilterError
 from updatestream.core.gtid import Flavor, parse_position
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.token import EventToken
@@ -146,7 +147,7 @@ class SourceConfig:
     keyspace_source: str = ""  # the `keyspace` option as given (a path, or the JSON)
     keyspace_watch: str | None = None
     hop_lookback: int = 5
-    dedup: str | None = None  # DedupFilter JSON text
+    dedup: DedupFilter | None = None  # the dedup rule the stream starts with
 
     def keyspace_spec(self) -> Keyspace:
         """The Keyspace the stream was started with (the `keyspace` option)."""
@@ -358,13 +359,11 @@ def parse_options(options: Mapping[str, str]) -> SourceConfig:
     )
 
 
-def _dedup_option(text: str | None) -> str | None:
+def _dedup_option(text: str | None) -> DedupFilter | None:
     if not text or not text.strip():
         return None
-    from updatestream.core.dedup import DedupFilter, DedupFilterError
-
     try:
-        return json.dumps(DedupFilter.from_json(json.loads(text)).to_json(), sort_keys=True)
+        return DedupFilter.from_json(json.loads(text))
     except (ValueError, DedupFilterError) as exc:
         raise SourceOptionsError(f"option 'dedup' is not a dedup filter: {exc}") from None
 

@@ -59,6 +59,7 @@ class InvalidationReport:
     changed: int  # keys written: added, or replaced by a newer or unordered token
     unchanged: int  # keys whose cached token was newer or equal: the changes were dropped
     conflicts: int  # writes lost to a concurrent writer and decided again
+    repeats: int = 0  # changes a key already had from an invalidation (see `repeats`)
 
 
 class Invalidator:
@@ -102,6 +103,35 @@ class Invalidator:
             result = Comparison.UNKNOWN
         return result in (Comparison.BEFORE, Comparison.UNKNOWN)
 
+    def repeats(self, key: str, found: tuple[bytes, bytes] | None, texts: Sequence[str]) -> int:
+        """How many of ``texts`` the key already had from an invalidation: each compares EQUAL
+        (same transaction, or the same source transaction by provenance) to the token of an
+        entry without a value, or to an earlier change of this batch. An entry with a value was
+        loaded by an application, which may have read exactly at a change: no repeat."""
+        seen: list[str] = []
+        if found is not None:
+            try:
+                entry = decode(found[0], key)
+            except EntryError:
+                entry = None
+            if entry is not None and entry.value is None:
+                seen.append(entry.token_text)
+        count = 0
+        for text in texts:
+            if any(self._same_change(earlier, text) for earlier in seen):
+                count += 1
+            else:
+                seen.append(text)
+        return count
+
+    def _same_change(self, one: str, other: str) -> bool:
+        if one == other:
+            return True
+        try:
+            return compare(self.tokens.get(one), self.tokens.get(other)) is Comparison.EQUAL
+        except PositionError:
+            return False
+
     def _decide(
         self, key: str, found: tuple[bytes, bytes] | None, texts: Sequence[str]
     ) -> StoreOp | None:
@@ -138,7 +168,7 @@ class Invalidator:
     def invalidate(self, changes: Mapping[str, Sequence[str]]) -> InvalidationReport:
         """Apply one batch: ``changes`` maps each key to its changes' token texts in order."""
         pending = {k: v for k, v in changes.items() if v}
-        changed = unchanged = conflicts = 0
+        changed = unchanged = conflicts = repeats = 0
         for _attempt in range(self.max_attempts):
             if not pending:
                 break
@@ -152,9 +182,10 @@ class Invalidator:
                 self._pool.submit(self._round, server, part, pending) for server, part in chunks
             ]
             for future in futures:
-                done, lost, kept = future.result()
+                done, lost, kept, repeated = future.result()
                 changed += done
                 unchanged += kept
+                repeats += repeated
                 for key in lost:
                     retry[key] = pending[key]
             conflicts += len(retry)
@@ -166,11 +197,11 @@ class Invalidator:
                 f"{self.max_attempts} attempts (e.g. {sample}); the batch is not acknowledged "
                 "and will be retried"
             )
-        return InvalidationReport(len(changes), changed, unchanged, conflicts)
+        return InvalidationReport(len(changes), changed, unchanged, conflicts, repeats)
 
     def _round(
         self, server: str, keys: list[str], pending: Mapping[str, Sequence[str]]
-    ) -> tuple[int, list[str], int]:
+    ) -> tuple[int, list[str], int, int]:
         servers = self._spare.get()
         try:
             return self._round_on(servers.clients[server], server, keys, pending)
@@ -183,12 +214,16 @@ class Invalidator:
         server: str,
         keys: list[str],
         pending: Mapping[str, Sequence[str]],
-    ) -> tuple[int, list[str], int]:
+    ) -> tuple[int, list[str], int, int]:
+        """One read-decide-write round: (written, keys lost to a concurrent writer, kept,
+        repeats among the keys decided for good)."""
         try:
             found = client.gets_many(keys)
             ops: list[StoreOp] = []
             kept = 0
+            repeats: dict[str, int] = {}
             for key in keys:
+                repeats[key] = self.repeats(key, found.get(key), pending[key])
                 op = self._decide(key, found.get(key), pending[key])
                 if op is None:
                     kept += 1
@@ -200,4 +235,5 @@ class Invalidator:
                 server, f"memcached {server}: {type(exc).__name__}: {exc}"
             ) from None
         lost = [op[1] for op, reply in zip(ops, replies, strict=True) if reply != STORED]
-        return len(ops) - len(lost), lost, kept
+        repeated = sum(repeats.values()) - sum(repeats[key] for key in lost)
+        return len(ops) - len(lost), lost, kept, repeated

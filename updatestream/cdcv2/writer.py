@@ -13,8 +13,11 @@ conservative on purpose:
 * a shard whose mark is ``M`` has delivered every change with time ``< M`` (changes at ``M``
   itself may still come: a second holds many transactions);
 * the stream's low watermark is ``min`` over the shards present in the batch of their marks,
-  minus ``lateness`` seconds, and never moves back. Shards absent from a batch have stopped
-  (a hop retired them) and no longer hold it back;
+  minus ``lateness`` seconds, and never moves back. A shard absent from a batch had nothing new
+  when the batch was planned (its last heartbeat is recent), or a hop retired it: either way it
+  does not hold the watermark back. The source keeps that true: a shard it still reads but
+  holds at an older token (a hop batch keeps the unchanged shards at theirs, which after a
+  stopped stream is the time it stopped) gets a heartbeat at that token in the batch;
 * times below the watermark are complete: their updates and a progress statement
   ``[previous watermark, watermark)`` with their counts are written.
 

@@ -30,6 +30,7 @@ from updatestream.core.gtid import (
     MySQLGTIDSet,
     position_contains,
     position_from_json,
+    position_to_json,
 )
 from updatestream.core.hop import HopPlan, canonical_shard_name
 from updatestream.core.token import EventToken
@@ -131,8 +132,7 @@ class DedupFilter:
         """``{"watermarks": {shard: {"pos", "flavor"}}, "overlap_until": {shard: ts}}``."""
         return {
             "watermarks": {
-                shard: {"pos": str(position), "flavor": position.flavor.value}
-                for shard, position in self._watermarks.items()
+                shard: position_to_json(position) for shard, position in self._watermarks.items()
             },
             "overlap_until": dict(self._overlap_until),
         }

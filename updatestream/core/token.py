@@ -23,6 +23,7 @@ from updatestream.core.gtid import (
     MySQLGTIDSet,
     compare_positions,
     position_from_json,
+    position_to_json,
 )
 
 __all__ = [
@@ -71,12 +72,7 @@ class SourceProvenance:
         _check_fields("source provenance", self.shard, self.position, self.timestamp)
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "shard": self.shard,
-            "pos": str(self.position),
-            "ts": self.timestamp,
-            "flavor": self.position.flavor.value,
-        }
+        return {"shard": self.shard, "ts": self.timestamp, **position_to_json(self.position)}
 
     @classmethod
     def from_json(
@@ -122,8 +118,7 @@ class EventToken:
         data: dict[str, object] = {
             "ts": self.timestamp,
             "shard": self.shard,
-            "pos": str(self.position),
-            "flavor": self.position.flavor.value,
+            **position_to_json(self.position),
         }
         if self.source is not None:
             data["source"] = self.source.to_json()

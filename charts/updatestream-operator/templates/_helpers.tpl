@@ -140,14 +140,19 @@ spark-submit creates, plus the jobs' configuration and progress ConfigMaps).
 - apiGroups: [events.k8s.io]
   resources: [events]
   verbs: [create]
-# spark-submit runs with the operator's identity: it creates the driver Pod, Service and
-# ConfigMap; the operator writes the jobs' configuration and reads their progress ConfigMaps.
+# spark-submit runs with the operator's identity: it creates the driver Pod, and applies the
+# driver's Service and ConfigMap server-side (hence patch); the operator writes the jobs'
+# configuration and reads their progress ConfigMaps.
 - apiGroups: [""]
   resources: [pods]
   verbs: [get, list, watch, create, delete]
 - apiGroups: [""]
   resources: [services]
-  verbs: [get, list, create, delete]
+  verbs: [get, list, create, patch, delete]
+# Spark 4 gives each driver a NetworkPolicy (owned by its Pod, like its Service).
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [get, list, create, patch, delete]
 - apiGroups: [""]
   resources: [configmaps]
   verbs: [get, list, create, update, patch, delete]
@@ -184,6 +189,15 @@ The operator container's arguments: the image's entrypoint dispatches on the fir
 {{- if .Values.webhook.enabled }}
 - --webhook-port={{ .Values.webhook.port }}
 - --webhook-cert-dir={{ include "updatestream-operator.webhook.certDir" . }}
+{{- end }}
+{{- with .Values.spark.driverMaster }}
+- --driver-master={{ . }}
+{{- end }}
+{{- with .Values.spark.coreRequest }}
+- --spark-core-request={{ . }}
+{{- end }}
+{{- with .Values.spark.checkpointClaim }}
+- --checkpoint-claim={{ . }}
 {{- end }}
 {{- if .Values.operator.inJobHops }}
 - --in-job-hop-timeout={{ .Values.operator.inJobHopTimeoutSeconds }}

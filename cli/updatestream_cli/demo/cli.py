@@ -25,6 +25,7 @@ CHECKS = (
     "duplicates_dropped",
     "out_of_order_keys",
     "stale_keys",
+    "progress_violations",
 )
 
 
@@ -95,7 +96,10 @@ def _print_result(console: Console, result: Any, directory: Path) -> None:
     if result.ok:
         console.print("[green]OK[/]: every sink holds every change once, and nothing stale")
     else:
-        console.print("[red]FAILED[/]: see lost / duplicates_delivered / stale_keys above")
+        console.print(
+            "[red]FAILED[/]: see lost / duplicates_delivered / stale_keys / "
+            "progress_violations above"
+        )
 
 
 @click.command("demo")

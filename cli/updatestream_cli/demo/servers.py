@@ -92,13 +92,9 @@ class DemoServers:
         self.sink.start()
         self.record()
         password = secrets.token_urlsafe(18)
-        with self.sink.root_connect() as conn, conn.cursor() as cur:
-            cur.execute(
-                f"CREATE USER IF NOT EXISTS '{SINK_USER}'@'127.0.0.1' IDENTIFIED BY %s",
-                (password,),
-            )
-            cur.execute(f"ALTER USER '{SINK_USER}'@'127.0.0.1' IDENTIFIED BY %s", (password,))
-            cur.execute(f"GRANT ALL PRIVILEGES ON `{SINK_DATABASE}`.* TO '{SINK_USER}'@'127.0.0.1'")
+        self.sink.create_account(
+            SINK_USER, password, [f"GRANT ALL PRIVILEGES ON `{SINK_DATABASE}`.* TO {{user}}"]
+        )
         folder = self.cluster.secrets_dir / SINK_SECRET
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         atomic_write(folder / "username", SINK_USER, mode=0o600)

@@ -173,14 +173,3 @@ def schema_statements() -> list[str]:
     stmts += [f"USE `{DATABASE}`", *TABLE_DDL.values()]
     stmts += [f"USE `{VT_DATABASE}`", VREPLICATION_DDL]
     return stmts
-
-
-def user_statements(keyspace: str, passwords: dict[Role, str]) -> list[str]:
-    """CREATE USER + GRANT statements; they carry passwords, so never log them."""
-    stmts: list[str] = []
-    for role, spec in user_specs(keyspace).items():
-        account = f"'{spec.username}'@'127.0.0.1'"
-        password = passwords[role].replace("\\", "\\\\").replace("'", "\\'")
-        stmts.append(f"CREATE USER IF NOT EXISTS {account} IDENTIFIED BY '{password}'")
-        stmts += [g.format(user=account) for g in spec.grants]
-    return stmts

@@ -358,6 +358,27 @@ class MariaDBServer:
             **kwargs,
         )
 
+    def run_unlogged(self, statements: Sequence[tuple[str, Sequence[object]]]) -> None:
+        """Run `(sql, args)` statements as root with `sql_log_bin=0`, so they never reach the
+        binlog. For statements that carry a secret (`CREATE USER ... IDENTIFIED BY`): a binlog
+        keeps its text for anyone with REPLICATION SLAVE, which every stream's reader has."""
+        with self.root_connect() as conn, conn.cursor() as cur:
+            cur.execute("SET SESSION sql_log_bin = 0")
+            for sql, args in statements:
+                cur.execute(sql, tuple(args) or None)
+
+    def create_account(self, user: str, password: str, grants: Sequence[str]) -> None:
+        """`user`@127.0.0.1 with `password` (set again if it exists) and `grants` (each a
+        `GRANT ... TO {user}` template), written without binary logging (`run_unlogged`)."""
+        account = f"'{user}'@'127.0.0.1'"
+        self.run_unlogged(
+            [
+                (f"CREATE USER IF NOT EXISTS {account} IDENTIFIED BY %s", (password,)),
+                (f"ALTER USER {account} IDENTIFIED BY %s", (password,)),
+                *((grant.format(user=account), ()) for grant in grants),
+            ]
+        )
+
     def query(self, sql: str, args: object = None) -> list[tuple[object, ...]]:
         with self.root_connect() as conn, conn.cursor() as cur:
             cur.execute(sql, args)

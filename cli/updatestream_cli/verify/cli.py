@@ -31,6 +31,7 @@ from updatestream_cli.verify import sinks
 from updatestream_cli.verify.compare import (
     Committed,
     Report,
+    check_progress,
     compare_cache,
     compare_changes,
     compare_final,
@@ -89,8 +90,12 @@ def _versionstream(ledger: list[Committed], options: dict[str, Any]) -> Report:
 
 
 def _cdcv2(ledger: list[Committed], options: dict[str, Any]) -> Report:
-    rows, updates = sinks.read_cdcv2(_require(options["path"], "--path", "cdcv2"))
-    return compare_final(ledger, rows, updates)
+    path = _require(options["path"], "--path", "cdcv2")
+    rows, updates = sinks.read_cdcv2(path)
+    report = compare_final(ledger, rows, updates)
+    for files in sinks.read_cdcv2_batches(path):
+        check_progress(ledger, files, report)
+    return report
 
 
 def _memcached(ledger: list[Committed], options: dict[str, Any]) -> Report:
@@ -146,7 +151,9 @@ def _summary(report: Report, sink: str) -> None:
     if report.ok:
         console.print("[green]OK[/]: nothing lost, no duplicate delivered")
     else:
-        console.print("[red]FAILED[/]: see lost / duplicates_delivered / stale_keys")
+        console.print(
+            "[red]FAILED[/]: see lost / duplicates_delivered / stale_keys / progress_violations"
+        )
 
 
 @click.command("verify")

@@ -104,12 +104,18 @@ class Report:
     duplicates_dropped_by_cause: dict[str, int] = field(default_factory=dict)
     out_of_order_keys: int = 0
     stale_keys: int | None = None  # memcached only
+    progress_violations: int | None = None  # CDCv2 only: see `check_progress`
     unexpected: int = 0  # delivered changes matching no ledger change (not a failure by itself)
     examples: dict[str, list[str]] = field(default_factory=dict)  # a few keys per finding
 
     @property
     def ok(self) -> bool:
-        return self.lost == 0 and self.duplicates_delivered == 0 and not self.stale_keys
+        return (
+            self.lost == 0
+            and self.duplicates_delivered == 0
+            and not self.stale_keys
+            and not self.progress_violations
+        )
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -123,6 +129,8 @@ class Report:
         }
         if self.stale_keys is not None:
             data["stale_keys"] = self.stale_keys
+        if self.progress_violations is not None:
+            data["progress_violations"] = self.progress_violations
         return data
 
     def note(self, finding: str, key: RowKey, limit: int = 5) -> None:
@@ -306,6 +314,62 @@ def _placeable(
         if chosen:
             floor = max(chosen)
     return True
+
+
+# -- CDCv2 progress statements ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BatchFile:
+    """One CDCv2 batch file: its updates and its progress statements, in the order written."""
+
+    name: str
+    updates: tuple[RowUpdate, ...]
+    progress: tuple[
+        tuple[int, int | None, tuple[tuple[int, int], ...]], ...
+    ]  # lower, upper, counts
+
+
+def check_progress(
+    committed: Sequence[Committed], files: Sequence[BatchFile], report: Report
+) -> None:
+    """Check the progress statements of one stream directory's files (in batch order) and add
+    what is wrong to ``report.progress_violations``:
+
+    * an update written below the frontier declared before its file, by its own time or by its
+      change's commit time in the ledger (a change committed in a second already declared
+      complete, whose update came later, written late at a later time);
+    * a second declared complete whose count is not the number of distinct updates at it.
+    """
+    report.progress_violations = report.progress_violations or 0
+    committed_at: dict[tuple[RowKey, str], float] = {}
+    for change in committed:
+        if change.digest is not None:
+            slot = (change.key, change.digest)
+            committed_at[slot] = max(committed_at.get(slot, 0.0), change.commit_time)
+    frontier = 0
+    at_time: dict[int, set[tuple[str, str, str, int]]] = defaultdict(set)
+    declared: list[tuple[int, int | None, dict[int, int]]] = []
+    for batch in files:
+        for update in batch.updates:
+            key = (update.table, update.pk)
+            at_time[update.time].add((update.table, update.pk, update.digest, update.diff))
+            second = int(committed_at.get((key, update.digest), update.time))
+            if update.time < frontier or (update.diff > 0 and second < frontier):
+                report.progress_violations += 1
+                report.note("progress_violations", key)
+        for lower, upper, pairs in batch.progress:
+            declared.append((lower, upper, dict(pairs)))
+            frontier = max(frontier, upper if upper is not None else frontier)
+    for lower, upper, per_second in declared:
+        inside = {t for t in at_time if t >= lower and (upper is None or t < upper)}
+        for time in sorted(inside | set(per_second)):
+            found = len(at_time.get(time, ()))
+            if found != per_second.get(time, 0):
+                report.progress_violations += 1
+                report.examples.setdefault("progress_counts", []).append(
+                    f"second {time}: declared {per_second.get(time, 0)}, found {found}"
+                )
 
 
 # -- cache entries (memcached) -----------------------------------------------------------------

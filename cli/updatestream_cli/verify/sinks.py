@@ -2,7 +2,8 @@
 
 * Version Stream: every version of one stream, in version order, with its origin.
 * CDCv2: the files of a stream directory through the CDCv2 reader, as the reconstructed
-  multiset and the distinct updates.
+  multiset and the distinct updates; and each file's updates and progress statements as
+  written, for the check of the progress statements.
 * memcached: the entry of every row key the ledger touched, and the rows the serving shards
   hold now (read through the Keyspace manifest).
 
@@ -28,13 +29,26 @@ from updatestream import spec
 from updatestream.cache.entry import EntryError, decode
 from updatestream.cache.keys import KeyTemplateError, KeyTemplates
 from updatestream.cache.transport import CacheAddressError, Servers
-from updatestream.cdcv2.format import CDCv2FormatError, canonical, read_file, stream_files
+from updatestream.cdcv2.format import (
+    CDCv2FormatError,
+    Progress,
+    canonical,
+    read_file,
+    stream_files,
+)
 from updatestream.cdcv2.reader import Collection, OrderedReader
 from updatestream.core.token import EventToken, TokenError
 from updatestream.mysql import connection_arguments
 from updatestream_cli.devcluster import schema
 from updatestream_cli.devcluster.ledger import table_state
-from updatestream_cli.verify.compare import CachedEntry, Delivered, FinalRow, RowKey, RowUpdate
+from updatestream_cli.verify.compare import (
+    BatchFile,
+    CachedEntry,
+    Delivered,
+    FinalRow,
+    RowKey,
+    RowUpdate,
+)
 from updatestream_cli.verify.inputs import VerifyInputError
 
 _ACCESS_DENIED = {1044, 1045, 1142}
@@ -204,6 +218,31 @@ def read_cdcv2(path: Path) -> tuple[list[FinalRow], list[RowUpdate]]:
         table, pk, digest = _row_of(json.loads(text))
         rows.append(FinalRow(table, pk, digest, count))
     return rows, updates
+
+
+def read_cdcv2_batches(path: Path) -> list[list[BatchFile]]:
+    """Per stream directory at or under ``path``, its batch files in batch order, each with its
+    updates and progress statements as written (for :func:`compare.check_progress`)."""
+    found: list[list[BatchFile]] = []
+    try:
+        for directory in stream_directories(path):
+            batches = []
+            for file in stream_files(directory):
+                updates: list[RowUpdate] = []
+                progress = []
+                for statement in read_file(file):
+                    if isinstance(statement, Progress):
+                        progress.append((statement.lower, statement.upper, statement.counts))
+                    else:
+                        table, pk, digest = _row_of(statement.data)
+                        updates.append(RowUpdate(table, pk, digest, statement.time, statement.diff))
+                batches.append(BatchFile(file.name, tuple(updates), tuple(progress)))
+            found.append(batches)
+    except CDCv2FormatError as exc:
+        raise VerifyInputError(f"CDCv2 files under {path} cannot be read: {exc}") from None
+    except OSError as exc:
+        raise VerifyInputError(f"cannot read CDCv2 files under {path}: {exc}") from None
+    return found
 
 
 def _row_of(data: Any) -> tuple[str, str, str]:

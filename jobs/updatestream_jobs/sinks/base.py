@@ -27,6 +27,10 @@ class BatchContext:
     stream: str  # UpdateStream name
     key_range: str  # the key range this job serves
     batch_id: int
+    # True when an earlier run may have written this batch already: Spark logged its offsets
+    # but had not committed it when this job started from the checkpoint (a replay after a
+    # crash). What a replay repeats is expected, not a delivered duplicate.
+    replay: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +46,24 @@ class SinkResult:
     written: int  # events that changed the sink
     skipped: int  # events the sink already had (replays, duplicates) or dropped by its rules
     late: int = 0  # events written at a later time than their own (CDCv2: time had completed)
+    # events that reached the sink although it already had them from an earlier batch (or
+    # earlier in this one), not through a replay: the stream delivered a duplicate. The sink
+    # kept its state right; `updatestream_duplicates_delivered_total` and its alert count these.
+    duplicates_delivered: int = 0
+
+
+class ReplayGuard:
+    """Tells a sink whether a batch may repeat what it holds: a replay after a restart
+    (`BatchContext.replay`) or a batch id it already wrote in this process."""
+
+    def __init__(self) -> None:
+        self.last_written: int | None = None
+
+    def may_repeat(self, ctx: BatchContext) -> bool:
+        return ctx.replay or (self.last_written is not None and ctx.batch_id <= self.last_written)
+
+    def written(self, ctx: BatchContext) -> None:
+        self.last_written = max(ctx.batch_id, self.last_written or ctx.batch_id)
 
 
 class Sink(Protocol):

@@ -8,7 +8,10 @@ CAS. Replaying a batch finds the same or newer tokens and writes nothing; a hop 
 token that compares EQUAL (same source transaction) or older, and writes nothing either.
 
 ``SinkResult`` counts keys for this sink: ``written`` keys were added or replaced, ``skipped``
-keys already held the same or a newer token.
+keys already held the same or a newer token. ``duplicates_delivered`` counts changes a key had
+already received from an invalidation (a token-only entry whose token compares EQUAL, or an
+earlier change of the batch) in a batch that is not a replay: the stream delivered a change
+twice. Two streams invalidating the same keys would count each other's changes.
 """
 
 from __future__ import annotations
@@ -21,7 +24,13 @@ from updatestream.binlog.events import ChangeEvent
 from updatestream.cache.invalidator import CacheConflictError, CacheServerError, Invalidator
 from updatestream.cache.keys import KeyTemplateError, KeyTemplates
 from updatestream.cache.transport import CacheAddressError
-from updatestream_jobs.sinks.base import BatchContext, SinkContext, SinkError, SinkResult
+from updatestream_jobs.sinks.base import (
+    BatchContext,
+    ReplayGuard,
+    SinkContext,
+    SinkError,
+    SinkResult,
+)
 from updatestream_jobs.sinks.common import loads_object
 
 
@@ -39,6 +48,7 @@ class MemcachedSink:
         try:
             self.templates = KeyTemplates(keyspace, config.key_template, config.extra_keys)
             self.invalidator = Invalidator(config.servers)
+            self._replays = ReplayGuard()
         except (KeyTemplateError, CacheAddressError) as exc:
             raise SinkError(f"{self.name}: {exc}") from None
 
@@ -78,7 +88,13 @@ class MemcachedSink:
             ) from None
         except (CacheConflictError, KeyTemplateError, ValueError) as exc:
             raise SinkError(f"{self.name}: batch {ctx.batch_id}: {exc}") from None
-        return SinkResult(written=report.changed, skipped=report.unchanged)
+        # A change a key already had from an invalidation, in a batch that is no replay: the
+        # stream delivered it twice (its token compares EQUAL: dropped, but counted).
+        delivered = 0 if self._replays.may_repeat(ctx) else report.repeats
+        self._replays.written(ctx)
+        return SinkResult(
+            written=report.changed, skipped=report.unchanged, duplicates_delivered=delivered
+        )
 
     def close(self) -> None:
         self.invalidator.close()

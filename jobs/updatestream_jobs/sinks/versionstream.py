@@ -5,7 +5,8 @@ as ``data`` (NULL for a delete: a tombstone). An update that changes the primary
 writes a tombstone for the old key. A batch is appended in one transaction (see
 :mod:`updatestream.versionstream.repository`): gapless versions in stream order, each change at
 most once, recognised by its source identity, so replayed batches and hop duplicates append
-nothing.
+nothing. An identity already present in a batch that is no replay is reported as a duplicate
+delivered (`SinkResult.duplicates_delivered`): the hop dedup should have dropped it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,13 @@ from updatestream.versionstream.repository import (
     VersionStreamRepository,
     entity_name,
 )
-from updatestream_jobs.sinks.base import BatchContext, SinkContext, SinkError, SinkResult
+from updatestream_jobs.sinks.base import (
+    BatchContext,
+    ReplayGuard,
+    SinkContext,
+    SinkError,
+    SinkResult,
+)
 from updatestream_jobs.sinks.common import identity, loads_object, pk_of
 
 
@@ -73,6 +80,7 @@ class VersionStreamSink:
             f"versionstream({self.address}/{config.database}.{config.table} stream {config.stream})"
         )
         self._repository: VersionStreamRepository | None = None
+        self._replays = ReplayGuard()
 
     def _settings(self) -> dict[str, Any]:
         return connection_arguments(
@@ -115,7 +123,13 @@ class VersionStreamSink:
                 f"nothing was appended: {_describe(exc)}"
             ) from None
         skipped = min(changes, result.skipped)
-        return SinkResult(written=changes - skipped, skipped=skipped)
+        # An origin the stream already holds came again: unless this batch may repeat an
+        # earlier write, the stream delivered a duplicate (the append kept it out).
+        delivered = 0 if self._replays.may_repeat(ctx) else skipped
+        self._replays.written(ctx)
+        return SinkResult(
+            written=changes - skipped, skipped=skipped, duplicates_delivered=delivered
+        )
 
     def close(self) -> None:
         if self._repository is not None:

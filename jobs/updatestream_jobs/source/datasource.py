@@ -213,8 +213,7 @@ class _Planner:
         begin, finish = StreamOffset.from_json(start), StreamOffset.from_json(end)
         declared = {s.name for s in hopper.keyspace().spec.shards} if hopper else None
         hop = finish.new_hop(begin)
-        dedup = finish.dedup
-        dedup_text = json.dumps(dedup.to_json()) if dedup and not dedup.is_empty() else None
+        dedup = finish.dedup if finish.dedup and not finish.dedup.is_empty() else None
         marker = json.dumps(hop.to_json(), sort_keys=True) if hop is not None else None
         parts: list[ShardRange] = []
         for shard in sorted(finish.tokens):
@@ -225,6 +224,9 @@ class _Planner:
             if start_token is None:
                 raise SourceOptionsError(f"offset has no start for shard {shard}")
             if start_token == end_token:
+                if hop is not None:  # a kept shard's heartbeat: it is read on, not retired
+                    held, announce, marker = end_token.dumps(), marker, None
+                    parts.append(ShardRange(shard, held, held, True, marker=announce))
                 continue
             if not position_contains(end_token.position, start_token.position):
                 raise BinlogReadError(
@@ -232,7 +234,7 @@ class _Planner:
                     f"{end_token.position}; its binlog history changed (restored or reset?)"
                 )
             if hopper is not None and declared is not None and shard not in declared:
-                parts += self._via_destinations(hopper, shard, start_token, end_token, dedup_text)
+                parts += self._via_destinations(hopper, shard, start_token, end_token, dedup)
                 continue
             cuts = self.session(shard).split_points(
                 start_token.position, end_token.position, self.config.max_partition_bytes
@@ -248,7 +250,7 @@ class _Planner:
                     marker = None  # one marker per hop batch
                 parts.append(
                     ShardRange(
-                        shard, edges[index], edges[index + 1], last, endpoint, dedup_text, announce
+                        shard, edges[index], edges[index + 1], last, endpoint, dedup, announce
                     )
                 )
         return parts
@@ -259,7 +261,7 @@ class _Planner:
         shard: str,
         start: EventToken,
         end: EventToken,
-        dedup_text: str | None,
+        dedup: DedupFilter | None,
     ) -> list[ShardRange]:
         via = Via(shard, start.position, end.position).to_json()
         parts = []
@@ -267,7 +269,7 @@ class _Planner:
             endpoint = self.endpoint(destination)
             parts.append(
                 ShardRange(
-                    destination, first.dumps(), last.dumps(), False, endpoint, dedup_text, None, via
+                    destination, first.dumps(), last.dumps(), False, endpoint, dedup, None, via
                 )
             )
         log.info("reading retired shard %s from %s up to %s", shard, start.position, end.position)
@@ -388,7 +390,7 @@ class UpdateStreamBatchReader(DataSourceReader):
 
 
 def _dedup(config: SourceConfig) -> DedupFilter | None:
-    return DedupFilter.from_json(json.loads(config.dedup)) if config.dedup else None
+    return config.dedup
 
 
 class UpdateStreamDataSource(DataSource):

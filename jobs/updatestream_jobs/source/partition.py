@@ -28,6 +28,7 @@ from updatestream.core.gtid import (
     parse_position,
     position_contains,
     position_from_json,
+    position_to_json,
 )
 from updatestream.core.hop import canonical_shard_name
 from updatestream.core.token import EventToken
@@ -56,7 +57,8 @@ class ShardRange(InputPartition):
     """One shard's slice of a micro-batch: start and end Event Tokens (JSON text).
 
     `endpoint` says where the shard listens (a shard a hop brought in is not in the config the
-    workers got); `dedup` is the dedup rule's JSON for the rows read; `marker` is the JSON of a
+    workers got); `dedup` is the dedup rule for the rows read (pickled with the partition, as the
+    object it is); `marker` is the JSON of a
     hop that this partition announces with a first `hop` row.
     """
 
@@ -67,7 +69,7 @@ class ShardRange(InputPartition):
         end: str,
         heartbeat: bool,
         endpoint: ShardEndpoint | None = None,
-        dedup: str | None = None,
+        dedup: DedupFilter | None = None,
         marker: str | None = None,
         via: str | None = None,
     ) -> None:
@@ -85,10 +87,9 @@ class ShardRange(InputPartition):
         return f"ShardRange({self.shard}, {self.start} -> {self.end})"
 
     def classifier(self) -> Classifier | None:
-        if not self.dedup:
+        if self.dedup is None or self.dedup.is_empty():
             return None
-        dedup = DedupFilter.from_json(json.loads(self.dedup))
-        return None if dedup.is_empty() else RowClassifier(dedup)
+        return RowClassifier(self.dedup)
 
 
 class RowClassifier:
@@ -132,8 +133,8 @@ class Via:
         return json.dumps(
             {
                 "shard": self.shard,
-                "after": {"pos": str(self.after), "flavor": self.after.flavor.value},
-                "upto": {"pos": str(self.upto), "flavor": self.upto.flavor.value},
+                "after": position_to_json(self.after),
+                "upto": position_to_json(self.upto),
             }
         )
 

@@ -27,7 +27,7 @@ from updatestream_operator.jobconfig import (
     config_files,
     job_config,
     kubernetes_watch,
-    run_arguments,
+    run_options,
 )
 from updatestream_operator.launchers.base import split_key
 from updatestream_operator.launchers.settings import ClusterSettings
@@ -171,8 +171,9 @@ class ClusterLauncher(ABC):
         ).model_copy(update={"metrics_host": "0.0.0.0"})  # Prometheus scrapes the Pod
 
     def driver_arguments(self, job: JobSpec) -> list[str]:
-        """`updatestream run --config` on the ConfigMap mounted into the driver."""
-        return run_arguments(naming.CONFIG_MOUNT)
+        """The Spark main file's arguments: it is `updatestream run` itself, so they are that
+        command's options (`--config` on the ConfigMap mounted into the driver)."""
+        return run_options(naming.CONFIG_MOUNT)
 
     def publisher_container(self, job: JobSpec) -> dict[str, Any]:
         """The sidecar copying the job's status file into the progress ConfigMap."""
@@ -204,15 +205,19 @@ class ClusterLauncher(ABC):
             },
         }
 
-    @staticmethod
-    def job_volumes(job: JobSpec) -> list[dict[str, Any]]:
+    def job_volumes(self, job: JobSpec) -> list[dict[str, Any]]:
         """The driver Pod's volumes: the job's configuration, and emptyDirs for everything it
-        writes (the root filesystem is read-only)."""
+        writes (the root filesystem is read-only); the checkpoints on the configured
+        PersistentVolumeClaim, which outlives the Pod, when there is one."""
+        claim = self.settings.checkpoint_claim
+        state: dict[str, Any] = (
+            {"persistentVolumeClaim": {"claimName": claim}} if claim else {"emptyDir": {}}
+        )
         return [
             {"name": CONFIG_VOLUME, "configMap": {"name": naming.config_map_name(job.job_id)}},
             {"name": STATUS_VOLUME, "emptyDir": {}},
             {"name": SCRATCH_VOLUME, "emptyDir": {}},
-            {"name": STATE_VOLUME, "emptyDir": {}},
+            {"name": STATE_VOLUME, **state},
         ]
 
     def driver_volume_mounts(self) -> list[dict[str, Any]]:

@@ -37,7 +37,7 @@ from updatestream_operator.jobconfig import (
     KEYSPACE_FILE,
     job_config,
     keyspace_document,
-    run_arguments,
+    run_options,
 )
 from updatestream_operator.launchers.base import LaunchError, split_key
 from updatestream_operator.models import JobInfo, JobPhase, JobProgress, JobSpec, JobStatus
@@ -215,7 +215,7 @@ class LocalLauncher:
             # the launch's own, so the job's command line names its launch directory
             _write_atomically(directory / KEYSPACE_FILE, keyspace_document(job.keyspace))
             _write_atomically(launch_dir / JOB_FILE, config.dump())
-            arguments = run_arguments(str(launch_dir))
+            arguments = ["run", *run_options(str(launch_dir))]
             meta = {
                 "streamUid": job.stream.uid,
                 "keyRange": job.key_range,

@@ -29,6 +29,15 @@ class ClusterSettings:
     # a Pod template (the chart's) the spark-submit driver template is built on, so its
     # scheduling, pull secrets and annotations reach the driver Pods; None: the operator's alone
     driver_pod_template: Path | None = None
+    # the API server's address as the driver Pods reach it (spark.kubernetes.driver.master);
+    # None: Spark's default, kubernetes.default.svc (needs cluster DNS)
+    driver_master: str | None = None
+    # CPU each driver and executor requests (spark.kubernetes.*.request.cores); a stream's
+    # spec.spark.driver/executor coreRequest wins. None: Spark's default (the cores setting)
+    core_request: str | None = None
+    # a PersistentVolumeClaim for the drivers' checkpoints, so they outlive the driver Pod;
+    # None: an emptyDir per Pod
+    checkpoint_claim: str | None = None
 
     def image_for(self, job: JobSpec) -> str:
         return job.spark.image or self.image

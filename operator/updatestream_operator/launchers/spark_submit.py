@@ -123,7 +123,7 @@ class SparkSubmitLauncher(ClusterLauncher):
         }
 
     def spark_conf(self, job: JobSpec, template: Path) -> dict[str, str]:
-        conf: dict[str, str] = {"spark.executor.instances": "1"}
+        conf: dict[str, str] = {"spark.executor.instances": "1"} | self.cluster_conf()
         conf |= spark_resource_conf("driver", job.spark.driver)
         conf |= spark_resource_conf("executor", job.spark.executor)
         conf |= job.spark.conf
@@ -146,6 +146,17 @@ class SparkSubmitLauncher(ClusterLauncher):
             path = f"{naming.SECRETS_MOUNT}/{secret}"
             conf[f"spark.kubernetes.driver.secrets.{secret}"] = path
             conf[f"spark.kubernetes.executor.secrets.{secret}"] = path
+        return conf
+
+    def cluster_conf(self) -> dict[str, str]:
+        """What Spark needs on a cluster without DNS or kube-proxy in the Pods' way: executors
+        dial the driver Pod's IP, the driver calls the API server where Pods reach it."""
+        conf = {"spark.kubernetes.executor.useDriverPodIP": "true"}
+        if self.settings.driver_master:
+            conf["spark.kubernetes.driver.master"] = self.settings.driver_master
+        if self.settings.core_request:
+            for role in ("driver", "executor"):
+                conf[f"spark.kubernetes.{role}.request.cores"] = self.settings.core_request
         return conf
 
     def command(self, job: JobSpec, template: Path) -> list[str]:

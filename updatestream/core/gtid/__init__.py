@@ -44,6 +44,8 @@ __all__ = [
     "compare_positions",
     "parse_position",
     "position_contains",
+    "position_from_json",
+    "position_to_json",
     "position_union",
 ]
 
@@ -106,6 +108,11 @@ def compare_positions(a: GTIDPosition, b: GTIDPosition) -> Comparison:
     if a_has_b:
         return Comparison.AFTER
     return Comparison.UNKNOWN
+
+
+def position_to_json(position: GTIDPosition) -> dict[str, str]:
+    """The ``{"pos": text, "flavor": "mariadb" | "mysql"}`` form `position_from_json` reads."""
+    return {"pos": str(position), "flavor": position.flavor.value}
 
 
 def position_from_json(

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Builds the node's images with buildah and loads them into the node's containerd, never
+# pulling anything:
+#
+#   pause  the sandbox image: docker/pause/pause.c built with `gcc -static`, FROM scratch
+#   app    the UpdateStream image from the Dockerfile, on the Debian base images of
+#          scripts/build-base-image.sh (PYTHON_IMAGE / JRE_IMAGE build arguments)
+#
+# Usage: build-image.sh [pause|app|all] (default all). The app image is tagged
+# localhost/updatestream:dev-<hash of the build context>, so it is rebuilt only when an input
+# changes; its name is written to <cache>/images/app.ref. When the node's containerd runs
+# (CONTAINERD_ADDRESS, default .updatestream/node/run/containerd.sock), each image it does
+# not hold yet is exported (`buildah push ... docker-archive:`) and imported with
+# `ctr -n k8s.io images import`.
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/buildah-env.sh
+source "$repo/scripts/buildah-env.sh"
+what=${1:-all}
+image_dir=$cache_dir/images
+address=${CONTAINERD_ADDRESS:-$repo/.updatestream/node/run/containerd.sock}
+mkdir -p "$image_dir"
+exec 7>"$image_dir/.build-image.lock"
+flock 7
+
+present() { bah inspect --type image "$1" >/dev/null 2>&1; }
+
+build_pause() {
+  present "$PAUSE_IMAGE" && return 0
+  local work
+  work=$(mktemp -d)
+  gcc -static -Os -s -o "$work/pause" "$repo/docker/pause/pause.c"
+  bah bud --quiet --pull=never --runtime /usr/sbin/runc --network host \
+    -f "$repo/docker/pause/Containerfile" -t "$PAUSE_IMAGE" "$work" >/dev/null
+  rm -rf "$work"
+  echo "built $PAUSE_IMAGE"
+}
+
+# What the build context holds: the .dockerignore's allow-list (`!path`), hashed file by file.
+context_hash() {
+  local allowed
+  mapfile -t allowed < <(sed -n 's#^!\(.*[^/]\)/\{0,1\}$#\1#p' "$repo/.dockerignore")
+  (cd "$repo" && find Dockerfile .dockerignore "${allowed[@]}" -type f \
+    ! -path '*/__pycache__/*' ! -name '*.pyc' ! -path '*.egg-info/*' \
+    ! -path '*/.mypy_cache/*' ! -path '*/.ruff_cache/*' -print0 |
+    sort -z | xargs -0 sha256sum | sha256sum | cut -c1-12)
+}
+
+build_app() {
+  "$repo/scripts/build-base-image.sh"
+  APP_IMAGE=localhost/updatestream:dev-$(context_hash)
+  echo "$APP_IMAGE" >"$image_dir/app.ref"
+  if present "$APP_IMAGE"; then
+    echo "image up to date: $APP_IMAGE"
+    return 0
+  fi
+  local t0=$SECONDS host_config=()
+  # The build steps download the locked wheels with the machine's own pip settings and CA
+  # bundle (a proxy that re-signs TLS needs its CA); mounted for the build only, not in a layer.
+  [ -f /etc/pip.conf ] && host_config+=(--volume /etc/pip.conf:/etc/pip.conf:ro)
+  [ -f /etc/ssl/certs/ca-certificates.crt ] &&
+    host_config+=(--volume /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro)
+  # No layer cache (--layers): buildah 1.28 reused a cached `COPY . ./` layer for a changed
+  # context. The image is only built when the context's hash changes, and pip's cache mount
+  # keeps it quick. Working containers a failed or interrupted build left in this storage
+  # (ours alone, and the lock above serialises builds) are removed first.
+  bah rm --all >/dev/null
+  echo "building $APP_IMAGE ..."
+  bah bud --quiet --pull=never --runtime /usr/sbin/runc --network host "${host_config[@]}" \
+    --build-arg "PYTHON_IMAGE=$BASE_IMAGE" --build-arg "JRE_IMAGE=$JRE_IMAGE" \
+    -t "$APP_IMAGE" "$repo" >/dev/null
+  echo "built $APP_IMAGE in $((SECONDS - t0))s"
+  # bud leaves the container of a stage it only copied from (jre) mounted: remove it, and the
+  # storage's own mount of its overlay directory, so a build leaves no mount behind.
+  bah rm --all >/dev/null
+  if mountpoint -q "$BUILDAH_ROOT/overlay"; then umount "$BUILDAH_ROOT/overlay"; fi
+  # Older builds of the app image are of no use: keep the cache to one (about 1.5 GB).
+  local old
+  for old in $(bah images --format '{{.Name}}:{{.Tag}}' | grep '^localhost/updatestream:dev-' |
+    grep -vxF "$APP_IMAGE"); do
+    bah rmi "$old" >/dev/null 2>&1 || true
+  done
+}
+
+load() { # image
+  [ -S "$address" ] || return 0
+  if ctr --address "$address" -n k8s.io images ls -q | grep -qxF "$1"; then return 0; fi
+  local t0=$SECONDS archive="$image_dir/.load.tar"
+  rm -f "$archive"
+  bah push --quiet "$1" "docker-archive:$archive:$1"
+  ctr --address "$address" -n k8s.io images import "$archive" >/dev/null
+  rm -f "$archive"
+  echo "loaded $1 into the node's containerd in $((SECONDS - t0))s"
+  local old
+  for old in $(ctr --address "$address" -n k8s.io images ls -q | grep '^localhost/updatestream:dev-' |
+    grep -vxF "$1"); do
+    ctr --address "$address" -n k8s.io images rm "$old" >/dev/null
+  done
+}
+
+case $what in
+  pause) build_pause; load "$PAUSE_IMAGE" ;;
+  app) build_app; load "$APP_IMAGE" ;;
+  all) build_pause; load "$PAUSE_IMAGE"; build_app; load "$APP_IMAGE" ;;
+  *) echo "build-image.sh: unknown image '$what' (pause, app or all)" >&2; exit 2 ;;
+esac

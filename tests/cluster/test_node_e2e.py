@@ -1,0 +1,344 @@
+"""End to end on a real one-node Kubernetes: the chart's operator Pod from the project's image
+launches a Spark job as a driver Pod and an executor Pod, which stream live traffic into the
+Version Stream, memcached and CDCv2 sinks; a live split applied to the Keyspace with kubectl
+is hopped inside the running job; `updatestream verify` checks every sink.
+
+Real components throughout (tests/cluster/node.py): kubelet runs the Pods with containerd and
+runc, in a namespace enforcing the `restricted` Pod Security Standard. The development
+cluster's MariaDB shards, the memcached and the Version Stream MariaDB run on loopback and are
+reached by the Pods through forwarders on the bridge address. The driver's checkpoints and the
+CDCv2 files go to a local PersistentVolume, a directory the test reads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from updatestream_cli.devcluster.cluster import DevCluster
+from updatestream_cli.devcluster.memcached import MemcachedServer
+from updatestream_cli.devcluster.reshard import ReshardOptions
+from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
+
+from harness.hop import reshard
+from tests.cluster.node import API_SERVER, BRIDGE_IP, REPO_ROOT, Forwarder, Node, wait_for
+from tests.conftest import MariaDBFixture
+
+NS = "us-node"
+STREAM = "orders-node"
+SINK_SECRET = "node-versionstream"
+SINK_DATABASE = "us_node_e2e"
+CLAIM = "updatestream-checkpoints"
+CLAIM_MOUNT = "/var/lib/updatestream/checkpoints"
+CLI = str(Path(sys.executable).with_name("updatestream"))
+STREAM_SELECTOR = f"updatestream.io/stream={STREAM}"
+REPORT = REPO_ROOT / ".updatestream" / "node-e2e-report.txt"
+
+
+@dataclass
+class World:
+    node: Node
+    cluster: DevCluster
+    memcached: MemcachedServer
+    sink: MariaDBFixture
+    volume: Path  # the local PersistentVolume's directory
+    secrets: Path
+    forwarders: dict[str, Forwarder]
+
+    def versionstream_rows(self) -> int:
+        """Rows in the Version Stream (0 before the sink's first batch creates its table)."""
+        with self.sink.connect() as conn, conn.cursor() as cur:
+            cur.execute(
+                "SELECT COUNT(*) FROM information_schema.tables "
+                "WHERE table_schema = %s AND table_name = 'versionstream'",
+                (SINK_DATABASE,),
+            )
+            if not cur.fetchone()[0]:
+                return 0
+            cur.execute(f"SELECT COUNT(*) FROM `{SINK_DATABASE}`.versionstream")
+            return int(cur.fetchone()[0])
+
+    def status(self) -> dict[str, Any]:
+        found = self.node.items(NS, "updatestreams")
+        return dict(found[0].get("status") or {}) if found else {}
+
+    def condition(self, type_: str) -> tuple[str, str] | None:
+        for c in self.status().get("conditions", []):
+            if c["type"] == type_:
+                return c["status"], c.get("reason", "")
+        return None
+
+    def pods(self) -> list[dict[str, Any]]:
+        return self.node.items(NS, "pods", STREAM_SELECTOR)
+
+
+def _secret(node: Node, name: str, folder: Path) -> None:
+    node.kubectl(
+        "create", "secret", "generic", name, "-n", NS,
+        f"--from-file=username={folder / 'username'}",
+        f"--from-file=password={folder / 'password'}",
+    )  # fmt: skip
+
+
+def _local_volume(path: Path) -> list[dict[str, Any]]:
+    on_node = {"key": "kubernetes.io/hostname", "operator": "In", "values": ["updatestream-node"]}
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": f"{NS}-checkpoints"},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "storageClassName": "updatestream-local",
+                "local": {"path": str(path)},
+                "nodeAffinity": {
+                    "required": {"nodeSelectorTerms": [{"matchExpressions": [on_node]}]}
+                },
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": CLAIM},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": "updatestream-local",
+                "volumeName": f"{NS}-checkpoints",
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        },
+    ]
+
+
+def _install(node: Node) -> None:
+    registry, _, rest = node.image.partition("/")
+    repository, _, tag = rest.partition(":")
+    node.helm(
+        "install", "updatestream", str(REPO_ROOT / "charts" / "updatestream-operator"),
+        "-n", NS, "--wait", "--timeout", "180s",
+        "--set", f"image.registry={registry}", "--set", f"image.repository={repository}",
+        "--set", f"image.tag={tag}", "--set", "image.pullPolicy=Never",
+        "--set", f"spark.driverMaster={API_SERVER}", "--set", "spark.coreRequest=500m",
+        "--set", f"spark.checkpointClaim={CLAIM}",
+        "--set", "operator.resources.requests.cpu=100m",
+    )  # fmt: skip
+
+
+@pytest.fixture
+def world(
+    node: Node, mariadb_server: MariaDBFixture, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[World]:
+    workdir = tmp_path_factory.mktemp("node-e2e")
+    cluster = DevCluster(workdir / "cluster")
+    memcached = MemcachedServer()
+    forwarders: dict[str, Forwarder] = {}
+    try:
+        cluster.up("-80,80-")
+        memcached.start()
+        for shard in ("-80", "80-"):
+            forwarders[shard] = Forwarder(int(cluster.server(shard).port or 0))
+        forwarders["memcached"] = Forwarder(memcached.port)
+        forwarders["sink"] = Forwarder(mariadb_server.port)
+        volume = workdir / "volume"
+        volume.mkdir()
+        os.chown(volume, 10001, 10001)
+        secrets = workdir / "secrets"
+        (secrets / SINK_SECRET).mkdir(parents=True)
+        (secrets / SINK_SECRET / "username").write_text(mariadb_server.admin.username)
+        (secrets / SINK_SECRET / "password").write_text(mariadb_server.admin.password)
+        node.kubectl("create", "namespace", NS)
+        node.kubectl("label", "namespace", NS, "pod-security.kubernetes.io/enforce=restricted")
+        yield World(node, cluster, memcached, mariadb_server, volume, secrets, forwarders)
+    finally:
+        for forwarder in forwarders.values():
+            forwarder.close()
+        memcached.stop()
+        cluster.down()
+
+
+def _keyspace(w: World) -> dict[str, Any]:
+    """The development cluster's manifest with every shard at its forwarder."""
+    keyspace = yaml.safe_load(w.cluster.manifest_path.read_text())
+    for shard in keyspace["spec"]["shards"]:
+        shard["mysql"]["host"] = BRIDGE_IP
+        shard["mysql"]["port"] = w.forwarders[shard["name"]].port
+    return dict(keyspace)
+
+
+def _stream(w: World, start: dict[str, str]) -> dict[str, Any]:
+    sinks = [
+        {"type": "memcached", "servers": [f"{BRIDGE_IP}:{w.forwarders['memcached'].port}"]},
+        {
+            "type": "versionStream",
+            "mysql": {"host": BRIDGE_IP, "port": w.forwarders["sink"].port},
+            "database": SINK_DATABASE,
+            "credentialsSecret": {"name": SINK_SECRET},
+        },
+        {"type": "cdcv2", "path": f"{CLAIM_MOUNT}/cdc", "allowedLatenessSeconds": 1},
+    ]
+    return {
+        "apiVersion": "updatestream.io/v1alpha1",
+        "kind": "UpdateStream",
+        "metadata": {"name": STREAM},
+        "spec": {
+            "keyspace": "commerce",
+            "keyRanges": ["-"],
+            "start": {"mode": "gtid", "gtid": start},
+            "sinks": sinks,
+        },
+    }
+
+
+def _diagnostics(node: Node) -> str:
+    """What the node shows when the stream does not do what the test waits for."""
+    parts = []
+    for args in (
+        ("get", "pods", "-n", NS, "-o", "wide"),
+        ("get", "events", "-n", NS, "--sort-by=.lastTimestamp"),
+        ("get", "updatestream", STREAM, "-n", NS, "-o", "jsonpath={.status.conditions}"),
+        ("logs", "-n", NS, "deploy/updatestream-updatestream-operator", "--tail=30"),
+        ("logs", "-n", NS, "-l", "spark-role=driver", "-c", "spark-kubernetes-driver", "--tail=60"),
+    ):
+        parts.append(f"$ kubectl {' '.join(args)}\n{node.kubectl(*args, check=False)[-6000:]}")
+    return "\n".join(parts)
+
+
+def _verify(w: World, ledger: Path, status_file: Path) -> dict[str, dict[str, Any]]:
+    options = {
+        "memcached": [
+            "--servers", w.memcached.address,
+            "--keyspace-manifest", str(w.cluster.manifest_path),
+            "--secrets-dir", str(w.cluster.secrets_dir),
+        ],
+        "versionstream": [
+            "--mysql", f"127.0.0.1:{w.sink.port}", "--secrets-dir", str(w.secrets),
+            "--secret", SINK_SECRET, "--database", SINK_DATABASE,
+        ],
+        "cdcv2": ["--path", str(w.volume / "cdc")],
+    }  # fmt: skip
+    reports = {}
+    for sink, extra in options.items():
+        done = subprocess.run(
+            [CLI, "verify", "--ledger", str(ledger), "--sink", sink, *extra,
+             "--status-file", str(status_file), "--json"],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert done.returncode in (0, 1), done.stderr
+        reports[sink] = json.loads(done.stdout)
+    return reports
+
+
+def test_the_operator_pod_runs_a_spark_job_as_pods_that_deliver_every_change(
+    world: World,
+) -> None:
+    w, node, cluster = world, world.node, world.cluster
+    _install(node)
+    node.apply(NS, *_local_volume(w.volume))
+    reader = cluster.secret_ref("reader").name
+    _secret(node, reader, cluster.secrets_dir / reader)
+    _secret(node, SINK_SECRET, w.secrets / SINK_SECRET)
+    node.apply(NS, _keyspace(w))
+
+    start = {s: cluster.server(s).gtid_position() for s in ("-80", "80-")}
+    ledger = w.volume.parent / "ledger.jsonl"
+    traffic = TrafficGenerator(
+        cluster.manifest_path, cluster.secrets_dir, ledger, TrafficOptions(rate=50, seed=19)
+    ).start()
+    try:
+        applied = time.monotonic()
+        node.apply(NS, _stream(w, start))
+        try:
+            wait_for(lambda: w.versionstream_rows() > 0, "the first event in a sink", timeout=300)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{_diagnostics(node)}") from None
+        first_event = time.monotonic() - applied
+        roles = wait_for(
+            lambda: (
+                {p["metadata"]["labels"].get("spark-role") for p in w.pods()}
+                >= {"driver", "executor"}
+            ),
+            "a driver and an executor Pod",
+        )
+        assert roles
+        pods_wide = node.kubectl("get", "pods", "-n", NS, "-o", "wide")
+        time.sleep(4)
+        # a live split, applied to the Keyspace as a user would: the job hops in place
+        reshard(cluster, "-80", "-40,40-80", ReshardOptions(min_replicate_seconds=5))
+        for shard in ("-40", "40-80"):
+            w.forwarders[shard] = Forwarder(int(cluster.server(shard).port or 0))
+        node.apply(NS, _keyspace(w))
+        try:
+            wait_for(lambda: w.condition("Hopping") == ("False", "HopCompleted"), "the hop", 300)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{_diagnostics(node)}") from None
+        time.sleep(5)  # traffic onto the new shards
+    finally:
+        stats = traffic.stop()
+
+    (driver,) = node.items(NS, "pods", "spark-role=driver")
+    job_id = driver["metadata"]["name"]
+    status_file = w.volume.parent / "status.json"
+
+    def clean() -> dict[str, dict[str, Any]] | None:
+        progress = node.items(NS, "configmaps", "")
+        data = next(
+            (
+                c.get("data") or {}
+                for c in progress
+                if c["metadata"]["name"] == f"{job_id}-progress"
+            ),
+            {},
+        )
+        status_file.write_text(data.get("status.json") or "{}")
+        reports = _verify(w, ledger, status_file)
+        done = all(r["lost"] == 0 and not r.get("stale_keys") for r in reports.values())
+        return reports if done else None
+
+    reports = wait_for(clean, "every sink to catch up with the ledger", timeout=300)
+    for sink, verdict in reports.items():
+        assert verdict["lost"] == 0 and verdict["duplicates_delivered"] == 0, (sink, verdict)
+        assert verdict["committed"] == stats.rows, (sink, verdict)
+        assert not verdict.get("stale_keys"), (sink, verdict)
+    for pod in w.pods():
+        assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+        assert pod["status"]["phase"] == "Running", pod["metadata"]["name"]
+    reasons = [
+        e["reason"] for e in node.items(NS, "events") if e["involvedObject"]["name"] == STREAM
+    ]
+    assert reasons.count("Launched") == 1 and "Relaunched" not in reasons, reasons
+    status = w.status()
+    assert status["hopCount"] == 1
+    (hop,) = status["hops"]
+    assert (hop["method"], hop["phase"]) == ("InJob", "Completed")
+    assert (hop["fromShards"], hop["toShards"]) == (["-80", "80-"], ["-40", "40-80", "80-"])
+
+    node.kubectl("delete", "updatestream", STREAM, "-n", NS, "--wait=true", "--timeout=180s")
+
+    def gone() -> bool:
+        left = [
+            *w.pods(),
+            *node.items(NS, "configmaps", STREAM_SELECTOR),
+            *node.items(NS, "services", STREAM_SELECTOR),
+        ]
+        return not left
+
+    wait_for(gone, "no Pod, ConfigMap or Service of the stream left", timeout=180)
+    REPORT.parent.mkdir(parents=True, exist_ok=True)
+    REPORT.write_text(
+        f"time from kubectl apply of the UpdateStream to the first event in a sink: "
+        f"{first_event:.1f}s\n"
+        f"cluster-up {node.timings['cluster-up']:.1f}s, image build and load "
+        f"{node.timings['image']:.1f}s\ncommitted rows {stats.rows}\n\n{pods_wide}\n"
+        + json.dumps(reports, indent=1)
+    )
