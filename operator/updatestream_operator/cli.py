@@ -12,7 +12,12 @@ from typing import Any
 import click
 
 from updatestream.clickopts import FILE, seconds_option, secrets_dir_option, status_file_option
-from updatestream_operator.config import LAUNCHERS, OperatorConfig, WebhookSettings
+from updatestream_operator.config import (
+    LAUNCHERS,
+    ClusterSettings,
+    OperatorConfig,
+    WebhookSettings,
+)
 
 
 def _check_liveness(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -189,12 +194,6 @@ def operator_command(
     """Run the UpdateStream operator (kopf) until interrupted."""
     webhook = _webhook_settings(webhook_port, webhook_address, webhook_cert_dir)
     _check_endpoints(liveness, metrics_port, driver_pod_template)
-    import dataclasses
-
-    import kopf
-
-    from updatestream_operator import config, handlers  # noqa: F401 - registers the handlers
-
     cfg = OperatorConfig(
         namespace=namespace,
         launcher=launcher,
@@ -208,8 +207,7 @@ def operator_command(
         in_job_hop_timeout=in_job_hop_timeout,
         webhook=webhook,
     )
-    cfg.cluster = dataclasses.replace(
-        cfg.cluster,
+    cfg.cluster = ClusterSettings(
         image=image or cfg.cluster.image,
         service_account=service_account or cfg.cluster.service_account,
         driver_pod_template=driver_pod_template.absolute() if driver_pod_template else None,
@@ -217,13 +215,22 @@ def operator_command(
         core_request=spark_core_request,
         checkpoint_claim=checkpoint_claim,
     )
-    if kubeconfig:
-        os.environ["KUBECONFIG"] = kubeconfig  # kopf's own login reads it too
+    _run(cfg, liveness=liveness, verbose=verbose)
+
+
+def _run(cfg: OperatorConfig, *, liveness: str | None, verbose: bool) -> None:
+    """kopf, with the handlers registered and configured, until interrupted."""
+    import kopf
+
+    from updatestream_operator import config, handlers  # noqa: F401 - registers the handlers
+
+    if cfg.kubeconfig:
+        os.environ["KUBECONFIG"] = cfg.kubeconfig  # kopf's own login reads it too
     config.configure(cfg)
     kopf.configure(verbose=verbose)
     kopf.run(
-        clusterwide=namespace is None,
-        namespaces=[namespace] if namespace else [],
+        clusterwide=cfg.namespace is None,
+        namespaces=[cfg.namespace] if cfg.namespace else [],
         standalone=True,
         liveness_endpoint=liveness,
     )
