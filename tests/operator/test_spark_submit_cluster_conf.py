@@ -75,3 +75,15 @@ def test_the_spark_main_file_gets_the_run_commands_options_it_parses() -> None:
     known = {name for param in run.params for name in param.opts}
     assert {o for o in options if o.startswith("--")} <= known
     assert options[options.index("--key-range") + 1] == "-"
+
+
+def test_a_job_that_hops_in_place_keeps_one_checkpoint_across_launches() -> None:
+    ours = launcher(checkpoint_claim="checkpoints")
+    hopping = dataclasses.replace(job_spec(launch_id=1), in_job_hops=True)
+    again = dataclasses.replace(hopping, launch_id=2)
+    assert ours.driver_config(hopping).checkpoint == ours.driver_config(again).checkpoint
+    planned = job_spec(launch_id=1)  # relaunched after a hop from planned positions
+    assert (
+        ours.driver_config(planned).checkpoint
+        != ours.driver_config(dataclasses.replace(planned, launch_id=2)).checkpoint
+    )

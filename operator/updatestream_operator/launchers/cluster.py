@@ -164,11 +164,20 @@ class ClusterLauncher(ABC):
         return job_config(
             job,
             secrets_dir=naming.SECRETS_MOUNT,
-            checkpoint=f"{root}/{namespace}/{job.job_id}/launch-{job.launch_id}",
+            checkpoint=f"{root}/{namespace}/{job.job_id}/{self._checkpoint_name(job)}",
             metrics_port=self.settings.driver_metrics_port,
             status_file=naming.STATUS_FILE,
             keyspace_watch=kubernetes_watch(job),
         ).model_copy(update={"metrics_host": "0.0.0.0"})  # Prometheus scrapes the Pod
+
+    @staticmethod
+    def _checkpoint_name(job: JobSpec) -> str:
+        """A job that hops in place keeps one checkpoint for its key range: on the checkpoint
+        claim, a driver Pod that was deleted or evicted is relaunched from it and resumes
+        exactly where it stopped (its sinks see the next batch, not batch 0 again). A job that
+        does not hop in place is relaunched after a hop from planned positions, so each of its
+        launches starts afresh."""
+        return "checkpoint" if job.in_job_hops else f"launch-{job.launch_id}"
 
     def driver_arguments(self, job: JobSpec) -> list[str]:
         """The Spark main file's arguments: it is `updatestream run` itself, so they are that
@@ -225,7 +234,7 @@ class ClusterLauncher(ABC):
             {"name": CONFIG_VOLUME, "mountPath": naming.CONFIG_MOUNT, "readOnly": True},
             {"name": STATUS_VOLUME, "mountPath": naming.STATUS_MOUNT},
             {"name": SCRATCH_VOLUME, "mountPath": SCRATCH_MOUNT},
-            # each launch checkpoints afresh (positions in status are the truth): scratch suffices
+            # on the checkpoint claim when there is one, so a relaunched driver resumes
             {"name": STATE_VOLUME, "mountPath": self.settings.checkpoint_root},
         ]
 
