@@ -71,10 +71,9 @@ def test_the_spark_main_file_gets_the_run_commands_options_it_parses() -> None:
     command = launcher().command(job_spec(), TEMPLATE)
     main_file = next(i for i, arg in enumerate(command) if arg.endswith("/main.py"))
     options = command[main_file + 1 :]
-    assert options[0] == "--stream"
+    assert options == ["--config", "/etc/updatestream/job/job.yaml"]
     known = {name for param in run.params for name in param.opts}
     assert {o for o in options if o.startswith("--")} <= known
-    assert options[options.index("--key-range") + 1] == "-"
 
 
 def test_a_job_that_hops_in_place_keeps_one_checkpoint_across_launches() -> None:
