@@ -132,14 +132,8 @@ class DevCluster:
         names = list(self.state().get("servers", {}))
         return [r.name for r in sorted(KeyRange.parse(n) for n in names)]
 
-    def server(self, shard: str) -> MariaDBServer:
-        name = KeyRange.parse(shard).name
-        info = self.state().get("servers", {}).get(name)
-        if info is None:
-            raise ClusterStateError(
-                f"shard {name} has no server in {self.dir} "
-                f"(shards: {', '.join(self.shard_names())})"
-            )
+    def _server_of(self, name: str, info: dict[str, Any]) -> MariaDBServer:
+        """The server of shard `name` as the cluster state records it."""
         return MariaDBServer(
             base_dir=self.dir / "shards" / shard_dir_name(name),
             server_id=info["server_id"],
@@ -148,6 +142,16 @@ class DevCluster:
             name=name,
             pid=info.get("pid"),
         )
+
+    def server(self, shard: str) -> MariaDBServer:
+        name = KeyRange.parse(shard).name
+        info = self.state().get("servers", {}).get(name)
+        if info is None:
+            raise ClusterStateError(
+                f"shard {name} has no server in {self.dir} "
+                f"(shards: {', '.join(self.shard_names())})"
+            )
+        return self._server_of(name, info)
 
     # -- credentials ----------------------------------------------------------------------------
 
@@ -294,14 +298,7 @@ class DevCluster:
             state["next_id"] = ident + 1
             info = {"server_id": ident, "domain_id": ident, "port": None, "provisioned": False}
             state["servers"][name] = info
-        server = MariaDBServer(
-            base_dir=self.dir / "shards" / shard_dir_name(name),
-            server_id=info["server_id"],
-            domain_id=info["domain_id"],
-            port=info["port"],
-            name=name,
-            pid=info.get("pid"),
-        )
+        server = self._server_of(name, info)
         if server.pid is not None and str(server.datadir) not in pid_cmdline(server.pid):
             server.pid = None
         if server.is_running() and info.get("provisioned"):
