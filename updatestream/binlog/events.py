@@ -1,6 +1,7 @@
 """The change event: what the binlog source emits and every sink consumes.
 
-One row of a row event becomes one `ChangeEvent`. Each micro-batch partition also ends with one
+One row of a row event becomes one `ChangeEvent`; one row read by the snapshot becomes one
+`snapshot` event. Each micro-batch partition also ends with one
 `heartbeat` event per shard, carrying the shard's end token, so that sinks see per-shard progress
 in band (the CDCv2 sink derives its progress statements from them) even when a shard is idle.
 
@@ -19,8 +20,11 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-Op = Literal["insert", "update", "delete", "heartbeat", "hop"]
-OPS: tuple[Op, ...] = ("insert", "update", "delete", "heartbeat")  # what sinks receive
+Op = Literal["insert", "update", "delete", "snapshot", "heartbeat", "hop"]
+OPS: tuple[Op, ...] = ("insert", "update", "delete", "snapshot", "heartbeat")  # what sinks receive
+# A `snapshot` event is one existing row read by the snapshot (start mode `snapshot`, or a
+# snapshot on demand): `after` holds the row as it was at the event's token, `before` is None.
+# For its key it comes before every change the stream delivers after that token.
 HOP_MARKER: Op = "hop"  # the first row of a hop batch; the job records it, sinks never see it
 
 # The Spark schema of a change event row, as DDL (field order is the row order).
