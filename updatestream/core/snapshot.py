@@ -239,17 +239,21 @@ class SnapshotState:
 
 
 def next_chunks(state: SnapshotState, budget: int) -> list[SnapshotRange]:
-    """The ranges whose next chunk the coming batch reads: up to `budget`, one per range,
-    spread over key ranges first (they live on different shards and read in parallel)."""
+    """The ranges whose next chunks the coming batch reads, up to `budget` chunks: round robin
+    over the unfinished ranges (different key ranges live on different shards and read in
+    parallel), so a range may come more than once: its chunks follow each other."""
+    pending = state.pending()
+    if not pending:
+        return []
     by_range: dict[str, list[SnapshotRange]] = {}
-    for item in state.pending():
+    for item in pending:
         by_range.setdefault(item.key_range, []).append(item)
-    chosen: list[SnapshotRange] = []
-    while len(chosen) < budget and any(by_range.values()):
-        for queue in by_range.values():
-            if queue and len(chosen) < budget:
-                chosen.append(queue.pop(0))
-    return chosen
+    order: list[SnapshotRange] = []
+    queues = list(by_range.values())
+    depth = max(len(q) for q in queues)
+    for level in range(depth):
+        order += [queue[level] for queue in queues if level < len(queue)]
+    return [order[i % len(order)] for i in range(budget)]
 
 
 class SnapshotFilter:

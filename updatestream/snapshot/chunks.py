@@ -18,9 +18,12 @@ that change. Each row is a faithful image of its key; nothing fails or is lost.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pymysql
 import pymysql.cursors
 
@@ -41,6 +44,7 @@ from updatestream.core.keyrange import KeyRange
 from updatestream.core.snapshot import Chunk, Key
 from updatestream.core.token import EventToken
 from updatestream.core.vschema import VSchema
+from updatestream.snapshot.columns import columnar_query, exact_text, fetch, keyspace_ids
 from updatestream.snapshot.tables import TableInfo, convert_row, describe_table
 
 _FETCH = 2000
@@ -73,21 +77,51 @@ class ChunkReader:
         self.vschema = VSchema.from_json(config.vschema_json, keyspace=config.keyspace)
         self.window_changes = 0  # binlog changes undone to bring the chunk back to `at`
 
-    def rows(self) -> Iterator[EventRow]:
-        """The chunk's rows as `snapshot` event tuples (ChangeEvent field order)."""
+    def columns(self) -> ChunkColumns:
+        """The chunk's rows as of `at`: primary-key JSON, keyspace id and row JSON columns."""
         with ShardSession(self.endpoint, self.config) as session:
             info = describe_table(session, snapshot_database(self.config), self.chunk.table)
-            images = self._select(info)
-            after, _ = session.current_position()
+            query = columnar_query(info, self.vschema)
+            if query is None:
+                images = self._select(info)
+                after, _ = session.current_position()
+                found = ChunkColumns.from_images(images)
+            else:
+                where, args = self._where(info)
+                table = fetch(self.endpoint, self.config, query.sql(where, args))
+                after, _ = session.current_position()
+                vindex = [table[f"_v{i}"] for i in range(len(query.vindex_columns))]
+                mask, ksids = keyspace_ids(info, self.vschema, vindex, self.key_range)
+                found = ChunkColumns(
+                    exact_text(table["_pk"]).filter(mask),
+                    ksids.filter(mask),
+                    exact_text(table["_row"]).filter(mask),
+                )
         if not position_contains(self.at.position, after):
-            self._undo(info, images, after)
+            overrides: dict[str, tuple[str, str] | None] = {}
+            self._undo(info, overrides, after)
+            found = found.overridden(overrides)
+        return found
+
+    def rows(self) -> Iterator[EventRow]:
+        """The chunk's rows as `snapshot` event tuples (ChangeEvent field order)."""
+        found = self.columns()
         token, gtid = self.at.dumps(), str(self.at.position)
         keyspace, shard, table = self.config.keyspace, self.endpoint.shard, self.chunk.table
-        for pk, (ksid, image) in images.items():
+        for pk, ksid, image in zip(
+            found.pk.to_pylist(), found.keyspace_id.to_pylist(), found.row.to_pylist(), strict=True
+        ):
             yield (
                 keyspace, shard, "snapshot", table, pk, ksid, None, image,
                 token, self.at.timestamp, gtid, 0, None, None, None,
             )  # fmt: skip
+
+    def _where(self, info: TableInfo) -> tuple[str, list[Any]]:
+        where, args = info.at_most(self.chunk.upto)
+        if self.chunk.after is not None:
+            above, more = info.above(self.chunk.after)
+            where, args = f"{above} AND {where}", more + args
+        return where, args
 
     def _keyspace_id(self, row: dict[str, Any]) -> str | None:
         ksid = self.vschema.keyspace_id_for(self.chunk.table, row)
@@ -96,11 +130,9 @@ class ChunkReader:
         return ksid.hex()
 
     def _select(self, info: TableInfo) -> dict[str, tuple[str, str]]:
-        """pk JSON -> (keyspace id hex, row JSON) of the chunk's rows in its key range."""
-        where, args = info.at_most(self.chunk.upto)
-        if self.chunk.after is not None:
-            above, more = info.above(self.chunk.after)
-            where, args = f"{above} AND {where}", more + args
+        """pk JSON -> (keyspace id hex, row JSON) of the chunk's rows in its key range (the row
+        path, for tables the columnar query cannot encode exactly)."""
+        where, args = self._where(info)
         sql = f"SELECT * FROM {info.qualified} WHERE {where}"
         settings = connection_settings(self.endpoint, self.config)
         try:
@@ -136,8 +168,8 @@ class ChunkReader:
             conn.close()
         return images
 
-    def _undo(self, info: TableInfo, images: dict[str, tuple[str, str]], upto: Any) -> None:
-        """Bring `images` back to the chunk's state at `at` with the window's before images."""
+    def _undo(self, info: TableInfo, images: dict[str, tuple[str, str] | None], upto: Any) -> None:
+        """The chunk's keys the window changed, each with its state at `at` (None: absent)."""
         converter = RowConverter(self.config, self.endpoint.shard, flavor_of(self.endpoint))
         reader = BinlogRangeReader(self.endpoint, self.config, self.at.position, upto, converter)
         settled: set[str] = set()
@@ -161,10 +193,46 @@ class ChunkReader:
                     continue
                 settled.add(pk)
                 ksid = self._keyspace_id(decoded) if state is not None else None
-                if state is None or ksid is None:
-                    images.pop(pk, None)
-                else:
-                    images[pk] = (ksid, state)
+                images[pk] = None if state is None or ksid is None else (ksid, state)
+
+
+@dataclass(frozen=True)
+class ChunkColumns:
+    """A chunk's rows as three aligned Arrow string columns."""
+
+    pk: pa.Array
+    keyspace_id: pa.Array
+    row: pa.Array
+
+    def __len__(self) -> int:
+        return len(self.pk)
+
+    @classmethod
+    def from_images(cls, images: Mapping[str, tuple[str, str]]) -> ChunkColumns:
+        return cls(
+            pa.array(list(images), type=pa.string()),
+            pa.array([k for k, _ in images.values()], type=pa.string()),
+            pa.array([r for _, r in images.values()], type=pa.string()),
+        )
+
+    def overridden(self, overrides: dict[str, tuple[str, str] | None]) -> ChunkColumns:
+        """These rows with each key of `overrides` replaced by its state (None: removed)."""
+        if not overrides:
+            return self
+        keep = pc.invert(pc.is_in(self.pk, value_set=pa.array(list(overrides), pa.string())))
+        present = {pk: state for pk, state in overrides.items() if state is not None}
+        return ChunkColumns(
+            pa.concat_arrays([self.pk.filter(keep), pa.array(list(present), pa.string())]),
+            pa.concat_arrays(
+                [
+                    self.keyspace_id.filter(keep),
+                    pa.array([k for k, _ in present.values()], pa.string()),
+                ]
+            ),
+            pa.concat_arrays(
+                [self.row.filter(keep), pa.array([r for _, r in present.values()], pa.string())]
+            ),
+        )
 
 
 def _same_key(old: dict[str, Any], new: dict[str, Any], key_names: tuple[str, ...]) -> bool:

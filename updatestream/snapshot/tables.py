@@ -14,8 +14,8 @@ chunk (docs/snapshot.md).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from updatestream.binlog.session import ShardSession
@@ -48,6 +48,7 @@ class TableInfo:
     columns: tuple[str, ...]
     key: tuple[KeyColumn, ...]
     set_columns: frozenset[str] = frozenset()
+    types: Mapping[str, tuple[str, str]] = field(default_factory=dict)  # DATA_TYPE, COLUMN_TYPE
 
     @property
     def qualified(self) -> str:
@@ -94,7 +95,7 @@ class TableInfo:
 def describe_table(session: ShardSession, database: str, table: str) -> TableInfo:
     """Columns, key and conversions of `database.table` on the session's shard."""
     rows = session.query(
-        "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_KEY, COLLATION_NAME FROM information_schema.COLUMNS"
+        "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, COLLATION_NAME FROM information_schema.COLUMNS"
         " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
         (database, table),
     )
@@ -109,6 +110,7 @@ def describe_table(session: ShardSession, database: str, table: str) -> TableInf
         (database, table),
     )
     types = {str(name): (str(kind).lower(), collation) for name, kind, _, collation in rows}
+    full = {str(name): (str(kind).lower(), str(ctype).lower()) for name, kind, ctype, _ in rows}
     if not key_rows:
         raise SnapshotTableError(
             f"table {database}.{table} has no primary key; the snapshot reads tables in "
@@ -132,6 +134,7 @@ def describe_table(session: ShardSession, database: str, table: str) -> TableInf
         columns=tuple(str(r[0]) for r in rows),
         key=tuple(key),
         set_columns=frozenset(name for name, (kind, _) in types.items() if kind == "set"),
+        types=full,
     )
 
 

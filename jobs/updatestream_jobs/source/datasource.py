@@ -75,7 +75,7 @@ from updatestream_jobs.source.partition import (
     read_shard_rows,
     record_batches,
 )
-from updatestream_jobs.source.snapshotting import ChunkRange, SnapshotPlanner, read_chunk_rows
+from updatestream_jobs.source.snapshotting import ChunkRange, SnapshotPlanner, chunk_batches
 
 log = logging.getLogger(__name__)
 
@@ -422,7 +422,7 @@ class UpdateStreamBatchReader(DataSourceReader):
 
 def _read(config: SourceConfig, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     if isinstance(partition, ChunkRange):
-        return record_batches(read_chunk_rows(config, partition), config.arrow_batch_rows)
+        return chunk_batches(config, partition, ARROW_SCHEMA, max(config.arrow_batch_rows, 8192))
     assert isinstance(partition, ShardRange)
     rows = read_shard_rows(config, partition)
     return record_batches(rows, config.arrow_batch_rows, partition.classifier())

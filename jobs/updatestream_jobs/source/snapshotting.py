@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from updatestream.binlog.errors import SourceOptionsError
@@ -44,7 +45,7 @@ from updatestream.core.snapshot import (
 )
 from updatestream.core.token import EventToken
 from updatestream.core.vschema import VSchema
-from updatestream.snapshot.chunks import read_chunk, snapshot_database
+from updatestream.snapshot.chunks import ChunkReader, snapshot_database
 from updatestream.snapshot.tables import (
     TableInfo,
     chunk_upper,
@@ -71,9 +72,39 @@ class ChunkRange(InputPartition):
 
 
 def read_chunk_rows(config: SourceConfig, part: ChunkRange) -> Iterator[EventRow]:
+    """The chunk's `snapshot` events as tuples (tests and tools; Spark reads `chunk_batches`)."""
     chunk = Chunk.from_json(json.loads(part.chunk))
     endpoint = part.endpoint or config.endpoint(part.shard)
-    return read_chunk(config, endpoint, chunk, EventToken.loads(part.at))
+    return ChunkReader(config, endpoint, chunk, EventToken.loads(part.at)).rows()
+
+
+def chunk_batches(
+    config: SourceConfig, part: ChunkRange, schema: pa.Schema, max_rows: int
+) -> Iterator[pa.RecordBatch]:
+    """The chunk's `snapshot` events as Arrow record batches of `schema` (the source's), built
+    column by column: the row texts come from the shard, the rest is the same for every row."""
+    chunk = Chunk.from_json(json.loads(part.chunk))
+    endpoint = part.endpoint or config.endpoint(part.shard)
+    at = EventToken.loads(part.at)
+    found = ChunkReader(config, endpoint, chunk, at).columns()
+    size = len(found)
+    constants: dict[str, Any] = {
+        "keyspace": config.keyspace, "shard": endpoint.shard, "op": "snapshot",
+        "table": chunk.table, "token": at.dumps(), "timestamp": at.timestamp,
+        "gtid": str(at.position), "tx_index": 0,
+    }  # fmt: skip
+    given = {"pk": found.pk, "keyspace_id": found.keyspace_id, "after": found.row}
+    columns = []
+    for field in schema:
+        if field.name in given:
+            columns.append(given[field.name])
+        elif field.name in constants:
+            columns.append(pa.repeat(pa.scalar(constants[field.name], field.type), size))
+        else:
+            columns.append(pa.nulls(size, field.type))
+    batch = pa.RecordBatch.from_arrays(columns, schema=schema)
+    for offset in range(0, size, max_rows):
+        yield batch.slice(offset, max_rows)
 
 
 def stream_tables(config: SourceConfig) -> list[str]:
@@ -142,14 +173,18 @@ class SnapshotPlanner:
         if state.finished:
             return dataclasses.replace(offset, snapshot=state.advance(()))
         planned = []
+        frontiers: dict[str, Any] = {}  # a range's frontier after the chunks planned so far
         for item in next_chunks(state, self.config.snapshot_chunks_per_batch):
-            shard = self._holder(offset, item.key_range)
-            info = self._info(shard, item.table)
+            frontier = frontiers.get(item.ident, item.frontier)
             assert item.last is not None
+            if frontier is not None and frontier >= item.last:
+                continue  # the range's last chunk is already planned in this batch
+            shard = self._holder(offset, item.key_range)
             upto = chunk_upper(
-                self._session(shard), info, item.frontier, self.config.snapshot_chunk_rows,
-                item.last,
+                self._session(shard), self._info(shard, item.table), frontier,
+                self.config.snapshot_chunk_rows, item.last,
             )  # fmt: skip
+            frontiers[item.ident] = upto
             planned.append((item, upto))
         return dataclasses.replace(offset, snapshot=state.advance(planned))
 

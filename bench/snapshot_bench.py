@@ -1,0 +1,248 @@
+"""The snapshot's rows/s beside Spark's own JDBC reader, on the same tables in one run.
+
+The bench brings up a two-shard development cluster (`-80,80-`), loads ``--rows`` rows into
+`orders` (each row on the shard its keyspace id belongs to, loaded without binary logging), and
+measures in interleaved rounds, each in a fresh process (Spark session start excluded):
+
+- ``updatestream``: a stream with `start: snapshot` over `orders`, `availableNow`, into Spark's
+  no-op sink: every chunk planned, read on the workers and handed to Spark as change events;
+- ``jdbc``: Spark's JDBC reader with MariaDB Connector/J (Maven Central), each shard's table read
+  in 2 partitions on `order_id` (`sessionVariables=sql_mode=ANSI_QUOTES`), into the no-op sink:
+  the JVM path's ceiling, with no keyspace ids, no JSON and no consistency between partitions.
+
+Then, for the memory bound, one more snapshot after loading ``--rss-rows`` rows in all, with the
+peak RSS of the Python driver and of the Python workers for both sizes: a chunk, not the table,
+sizes them.
+
+Figures: medians, ratios side by side, the load average; written to
+``bench/results/snapshot.json`` and merged into ``bench/results/summary.json``
+(`snapshot_rows_per_s`, `snapshot_vs_jdbc_ratio`). Run with ``make bench-snapshot``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from updatestream_cli.devcluster.cluster import DevCluster
+
+from bench.report import machine, median, print_table, say_load, write_result
+from bench.summary import merge_summary
+from updatestream.core.keyrange import KeyRange
+from updatestream.core.vschema import VSchema
+
+JAR_VERSION = "3.5.8"
+JAR_DIR = Path.home() / ".cache" / "updatestream" / "jars"
+SHARDS = ("-80", "80-")
+
+
+def connector_jar() -> Path:
+    """MariaDB Connector/J from Maven Central, cached outside the repository."""
+    jar = JAR_DIR / f"mariadb-java-client-{JAR_VERSION}.jar"
+    if not jar.exists():
+        JAR_DIR.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            ["mvn", "-q", "-B", "dependency:copy",
+             f"-Dartifact=org.mariadb.jdbc:mariadb-java-client:{JAR_VERSION}",
+             f"-DoutputDirectory={JAR_DIR}"],
+            check=True, cwd=tempfile.gettempdir(),
+        )  # fmt: skip
+    return jar
+
+
+def load(cluster: DevCluster, first: int, rows: int) -> None:
+    """Insert order ids first..first+rows-1, half per shard, each with a user id whose keyspace
+    id lies in its shard; without binary logging (the load is not what is measured)."""
+    vschema = VSchema.from_dict(cluster.keyspace().spec.vschema, keyspace="commerce")
+    users: dict[str, list[int]] = {shard: [] for shard in SHARDS}
+    for user in range(1, 20001):
+        ksid = vschema.keyspace_id_for("orders", {"order_id": 1, "user_id": user})
+        assert ksid is not None
+        users["-80" if KeyRange.parse("-80").contains(ksid) else "80-"].append(user)
+    half = rows // 2
+    for index, shard in enumerate(SHARDS):
+        low = first + index * half
+        with cluster.connect(shard, "admin", "commerce") as conn, conn.cursor() as cur:
+            cur.execute("SET SESSION sql_log_bin = 0")
+            cur.execute("CREATE TEMPORARY TABLE bench_users (n INT PRIMARY KEY, uid BIGINT)")
+            cur.executemany(
+                "INSERT INTO bench_users VALUES (%s, %s)", list(enumerate(users[shard]))
+            )
+            cur.execute(
+                "INSERT INTO orders (order_id, user_id, sku, quantity, price, note, state, "
+                "placed_at) SELECT s.seq, u.uid, CONCAT('sku-', s.seq % 97), s.seq % 7 + 1, "
+                "(s.seq % 10000) / 100, IF(s.seq % 3 = 0, NULL, 'a short note'), 'paid', "
+                f"NOW(6) FROM seq_{low}_to_{low + half - 1} s "
+                f"JOIN bench_users u ON u.n = s.seq % {len(users[shard])}"
+            )
+            cur.execute("ANALYZE TABLE orders")
+            cur.fetchall()
+            conn.commit()
+
+
+def child(kind: str, directory: Path, rows: int, chunk_rows: int) -> dict[str, Any]:
+    """Run one measurement in a fresh process; returns its figures."""
+    command = [sys.executable, "-m", "bench.snapshot_bench", "--child", kind,
+               "--directory", str(directory), "--rows", str(rows),
+               "--chunk-rows", str(chunk_rows)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        raise RuntimeError(f"{kind} round failed: {done.stderr[-3000:]}")
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def run_updatestream(cluster: DevCluster, rows: int, chunk_rows: int) -> dict[str, Any]:
+    from updatestream_jobs.job import spark_session
+    from updatestream_jobs.source.datasource import register
+
+    from bench.rss import pyspark_worker_peak_rss_mb, vm_hwm_mb
+
+    spark = spark_session("local[2]", "bench-snapshot")
+    register(spark)
+    options = {
+        "keyspace": str(cluster.manifest_path), "secretsDir": str(cluster.secrets_dir),
+        "start": "snapshot", "tables": "orders", "snapshotChunkRows": str(chunk_rows),
+        "snapshotChunksPerBatch": "4",
+    }  # fmt: skip
+    with tempfile.TemporaryDirectory() as checkpoint:
+        frame = spark.readStream.format("updatestream").options(**options).load()
+        began = time.monotonic()
+        query = (
+            frame.writeStream.format("noop").option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True).start()
+        )  # fmt: skip
+        query.awaitTermination()
+        seconds = time.monotonic() - began
+        delivered = sum(p["numInputRows"] for p in query.recentProgress)
+    figures = {
+        "seconds": seconds,
+        "rows": delivered,
+        "driver_rss_mb": vm_hwm_mb(os.getpid()),
+        "worker_rss_mb": pyspark_worker_peak_rss_mb(),
+    }
+    spark.stop()
+    return figures
+
+
+def run_jdbc(cluster: DevCluster, rows: int) -> dict[str, Any]:
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[2]").appName("bench-snapshot-jdbc")
+        .config("spark.jars", str(connector_jar())).config("spark.ui.enabled", "false")
+        .getOrCreate()
+    )  # fmt: skip
+    spark.sparkContext.setLogLevel("ERROR")
+    account = cluster.credentials("app")
+    frames = []
+    half = rows // 2
+    for index, shard in enumerate(SHARDS):
+        port = cluster.server(shard).port
+        frames.append(
+            spark.read.format("jdbc")
+            .option("url", f"jdbc:mariadb://127.0.0.1:{port}/commerce?sessionVariables=sql_mode=ANSI_QUOTES")
+            .option("driver", "org.mariadb.jdbc.Driver")
+            .option("dbtable", "orders").option("user", account.username)
+            .option("password", account.password).option("partitionColumn", "order_id")
+            .option("lowerBound", 1 + index * half).option("upperBound", (index + 1) * half + 1)
+            .option("numPartitions", 2).option("fetchsize", 10000).load()
+        )  # fmt: skip
+    union = frames[0].unionByName(frames[1])
+    began = time.monotonic()
+    union.write.format("noop").mode("overwrite").save()
+    seconds = time.monotonic() - began
+    spark.stop()
+    return {"seconds": seconds, "rows": rows}
+
+
+def child_main(args: argparse.Namespace) -> None:
+    cluster = DevCluster(args.directory)
+    if args.child == "updatestream":
+        figures = run_updatestream(cluster, args.rows, args.chunk_rows)
+    else:
+        figures = run_jdbc(cluster, args.rows)
+    print(json.dumps(figures))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--rss-rows", type=int, default=3_000_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--chunk-rows", type=int, default=50_000)
+    parser.add_argument("--child", choices=("updatestream", "jdbc"))
+    parser.add_argument("--directory", type=Path)
+    args = parser.parse_args()
+    if args.child:
+        child_main(args)
+        return
+    connector_jar()
+    before = say_load()
+    with tempfile.TemporaryDirectory(prefix="bench-snapshot-") as tmp:
+        directory = Path(tmp) / "cluster"
+        with DevCluster(directory).running(",".join(SHARDS)) as cluster:
+            load(cluster, 1, args.rows)
+            rounds: dict[str, list[dict[str, Any]]] = {"updatestream": [], "jdbc": []}
+            for number in range(args.rounds):
+                for kind in ("updatestream", "jdbc"):
+                    figures = child(kind, directory, args.rows, args.chunk_rows)
+                    assert figures["rows"] == args.rows, (kind, figures)
+                    figures["rows_per_s"] = args.rows / figures["seconds"]
+                    rounds[kind].append(figures)
+                    print(f"round {number + 1} {kind}: {figures['rows_per_s']:,.0f} rows/s")
+            small = rounds["updatestream"][-1]
+            load(cluster, args.rows + 1, args.rss_rows - args.rows)
+            big = child("updatestream", directory, args.rss_rows, args.chunk_rows)
+            assert big["rows"] == args.rss_rows, big
+    after = say_load()
+    ours = median(r["rows_per_s"] for r in rounds["updatestream"])
+    jdbc = median(r["rows_per_s"] for r in rounds["jdbc"])
+    ratios = [
+        u["rows_per_s"] / j["rows_per_s"]
+        for u, j in zip(rounds["updatestream"], rounds["jdbc"], strict=True)
+    ]
+    result = {
+        "machine": machine(), "load_before": before, "load_after": after,
+        "rows": args.rows, "chunk_rows": args.chunk_rows, "rounds": rounds,
+        "snapshot_rows_per_s": round(ours), "jdbc_rows_per_s": round(jdbc),
+        "snapshot_vs_jdbc_ratio": round(median(ratios), 3),
+        "rss": {
+            "rows": [args.rows, args.rss_rows],
+            "driver_rss_mb": [small["driver_rss_mb"], big["driver_rss_mb"]],
+            "worker_rss_mb": [small["worker_rss_mb"], big["worker_rss_mb"]],
+        },
+    }  # fmt: skip
+    write_result("snapshot", result)
+    merge_summary(
+        {"snapshot_rows_per_s": result["snapshot_rows_per_s"],
+         "snapshot_vs_jdbc_ratio": result["snapshot_vs_jdbc_ratio"]}
+    )  # fmt: skip
+
+    def per_round(values: list[float], form: str) -> str:
+        return ", ".join(format(v, form) for v in values)
+
+    print_table(
+        "snapshot of orders, 2 shards",
+        ["reader", "rows/s (median)", "per round"],
+        [
+            ["updatestream snapshot", f"{ours:,.0f}",
+             per_round([r["rows_per_s"] for r in rounds["updatestream"]], ",.0f")],
+            ["Spark JDBC reader", f"{jdbc:,.0f}",
+             per_round([r["rows_per_s"] for r in rounds["jdbc"]], ",.0f")],
+            ["ratio", f"{result['snapshot_vs_jdbc_ratio']:.2f}", per_round(ratios, ".2f")],
+        ],
+    )  # fmt: skip
+    rss = result["rss"]
+    print(f"peak RSS at {args.rows:,} / {args.rss_rows:,} rows: driver {rss['driver_rss_mb']} MB, "
+          f"workers {rss['worker_rss_mb']} MB")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
