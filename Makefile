@@ -85,6 +85,10 @@ bench-sinks: $(STAMP) ## sink throughput (memcached, Version Stream vs single-ro
 bench-source: $(STAMP) ## binlog source rows/s vs python-mysql-replication and mariadb-binlog into bench/results
 	$(BIN)/python -m bench.source_bench
 
+.PHONY: bench-snapshot
+bench-snapshot: system-deps $(STAMP) ## snapshot rows/s of 1M rows on 2 shards beside Spark's JDBC reader, into bench/results
+	$(BIN)/python -m bench.snapshot_bench
+
 .PHONY: bench-hop
 bench-hop: system-deps $(STAMP) ## hop time over 5 live splits and 5 merges, verified, into bench/results
 	$(BIN)/python -m bench.hop_bench
@@ -119,7 +123,7 @@ bench-scaling: $(STAMP) ## source rows/s with 1, 2 and 4 shards, into bench/resu
 # Every benchmark, one after another (they measure a shared machine, so never in parallel),
 # then one table of bench/results/summary.json.
 .PHONY: bench
-bench: system-deps bench-source bench-sinks bench-lag bench-footprint bench-scaling bench-hop ## every benchmark in turn, then the summary table
+bench: system-deps bench-source bench-sinks bench-lag bench-footprint bench-scaling bench-hop bench-snapshot ## every benchmark in turn, then the summary table
 	$(BIN)/python -m bench.show_summary
 
 .NOTPARALLEL: bench
