@@ -29,10 +29,18 @@ class Change:
     order: Order
     gtid: str  # the origin's GTID position
     read_from: str  # the shard the change was read from
+    key: tuple[str, tuple[Any, ...]]  # table and key values, hashable (see `key_of`)
 
-    @property
-    def key(self) -> tuple[str, str]:
-        return self.table, json.dumps(list(self.pk.values()), separators=(",", ":"))
+
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def key_of(table: str, pk: Row) -> tuple[str, tuple[Any, ...]]:
+    """Table and primary-key values as a hashable tuple (blobs as their JSON text)."""
+    values = tuple(
+        v if isinstance(v, _PLAIN) else json.dumps(v, sort_keys=True) for v in pk.values()
+    )
+    return table, values
 
 
 def _object(text: str | None, what: str, event: ChangeEvent) -> Row:
@@ -50,8 +58,10 @@ def changes_of(event: ChangeEvent) -> list[Change]:
     order = order_of(event)
     gtid = event.source_gtid if event.source_gtid is not None else event.gtid
 
+    table = event.table
+
     def change(key: Row, row: Row | None) -> Change:
-        return Change(event.table or "", key, row, order, gtid, event.shard)
+        return Change(table, key, row, order, gtid, event.shard, key_of(table, key))
 
     if event.op == "delete" or event.after is None:
         return [change(pk, None)]
@@ -67,7 +77,7 @@ def changes_of(event: ChangeEvent) -> list[Change]:
 
 @dataclass
 class Collapsed:
-    changes: dict[tuple[str, str], Change]
+    changes: dict[tuple[str, tuple[Any, ...]], Change]
     events: int  # row changes seen (heartbeats not counted)
     ignored: Counter[str]  # changes not kept, by cause: superseded (a newer one in the batch),
     # older or equal (a later-arriving change of this batch older than, or equal to, the kept one)
@@ -76,7 +86,7 @@ class Collapsed:
 
 def collapse(events: Iterable[ChangeEvent]) -> Collapsed:
     """Per key, the newest change of the batch; arrival order breaks UNKNOWN ties."""
-    kept: dict[tuple[str, str], Change] = {}
+    kept: dict[tuple[str, tuple[Any, ...]], Change] = {}
     ignored: Counter[str] = Counter()
     unknown = 0
     count = 0

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from updatestream.binlog.events import encode_value
-from updatestream.mirror.changes import Change, Collapsed
+from updatestream.mirror.changes import Change, Collapsed, key_of
 from updatestream.mirror.order import Order, Verdict, classify, update_assignments
 from updatestream.mirror.schema import (
     INTERNAL_PREFIX,
@@ -43,6 +43,7 @@ from updatestream.mirror.values import to_sql
 
 Connect = Callable[[], Any]
 READ_CHUNK = 1000
+WRITE_CHUNK = 2000  # rows per INSERT statement (well below max_allowed_packet for most rows)
 PROVENANCE = ("_us_deleted", "_us_gtid", "_us_read_from")
 
 
@@ -194,7 +195,7 @@ class MirrorWriter:
         stored = self._stored_orders(table, schema, changes)
         winners: list[Change] = []
         for change in changes:
-            held = stored.get(_key_text(change.pk.values()))
+            held = stored.get(change.key[1])
             verdict = Verdict.NEWER if held is None else classify(change.order, held)
             if verdict.applies:
                 winners.append(change)
@@ -208,12 +209,12 @@ class MirrorWriter:
 
     def _stored_orders(
         self, table: str, schema: TableSchema, changes: list[Change]
-    ) -> dict[str, Order]:
+    ) -> dict[tuple[Any, ...], Order]:
         pk = schema.primary_key
         types = [_data_type(schema, c) for c in pk]
         target = f"`{self.database}`.`{self.mirror_name(table)}`"
         columns = ", ".join(f"`{c}`" for c in pk)
-        found: dict[str, Order] = {}
+        found: dict[tuple[Any, ...], Order] = {}
         with self.conn.cursor() as cur:
             for start in range(0, len(changes), READ_CHUNK):
                 chunk = changes[start : start + READ_CHUNK]
@@ -236,7 +237,8 @@ class MirrorWriter:
                 for row in cur.fetchall():
                     n = len(pk)
                     ts, shard, seq, idx = row[n:]
-                    found[_key_text(row[:n])] = Order(int(ts), str(shard), int(seq), int(idx))
+                    key = key_of(table, dict(zip(pk, map(encode_value, row[:n]), strict=True)))
+                    found[key[1]] = Order(int(ts), str(shard), int(seq), int(idx))
         return found
 
     def _write(self, table: str, schema: TableSchema, changes: list[Change]) -> None:
@@ -256,16 +258,17 @@ class MirrorWriter:
     ) -> None:
         names = [*data, *PROVENANCE, "_us_idx", "_us_seq", "_us_shard", "_us_ts"]
         listed = ", ".join(f"`{n}`" for n in names)
-        holders = ", ".join(["%s"] * len(names))
-        updates = update_assignments([*data, *PROVENANCE])
-        sql = (
-            f"INSERT INTO `{self.database}`.`{self.mirror_name(table)}` ({listed}) "
-            f"VALUES ({holders}) ON DUPLICATE KEY UPDATE {updates}"
-        )
+        head = f"INSERT INTO `{self.database}`.`{self.mirror_name(table)}` ({listed}) VALUES "
+        tail = f" ON DUPLICATE KEY UPDATE {update_assignments([*data, *PROVENANCE])}"
         types = [_data_type(schema, c) for c in data]
-        rows = [_values(change, data, types) for change in changes]
+        literal = _Literals(self.conn)
         with self.conn.cursor() as cur:
-            cur.executemany(sql, rows)
+            for start in range(0, len(changes), WRITE_CHUNK):
+                rows = (
+                    literal.row(_values(change, data, types))
+                    for change in changes[start : start + WRITE_CHUNK]
+                )
+                cur.execute(head + ", ".join(rows) + tail)
 
     # -- tombstones -------------------------------------------------------------------------
 
@@ -290,14 +293,28 @@ class MirrorWriter:
         return purged
 
 
+class _Literals:
+    """SQL literals of parameters, the driver's escaping with a short path for the common
+    types (a batch has a dozen values per row)."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def value(self, value: Any) -> str:
+        kind = type(value)
+        if kind is int:
+            return str(value)
+        if value is None:
+            return "NULL"
+        return str(self.conn.escape(value))
+
+    def row(self, values: Iterable[Any]) -> str:
+        return "(" + ", ".join(map(self.value, values)) + ")"
+
+
 def _data_type(schema: TableSchema, name: str) -> str:
     column = schema.column(name)
     return column.data_type if column is not None else ""
-
-
-def _key_text(values: Iterable[Any]) -> str:
-    """A key's values as comparable text: stored values are encoded as events encode them."""
-    return repr([encode_value(v) for v in values])
 
 
 def _values(change: Change, data: list[str], types: list[str]) -> tuple[Any, ...]:
