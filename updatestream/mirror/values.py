@@ -15,12 +15,14 @@ import json
 from typing import Any
 
 _DATETIME_TYPES = frozenset({"datetime", "timestamp"})
+_TEXT_SPECIAL = _DATETIME_TYPES | {"json"}  # types whose text values are rewritten
 
 
 def to_sql(value: Any, data_type: str) -> Any:
     """The parameter that stores ``value`` (as an event carries it) in a ``data_type`` column."""
-    if value is None:
-        return None
+    kind = type(value)
+    if value is None or kind is int or (kind is str and data_type not in _TEXT_SPECIAL):
+        return value
     if data_type == "json":
         return value if isinstance(value, str) and _is_json_text(value) else json.dumps(value)
     if isinstance(value, dict) and set(value) == {"$base64"}:

@@ -23,6 +23,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pymysql.constants import SERVER_STATUS
+from pymysql.converters import escape_string
+
 from updatestream.binlog.events import encode_value
 from updatestream.mirror.changes import Change, Collapsed, key_of
 from updatestream.mirror.order import Order, Verdict, classify, update_assignments
@@ -294,11 +297,14 @@ class MirrorWriter:
 
 
 class _Literals:
-    """SQL literals of parameters, the driver's escaping with a short path for the common
-    types (a batch has a dozen values per row)."""
+    """SQL literals of parameters: the driver's escaping, with a short path for integers and
+    text (a batch has a dozen values per row)."""
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
+        # text is escaped with backslashes unless the server's sql_mode says otherwise
+        no_backslash = SERVER_STATUS.SERVER_STATUS_NO_BACKSLASH_ESCAPES
+        self.plain_text = not (conn.server_status & no_backslash)
 
     def value(self, value: Any) -> str:
         kind = type(value)
@@ -306,6 +312,8 @@ class _Literals:
             return str(value)
         if value is None:
             return "NULL"
+        if kind is str and self.plain_text:
+            return "'" + escape_string(value) + "'"
         return str(self.conn.escape(value))
 
     def row(self, values: Iterable[Any]) -> str:
