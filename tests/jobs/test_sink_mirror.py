@@ -416,3 +416,18 @@ def test_the_mirror_down_then_up(
     sink.close()
     assert result.written == 1
     assert live(mirror_server, source) == {1: user(1, "a"), 2: user(2, "b")}
+
+
+def test_a_key_change_leaves_a_tombstone_for_the_old_key(
+    mariadb_server: MariaDBFixture, mirror_server: MariaDBFixture, secrets_dir: Path, source: str
+) -> None:
+    sink = make_sink(mariadb_server, mirror_server, secrets_dir, source)
+    log = ShardLog("-80", 1)
+    events = log.transaction(10, [("insert", "users", None, user(1, "a"))])
+    events += log.transaction(11, [("update", "users", user(1, "a"), user(12, "a"))])
+    assert sink.write_batch(events, BatchContext("s", "-", 0)).written == 2
+    # the insert of key 1 delivered again later is older than the key change's tombstone
+    assert sink.write_batch(events[:1], BatchContext("s", "-", 1)).written == 0
+    sink.close()
+    assert live(mirror_server, source) == {12: user(12, "a")}
+    assert stored(mirror_server, source)[1][3:5] == (1, 11)

@@ -67,12 +67,24 @@ def changes_of(event: ChangeEvent) -> list[Change]:
         return [change(pk, None)]
     after = _object(event.after, "after", event)
     found = [change(pk, after)]
-    if event.before is not None:
+    if event.before is not None and not _same_key(event.pk or "", event.before):
         before = _object(event.before, "before", event)
         old = {column: before.get(column, value) for column, value in pk.items()}
         if old != pk:
             found.insert(0, change(old, None))
     return found
+
+
+def _same_key(pk_text: str, before_text: str) -> bool:
+    """True when the before image visibly starts with the event's primary key (the reader
+    writes both as compact JSON in column order, and keys usually lead): then the update did
+    not change the key, and the before image need not be parsed. False means: parse it."""
+    head = pk_text[:-1]
+    return (
+        len(before_text) > len(head) > 1
+        and before_text.startswith(head)
+        and before_text[len(head)] in ",}"
+    )
 
 
 @dataclass
