@@ -32,14 +32,18 @@ class Change:
     key: tuple[str, tuple[Any, ...]]  # table and key values, hashable (see `key_of`)
 
 
-_PLAIN = (str, int, float, bool, type(None))
+_PLAIN = frozenset({str, int, float, bool, type(None)})
 
 
 def key_of(table: str, pk: Row) -> tuple[str, tuple[Any, ...]]:
     """Table and primary-key values as a hashable tuple (blobs as their JSON text)."""
-    values = tuple(
-        v if isinstance(v, _PLAIN) else json.dumps(v, sort_keys=True) for v in pk.values()
-    )
+    values = tuple(pk.values())
+    for value in values:
+        if type(value) not in _PLAIN:
+            values = tuple(
+                v if type(v) in _PLAIN else json.dumps(v, sort_keys=True) for v in values
+            )
+            break
     return table, values
 
 
