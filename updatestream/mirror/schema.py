@@ -98,11 +98,31 @@ _PRIMARY_SQL = (
 )
 
 
-def read_table(cursor: Any, database: str, table: str) -> TableSchema | None:
+_BARE_DEFAULT = re.compile(r"^(-?[0-9.]+(e-?[0-9]+)?|current_timestamp(\(\d*\))?|null)$", re.I)
+
+
+def default_literal(default: str | None, flavor: str) -> str | None:
+    """COLUMN_DEFAULT as an SQL literal: MariaDB reports it so already ('x', 0, NULL,
+    current_timestamp()); MySQL reports the bare value, so text is quoted there."""
+    if default is None or flavor != "mysql" or _BARE_DEFAULT.match(default):
+        return default
+    return "'" + default.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def read_table(
+    cursor: Any, database: str, table: str, flavor: str = "mariadb"
+) -> TableSchema | None:
     """A table's columns and primary key from information_schema; None when it is missing."""
     cursor.execute(_COLUMNS_SQL, (database, table))
     columns = tuple(
-        Column(str(n), str(t).lower(), str(d).lower(), cs or None, co or None, df)
+        Column(
+            str(n),
+            str(t).lower(),
+            str(d).lower(),
+            cs or None,
+            co or None,
+            default_literal(df, flavor),
+        )
         for n, t, d, cs, co, df in cursor.fetchall()
     )
     if not columns:
@@ -122,9 +142,12 @@ class SourceSchemas:
     """The source tables' schemas, read from the first shard that answers (any serving shard
     of the keyspace holds every table) and kept until :meth:`forget`."""
 
-    def __init__(self, shards: Sequence[tuple[str, Connect]], database: str) -> None:
+    def __init__(
+        self, shards: Sequence[tuple[str, Connect]], database: str, flavor: str = "mariadb"
+    ) -> None:
         self.shards = list(shards)
         self.database = database
+        self.flavor = flavor  # the shards' server: how they report column defaults
         self._known: dict[str, TableSchema] = {}
 
     def forget(self, table: str) -> None:
@@ -140,7 +163,7 @@ class SourceSchemas:
         for name, connect in self.shards:
             try:
                 with connect() as conn, conn.cursor() as cur:
-                    found = read_table(cur, self.database, table)
+                    found = read_table(cur, self.database, table, self.flavor)
             except Exception as exc:  # try the next shard; report them all
                 problems.append(f"shard {name}: {type(exc).__name__}: {exc}")
                 continue

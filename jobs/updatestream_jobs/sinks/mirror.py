@@ -153,7 +153,8 @@ class MirrorSink:
             )
             shards.append((name, lambda s=settings: pymysql.connect(**s)))
         database = self.config.source_database or keyspace.metadata.name
-        return SourceSchemas(shards, database)
+        flavor = keyspace.spec.shards[0].flavor if keyspace.spec.shards else "mariadb"
+        return SourceSchemas(shards, database, flavor)
 
     @property
     def writer(self) -> MirrorWriter:
