@@ -431,3 +431,49 @@ def test_a_key_change_leaves_a_tombstone_for_the_old_key(
     sink.close()
     assert live(mirror_server, source) == {12: user(12, "a")}
     assert stored(mirror_server, source)[1][3:5] == (1, 11)
+
+
+def test_the_documented_privileges_are_enough(
+    mariadb_server: MariaDBFixture,
+    mirror_server: MariaDBFixture,
+    secrets_dir: Path,
+    source: str,
+    tmp_path: Path,
+) -> None:
+    database = f"m_{source}"
+    password = uuid.uuid4().hex
+    mirror_server.server.create_account(
+        "us_mirror_writer",
+        password,
+        [
+            f"GRANT CREATE, ALTER, CREATE VIEW, DROP, SELECT, INSERT, UPDATE, DELETE "
+            f"ON `{database}`.* TO {{user}}"
+        ],
+    )
+    with mirror_server.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {database}")
+    secrets = tmp_path / "secrets"
+    for name, username, secret in (
+        ("source", mariadb_server.admin.username, mariadb_server.admin.password),
+        ("mirror", "us_mirror_writer", password),
+    ):
+        (secrets / name).mkdir(parents=True)
+        (secrets / name / "username").write_text(username)
+        (secrets / name / "password").write_text(secret)
+    sink = make_sink(mariadb_server, mirror_server, secrets, source)
+    log = ShardLog("-80", 1)
+    sink.write_batch(
+        log.transaction(10, [("insert", "users", None, user(1, "a"))]), BatchContext("s", "-", 0)
+    )
+    with mariadb_server.connect(source) as conn, conn.cursor() as cur:
+        cur.execute("ALTER TABLE users ADD COLUMN email VARCHAR(190) NULL")
+    row = {**user(2, "b"), "email": "b@example.org"}
+    sink.write_batch(
+        log.transaction(11, [("insert", "users", None, row)]), BatchContext("s", "-", 1)
+    )
+    sink.write_batch(
+        log.transaction(12, [("delete", "users", row, None)]), BatchContext("s", "-", 2)
+    )
+    assert sink.purge() == 1  # the tombstone (timestamp 12) is far beyond the horizon
+    sink.close()
+    assert live(mirror_server, source) == {1: {**user(1, "a"), "email": None}}
