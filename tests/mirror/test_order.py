@@ -6,7 +6,7 @@ import base64
 import re
 
 from updatestream.mirror.order import Order, Verdict, classify, ordinal, update_assignments
-from updatestream.mirror.schema import default_literal
+from updatestream.mirror.schema import comparable, default_literal
 from updatestream.mirror.values import to_sql
 
 
@@ -56,3 +56,11 @@ def test_defaults_become_sql_literals() -> None:
     assert default_literal("0", "mysql") == "0"
     assert default_literal("CURRENT_TIMESTAMP", "mysql") == "CURRENT_TIMESTAMP"
     assert default_literal(None, "mysql") is None
+
+
+def test_column_types_compare_as_both_products_mean_them() -> None:
+    assert comparable("int(11)") == comparable("int") == "int"
+    assert comparable("bigint(20) unsigned") == "bigint unsigned"
+    assert comparable("json") == comparable("longtext")
+    assert comparable("varchar(100)") != comparable("varchar(190)")
+    assert comparable("decimal(14,2)") == "decimal(14,2)"

@@ -201,6 +201,16 @@ def view_sql(database: str, mirror: str, columns: Sequence[str]) -> str:
     )
 
 
+_INT_WIDTH = re.compile(r"^(tinyint|smallint|mediumint|int|bigint)\(\d+\)")
+
+
+def comparable(column_type: str) -> str:
+    """A column type as both products mean it: integer display widths dropped (MySQL 8 no
+    longer shows them), JSON as MariaDB stores it (LONGTEXT)."""
+    text = _INT_WIDTH.sub(r"\1", column_type.lower())
+    return "longtext" if text == "json" else text
+
+
 def differences(mirror: TableSchema, source: TableSchema, where: str) -> list[Column]:
     """The source columns to add to the mirror table; raises on what cannot be added."""
     if mirror.primary_key != source.primary_key:
@@ -217,7 +227,7 @@ def differences(mirror: TableSchema, source: TableSchema, where: str) -> list[Co
                 f"(dropped at the source?); drop it from the mirror (ALTER TABLE ... DROP "
                 f"COLUMN `{column.name}`) and restart the stream"
             )
-        if wanted.column_type != column.column_type:
+        if comparable(wanted.column_type) != comparable(column.column_type):
             raise MirrorSchemaError(
                 f"{where}: column {column.name} is {column.column_type} in the mirror but "
                 f"{wanted.column_type} in source table {source.name}; change the mirror's "
