@@ -101,6 +101,21 @@ bench-lag: $(STAMP) ## end-to-end lag per sink at 25/50/90% of the max rate, 2 s
 bench-footprint: kube-tools $(STAMP) ## peak RSS: operator with 100 streams, job driver on a 100k-row tx, into bench/results
 	$(BIN)/python -m bench.footprint_bench
 
+# The Debezium harness for bench-peers: a Maven project in the repository, built from Maven
+# Central into the cache directory, one build per hash of its pom and sources.
+DEBEZIUM_SRC := bench/peers/debezium
+DEBEZIUM_KEY := $(shell cat $(DEBEZIUM_SRC)/pom.xml $$(find $(DEBEZIUM_SRC)/src -type f | sort) | sha256sum | cut -c1-16)
+DEBEZIUM_DIR := $(CACHE_DIR)/debezium/$(DEBEZIUM_KEY)
+
+.PHONY: debezium-peer
+debezium-peer: ## build the Debezium embedded-engine harness for bench-peers (cached by input hash)
+	@command -v mvn >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends maven
+	@test -f $(DEBEZIUM_DIR)/.built || { mvn -q -B -f $(DEBEZIUM_SRC)/pom.xml -Dpeer.build.dir=$(DEBEZIUM_DIR) package && touch $(DEBEZIUM_DIR)/.built; }
+
+.PHONY: bench-peers
+bench-peers: system-deps $(STAMP) debezium-peer ## catch-up rows/s and lag at fixed rates: our source and job vs Debezium, into bench/results
+	$(BIN)/python -m bench.peers_bench --debezium-dir $(DEBEZIUM_DIR) $(PEERS_ARGS)
+
 .PHONY: bench-scaling
 bench-scaling: $(STAMP) ## source rows/s with 1, 2 and 4 shards, into bench/results
 	$(BIN)/python -m bench.scaling_bench

@@ -26,6 +26,8 @@ FIGURES: dict[str, tuple[str, Goal | None]] = {
     "mariadb_binlog_rows_per_s": ("mariadb-binlog decoding the same binlog (rows/s)", None),
     "source_vs_plain_ratio": ("source / plain reader", ("≥ 0.5", AT_LEAST, 0.5)),
     "source_large_tx_worker_peak_rss_mb": ("Python worker peak RSS, 100k-row tx (MB)", None),
+    "source_vs_debezium_ratio": ("source / Debezium first-to-last catch-up, one run", None),
+    "debezium_lag_p99_s": ("Debezium lag p99, defaults, bench-lag's 50% rate (s)", None),
     "memcached_invalidations_per_s": (
         "memcached invalidations/s",
         ("≥ 20,000", AT_LEAST, 20_000),

@@ -205,6 +205,29 @@ class StreamJob:
         }  # fmt: skip
 
 
+def verify_state(job: StreamJob) -> dict[str, dict[str, Any]]:
+    """`updatestream verify --table-state` of both sinks: what each holds against the shards'
+    rows in the job's key range."""
+
+    def run(sink: str, *options: str) -> dict[str, Any]:
+        command = [CLI, "verify", "--table-state", "--sink", sink, "--key-range", job.key_range]
+        command += ["--keyspace-manifest", str(job.cluster.manifest_path)]
+        command += ["--secrets-dir", str(job.cluster.secrets_dir), *options, "--json"]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        assert done.returncode in (0, 1), done.stderr
+        return dict(json.loads(done.stdout))
+
+    return {
+        "versionstream": run(
+            "versionstream",
+            "--mysql", f"{job.sink.host}:{job.sink.port}",
+            "--secret", job.sink.secret,
+            "--database", job.sink.database,
+        ),
+        "cdcv2": run("cdcv2", "--path", str(job.cdc)),
+    }  # fmt: skip
+
+
 def completed_hops(status: dict[str, Any]) -> list[dict[str, Any]]:
     return [hop for hop in status.get("hops", []) if hop.get("completedAt") is not None]
 

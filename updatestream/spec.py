@@ -136,7 +136,7 @@ class StartPosition(_Model):
     `tokens[shard]` if present, else `gtid[shard]`, else `timestamps[shard]` (seconds).
     """
 
-    mode: Literal["now", "earliest", "timestamp", "gtid", "tokens", "resume"] = "now"
+    mode: Literal["now", "snapshot", "earliest", "timestamp", "gtid", "tokens", "resume"] = "now"
     timestamp: int | None = None
     gtid: dict[str, str] | None = None  # shard name -> GTID position
     tokens: dict[str, dict[str, Any]] | None = None  # shard name -> EventToken JSON

@@ -30,7 +30,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +52,29 @@ log = logging.getLogger(__name__)
 # kept in the driver for every sink (each Spark pass over a batch costs a fixed ~0.1 s); a
 # larger one is read once per sink from the persisted batch.
 SINGLE_PASS_EVENTS = 10_000
+
+# how many micro-batches' phase timings a job keeps (`Job.batch_phases`)
+KEPT_BATCH_PHASES = 1000
+
+
+@dataclass
+class BatchPhases:
+    """Where one micro-batch's time went in the driver (seconds, from `time.perf_counter`).
+
+    `read_s`: reading the batch back from Spark before the first sink (runs the batch's Spark
+    job, the source's read included) when it is held for several sinks; 0 with one sink, whose
+    write then reads it lazily. `sinks_s`: each sink's `write_batch`, in order (a lazily read
+    batch's reading included). `finish_s`: hop bookkeeping and the progress report after the
+    sinks. `total_s`: the whole batch function. `started_at`: unix seconds at its start.
+    """
+
+    batch_id: int
+    started_at: float
+    read_s: float = 0.0
+    sinks_s: dict[str, float] = field(default_factory=dict)
+    finish_s: float = 0.0
+    total_s: float = 0.0
+
 
 _LOG4J = """\
 rootLogger.level = error
@@ -142,6 +167,7 @@ class Job:
         self.single_pass_events = SINGLE_PASS_EVENTS
         self._hop_pending = config.hop_started_at is not None
         self.stop_requested = threading.Event()
+        self.batch_phases: deque[BatchPhases] = deque(maxlen=KEPT_BATCH_PHASES)
         self.replays = uncommitted_batches(config.checkpoint)
         self.tracker.shard_map = str(config.keyspace.spec.serving_map)
 
@@ -165,6 +191,8 @@ class Job:
 
     def write_batch(self, frame: Any, batch_id: int) -> None:
         """The foreachBatch function: runs in the driver for every micro-batch."""
+        began = time.perf_counter()
+        phases = BatchPhases(batch_id, time.time())
         ctx = BatchContext(self.name, self.key_range, batch_id, batch_id in self.replays)
 
         def events() -> Iterator[ChangeEvent]:
@@ -185,7 +213,9 @@ class Job:
                     held, first = head, iter(head)
                 else:
                     first = itertools.chain(head, first)
+                phases.read_s = time.perf_counter() - began
             for index, sink in enumerate(self.sinks):
+                sink_began = time.perf_counter()
                 if index == 0:
                     source = first
                 elif held is not None:
@@ -196,6 +226,7 @@ class Job:
                 if index == 0:
                     stream = self.tracker.observe(stream)
                 self.tracker.sink_result(sink.name, sink.write_batch(stream, ctx))
+                phases.sinks_s[sink.name] = time.perf_counter() - sink_began
             if not self.sinks:
                 for _ in self.tracker.observe(self._deduplicated(first)):
                     pass
@@ -203,6 +234,7 @@ class Job:
             if several:
                 frame.unpersist()
         fault_after_sink_write(batch_id)
+        finish_began = time.perf_counter()
         if any(hop.completed_at is None for hop in self.tracker.hops):
             fault_after_hop_write(batch_id)
         for hop in self.tracker.complete_hops(self.tracker.duplicates["hop"] - dropped_before):
@@ -221,6 +253,9 @@ class Job:
             self.metrics.hop_duration.labels(self.name).observe(elapsed)
             self.tracker.set_phase("running")
         self.tracker.finish_batch(batch_id)
+        done = time.perf_counter()
+        phases.finish_s, phases.total_s = done - finish_began, done - began
+        self.batch_phases.append(phases)
 
     def start(self, spark: Any | None = None) -> Any:
         config = self.config

@@ -13,6 +13,9 @@ Each job owns a `CollectorRegistry` (several jobs, or tests, can live in one pro
 * `updatestream_duplicates_delivered_total{stream,sink}`: changes that reached a sink which
   already had them, outside a replay (`SinkResult.duplicates_delivered`): the stream delivered a
   duplicate, which the sink recognised and kept out.
+* `updatestream_snapshot_rows_total{stream}` and `updatestream_snapshot_chunks_remaining{stream}`:
+  existing rows the snapshot delivered, and its chunks still to read (estimated until the last
+  chunk of a range is planned; 0 when finished or when the stream does not snapshot).
 * `updatestream_job_phase{stream,key_range,phase}`: 1 for the job's current phase (starting,
   running, hopping, stopped, failed), 0 for the others.
 
@@ -78,6 +81,20 @@ class StreamMetrics:
             ["stream", "key_range", "phase"],
             registry=self.registry,
         )
+        self.snapshot_rows = Counter(
+            "updatestream_snapshot_rows_total",
+            "Existing rows the snapshot delivered",
+            ["stream"],
+            registry=self.registry,
+        )
+        self.snapshot_remaining = Gauge(
+            "updatestream_snapshot_chunks_remaining",
+            "Snapshot chunks still to read (an estimate until a range's last chunk is planned)",
+            ["stream"],
+            registry=self.registry,
+        )
+        self.snapshot_rows.labels(stream)
+        self.snapshot_remaining.labels(stream)
         for cause in DUPLICATE_CAUSES:
             self.duplicates.labels(stream, cause)
         self.hops.labels(stream)

@@ -32,8 +32,15 @@ from typing import Any
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from updatestream.binlog.events import ChangeEvent
-from updatestream.contract.progress import HopReport, ProgressReport, ShardReport, SinkReport
+from updatestream.contract.progress import (
+    HopReport,
+    ProgressReport,
+    ShardReport,
+    SinkReport,
+    SnapshotReport,
+)
 from updatestream.core.gtid import GTIDParseError, parse_position, position_contains
+from updatestream.core.snapshot import SnapshotState, SnapshotStateError, progress_of
 from updatestream.core.token import EventToken
 from updatestream_jobs.metrics import DUPLICATE_CAUSES, StreamMetrics
 
@@ -90,6 +97,9 @@ class ProgressTracker:
         self.sinks: dict[str, Counter[str]] = {}
         self.shard_map: str | None = None
         self.hops: list[HopReport] = []
+        self.snapshot_state: SnapshotState | None = None  # as of the last finished batch
+        self.snapshot_rows = 0  # snapshot rows delivered by this process
+        self._snapshot_finished_at: float | None = None
         self._clock = clock
         self._lock = threading.Lock()
 
@@ -101,6 +111,15 @@ class ProgressTracker:
     def observe(self, events: Iterable[ChangeEvent]) -> Iterator[ChangeEvent]:
         """Pass events through, recording each (use it on the way to the first sink)."""
         for event in events:
+            if event.op == "snapshot":  # an existing row: no change to the shard's progress
+                with self._lock:
+                    self._shard(event.shard).by_op["snapshot"] += 1
+                    self.snapshot_rows += 1
+                if self.metrics is not None:
+                    self.metrics.events.labels(self.stream, event.shard, event.op).inc()
+                    self.metrics.snapshot_rows.labels(self.stream).inc()
+                yield event
+                continue
             with self._lock:
                 progress = self._shard(event.shard)
                 progress.token = event.token
@@ -200,6 +219,35 @@ class ProgressTracker:
             self._update_lag()
         self.write_status()
 
+    def observe_snapshot(self, state: SnapshotState) -> None:
+        """The snapshot's progress as of the batch that just finished (its end offset)."""
+        with self._lock:
+            self.snapshot_state = state
+        if self.metrics is not None:
+            progress = progress_of(state, self._clock())
+            remaining = max(0, progress.chunks_total - progress.chunks_done)
+            self.metrics.snapshot_remaining.labels(self.stream).set(remaining)
+
+    def _snapshot_report(self) -> SnapshotReport | None:
+        if self.snapshot_state is None:
+            return None
+        if self._snapshot_finished_at is None and self.snapshot_state.finished:
+            self._snapshot_finished_at = self._clock()
+        progress = progress_of(self.snapshot_state, self._snapshot_finished_at or self._clock())
+        rate = self.snapshot_rows / progress.elapsed if progress.elapsed > 0 else 0.0
+        eta = progress.eta_seconds
+        return SnapshotReport(
+            chunks_done=progress.chunks_done,
+            chunks_total=progress.chunks_total,
+            ranges_done=progress.ranges_done,
+            ranges_total=progress.ranges_total,
+            rows=self.snapshot_rows,
+            rows_per_second=round(rate, 1),
+            eta_seconds=None if eta is None else round(eta, 1),
+            elapsed_seconds=round(progress.elapsed, 1),
+            finished=progress.finished,
+        )
+
     def _update_lag(self) -> None:
         now = self._clock()
         for progress in self.shards.values():
@@ -231,6 +279,7 @@ class ProgressTracker:
                     for name, counts in sorted(self.sinks.items())
                 },
                 shards={s: p.report() for s, p in sorted(self.shards.items())},
+                snapshot=self._snapshot_report(),
             )
 
     def write_status(self) -> None:
@@ -270,10 +319,13 @@ class ProgressListener(StreamingQueryListener):
             latest = getattr(source, "latestOffset", None)
             end = getattr(source, "endOffset", None)
             try:
-                shard_map = json.loads(end).get("_map") if end else None
+                ended = json.loads(end) if end else {}
+                shard_map = ended.get("_map")
+                if ended.get("_snapshot"):
+                    self.tracker.observe_snapshot(SnapshotState.from_json(ended["_snapshot"]))
                 if latest:
                     self.tracker.observe_latest(json.loads(latest), shard_map)
-            except (ValueError, TypeError, AttributeError) as exc:
+            except (ValueError, TypeError, AttributeError, SnapshotStateError) as exc:
                 log.warning("cannot read the source's latest offset: %s", exc)
 
     def onQueryIdle(self, event: Any) -> None:

@@ -141,3 +141,17 @@ def test_one_sink_streams_the_batch_without_holding_it(spark: Any, tmp_path: Pat
     assert frame.reads == 1 and frame.persisted == 0
     assert _written(path) == DELIVERED
     assert job.tracker.duplicates == {"hop": 1, "unknown": 1}
+
+
+@pytest.mark.parametrize("sinks", [1, 2])
+def test_each_batch_records_where_its_time_went(spark: Any, tmp_path: Path, sinks: int) -> None:
+    job, _ = _job(tmp_path, sinks=sinks)
+    for batch_id in (0, 1):
+        job.write_batch(_batch(spark, EVENTS), batch_id)
+    assert [p.batch_id for p in job.batch_phases] == [0, 1]
+    for phases in job.batch_phases:
+        assert list(phases.sinks_s) == [sink.name for sink in job.sinks]  # in stream order
+        assert (phases.read_s > 0) == (sinks > 1)  # held for several sinks, else read lazily
+        parts = phases.read_s + sum(phases.sinks_s.values()) + phases.finish_s
+        assert 0 < parts <= phases.total_s
+        assert phases.started_at > 1_700_000_000

@@ -24,11 +24,13 @@ from typing import Any
 
 from updatestream.binlog.errors import SourceOptionsError
 from updatestream.core.dedup import DedupFilter, DedupFilterError
+from updatestream.core.snapshot import SnapshotState, SnapshotStateError
 from updatestream.core.token import EventToken, TokenError
 
 MAP_KEY = "_map"
 DEDUP_KEY = "_dedup"
 HOP_KEY = "_hop"
+SNAPSHOT_KEY = "_snapshot"
 
 
 def is_shard_key(key: str) -> bool:
@@ -91,6 +93,7 @@ class StreamOffset:
     shard_map: str | None = None
     dedup: DedupFilter | None = None
     hop: HopInfo | None = None
+    snapshot: SnapshotState | None = None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {shard: token.to_json() for shard, token in self.tokens.items()}
@@ -100,6 +103,8 @@ class StreamOffset:
             data[DEDUP_KEY] = self.dedup.to_json()
         if self.hop is not None:
             data[HOP_KEY] = self.hop.to_json()
+        if self.snapshot is not None:
+            data[SNAPSHOT_KEY] = self.snapshot.to_json()
         return data
 
     @classmethod
@@ -121,7 +126,13 @@ class StreamOffset:
             except DedupFilterError as exc:
                 raise SourceOptionsError(f"offset field '_dedup': {exc}") from None
         hop = HopInfo.from_json(data[HOP_KEY]) if data.get(HOP_KEY) else None
-        return cls(tokens, str(raw_map) if raw_map else None, dedup, hop)
+        snapshot = None
+        if data.get(SNAPSHOT_KEY):
+            try:
+                snapshot = SnapshotState.from_json(data[SNAPSHOT_KEY])
+            except SnapshotStateError as exc:
+                raise SourceOptionsError(str(exc)) from None
+        return cls(tokens, str(raw_map) if raw_map else None, dedup, hop, snapshot)
 
     def new_hop(self, previous: StreamOffset) -> HopInfo | None:
         """The hop this offset ends, when the batch from `previous` to it is a hop batch."""

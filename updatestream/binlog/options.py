@@ -11,7 +11,8 @@ files from `secretsDir` on the worker.
 | `tables` | comma-separated table names (default: every table of the VSchema) |
 | `database` | the keyspace's database on the shards (default: any non-system database) |
 | `secretsDir` | where the shards' Secrets are mounted (`<dir>/<secret>/username`, `password`) |
-| `start` | `now` (default), `earliest`, a timestamp in seconds, a JSON object of shard -> GTID
+| `start` | `now` (default), `snapshot` (every existing row first, then the stream from there;
+  docs/snapshot.md), `earliest`, a timestamp in seconds, a JSON object of shard -> GTID
   position, a JSON object of shard -> Event Token (a full offset, to resume from), or
   `{"resume": {"tokens": {...}, "gtid": {...}, "timestamps": {...}}}` (per shard, the first form
   that names it) |
@@ -28,6 +29,10 @@ files from `secretsDir` on the worker.
   reading a destination shard (default 5; the duplicates this re-reads are dropped exactly) |
 | `dedup` | the dedup rule a stream starts with (`DedupFilter.to_json()` text), when it is started
   after a hop planned outside the query |
+| `snapshotChunkRows` | rows per snapshot chunk (default 20000): bounds a worker's memory |
+| `snapshotChunksPerBatch` | snapshot chunks read per micro-batch (default 4), in parallel |
+| `snapshotRequests` | a file of snapshot-on-demand requests the running stream polls (JSON lines:
+  `{"id": ..., "table": ..., "keyRange": ...}`; docs/snapshot.md) |
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ from updatestream.core.token import EventToken
 from updatestream.core.vschema import VSchema
 from updatestream.spec import Keyspace, SpecError, StartPosition, load_keyspace, parse_keyspace
 
-StartMode = Literal["now", "earliest", "timestamp", "gtid", "tokens", "resume"]
+StartMode = Literal["now", "snapshot", "earliest", "timestamp", "gtid", "tokens", "resume"]
 ResumeKind = Literal["token", "gtid", "timestamp"]
 
 
@@ -148,6 +153,9 @@ class SourceConfig:
     keyspace_watch: str | None = None
     hop_lookback: int = 5
     dedup: DedupFilter | None = None  # the dedup rule the stream starts with
+    snapshot_chunk_rows: int = 20000
+    snapshot_chunks_per_batch: int = 4
+    snapshot_requests: str | None = None  # a requests file the running stream polls
 
     def keyspace_spec(self) -> Keyspace:
         """The Keyspace the stream was started with (the `keyspace` option)."""
@@ -181,7 +189,7 @@ def _load_keyspace(text: str) -> Keyspace:
 def parse_start(text: str, *, option: str = "start") -> StartSpec:
     """Parse a start (or end) option: now, earliest, seconds, or a JSON object per shard."""
     stripped = (text or "now").strip()
-    if stripped in ("now", "earliest"):
+    if stripped in ("now", "earliest", "snapshot"):
         return StartSpec(mode=stripped)  # type: ignore[arg-type]
     if stripped.isdigit():
         return StartSpec(mode="timestamp", timestamp=int(stripped))
@@ -192,8 +200,8 @@ def parse_start(text: str, *, option: str = "start") -> StartSpec:
             raise SourceOptionsError(f"option {option!r} is not valid JSON: {exc}") from None
         return _start_from_mapping(data, option)
     raise SourceOptionsError(
-        f"option {option!r} is {text!r}; use now, earliest, a timestamp in seconds, a JSON "
-        'object of shard -> GTID position ({"-80": "1-1-42"}) or of shard -> Event Token'
+        f"option {option!r} is {text!r}; use now, snapshot, earliest, a timestamp in seconds, "
+        'a JSON object of shard -> GTID position ({"-80": "1-1-42"}) or of shard -> Event Token'
     )
 
 
@@ -263,7 +271,7 @@ def _start_from_mapping(data: Mapping[str, Any], option: str) -> StartSpec:
 
 def start_option(start: StartPosition) -> str:
     """The `start` option text for an UpdateStream spec's start position."""
-    if start.mode in ("now", "earliest"):
+    if start.mode in ("now", "earliest", "snapshot"):
         return start.mode
     if start.mode == "timestamp" and start.timestamp is not None:
         return str(start.timestamp)
@@ -356,6 +364,9 @@ def parse_options(options: Mapping[str, str]) -> SourceConfig:
         keyspace_watch=opts.get("keyspaceWatch") or None,
         hop_lookback=_int_option(opts, "hopLookbackSeconds", 5),
         dedup=_dedup_option(opts.get("dedup")),
+        snapshot_chunk_rows=_int_option(opts, "snapshotChunkRows", 20000, 1),
+        snapshot_chunks_per_batch=_int_option(opts, "snapshotChunksPerBatch", 4, 1),
+        snapshot_requests=opts.get("snapshotRequests") or None,
     )
 
 
@@ -401,4 +412,7 @@ _NAMES = (
     "keyspaceWatch",
     "hopLookbackSeconds",
     "dedup",
+    "snapshotChunkRows",
+    "snapshotChunksPerBatch",
+    "snapshotRequests",
 )

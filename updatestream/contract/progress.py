@@ -14,7 +14,9 @@ sidecar copies it into), the demo, the harnesses and the benchmarks read it with
   delivered); `sinks`: per sink what its batches `written`, `skipped`, wrote `late`, and the
   `duplicatesDelivered` it detected;
 - `shardMap` and `hops`: the serving shard map the stream reads and the hops it made inside
-  its running query, oldest first (`completedAt` is null while a hop is in flight).
+  its running query, oldest first (`completedAt` is null while a hop is in flight);
+- `snapshot` (streams that snapshot): chunks done of the estimated total, rows delivered, the
+  rate, an ETA, and whether it has `finished` (null before the first batch).
 
 Unknown fields are ignored, so a reader does not break when the job reports more. A report that
 cannot be read raises `ProgressError` naming the field.
@@ -135,6 +137,18 @@ class HopReport(_Report):
     duplicates_dropped: Count = Field(0, alias="duplicatesDropped")
 
 
+class SnapshotReport(_Report):
+    chunks_done: Count = Field(0, alias="chunksDone")
+    chunks_total: Count = Field(0, alias="chunksTotal")  # an estimate until finished
+    ranges_done: Count = Field(0, alias="rangesDone")
+    ranges_total: Count = Field(0, alias="rangesTotal")
+    rows: Count = 0
+    rows_per_second: float = Field(0.0, alias="rowsPerSecond")
+    eta_seconds: Seconds = Field(None, alias="etaSeconds")
+    elapsed_seconds: Seconds = Field(None, alias="elapsedSeconds")
+    finished: bool = False
+
+
 class ProgressReport(_Report):
     stream: str = ""
     key_range: str | None = Field(None, alias="keyRange")
@@ -148,6 +162,7 @@ class ProgressReport(_Report):
     duplicates: dict[str, Count] = Field(default_factory=dict)
     sinks: dict[str, SinkReport] = Field(default_factory=dict)
     shards: dict[str, ShardReport] = Field(default_factory=dict)
+    snapshot: SnapshotReport | None = None
 
     def dumps(self) -> str:
         data = self.model_dump(mode="json", by_alias=True)

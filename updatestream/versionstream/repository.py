@@ -8,6 +8,7 @@ the next version number of its stream, and a version is never changed afterwards
     entity   VARCHAR      what changed; for a change stream "<table>:<primary key JSON>"
     data     LONGTEXT     the entity's state at this version (JSON), NULL for a deletion
     origin   (optional)   where the version came from: "<shard> <GTID position> <row index>"
+                          (" snapshot" appended for an existing row the snapshot read)
     origin_hash           16 bytes of BLAKE2b of the origin and the entity, NULL without one
 
     PRIMARY KEY (stream, version, entity)       fetch by version, find the last version
@@ -75,9 +76,12 @@ class Origin(NamedTuple):
     gtid: str
     row_index: int  # the row's index in its transaction
     part: int = 0  # one change may write two versions (a key change: old key's tombstone)
+    snapshot: bool = False  # an existing row the snapshot read at `gtid`, not a change
 
     def text(self) -> str:
         suffix = f" part {self.part}" if self.part else ""
+        if self.snapshot:
+            suffix += " snapshot"
         return f"{self.shard} {self.gtid} {self.row_index}{suffix}"
 
     def digest(self, entity: str) -> bytes:

@@ -1,4 +1,5 @@
-"""`updatestream verify`: compare the traffic ledger with what a sink received.
+"""`updatestream verify`: compare the traffic ledger with what a sink received, or (with
+`--table-state`) the state a sink holds with the shards' rows (`verify.tablestate`).
 
 Exit status: 0 when nothing was lost, no duplicate was delivered and no cache entry is stale;
 1 when any of those was found; 2 when an input is missing or unreadable (a one-line message,
@@ -27,7 +28,7 @@ from updatestream.clickopts import (
 )
 from updatestream.core.errors import UpdateStreamError
 from updatestream_cli.options import ledger_option
-from updatestream_cli.verify import sinks
+from updatestream_cli.verify import sinks, tablestate
 from updatestream_cli.verify.compare import (
     Committed,
     Report,
@@ -71,23 +72,7 @@ def _require(value: Any, option: str, sink: str) -> Any:
 
 
 def _versionstream(ledger: list[Committed], options: dict[str, Any]) -> Report:
-    if options["mysql"]:
-        endpoint = _endpoint(options["mysql"])
-    else:
-        keyspace = _keyspace(options["keyspace_manifest"], "when --mysql is not given")
-        endpoint = keyspace.spec.shard(keyspace.spec.serving_shards[0]).mysql
-    secrets_dir = _require(options["secrets_dir"], "--secrets-dir", "versionstream")
-    secret = _require(options["secret"], "--secret", "versionstream")
-    records = sinks.read_versionstream(
-        endpoint,
-        sinks.read_secret(secrets_dir, secret),
-        secrets_dir=secrets_dir,
-        secret=secret,
-        database=options["database"] or "updatestream",
-        table=options["table"],
-        stream=options["stream"],
-    )
-    return compare_changes(ledger, records)
+    return compare_changes(ledger, _versionstream_records(options))
 
 
 def _cdcv2(ledger: list[Committed], options: dict[str, Any]) -> Report:
@@ -141,6 +126,69 @@ def _mirror(options: dict[str, Any], key_range: str) -> MirrorReport:
 _SINKS = {"versionstream": _versionstream, "cdcv2": _cdcv2, "memcached": _memcached}
 
 
+def _versionstream_records(options: dict[str, Any]) -> list[Any]:
+    if options["mysql"]:
+        endpoint = _endpoint(options["mysql"])
+    else:
+        keyspace = _keyspace(options["keyspace_manifest"], "when --mysql is not given")
+        endpoint = keyspace.spec.shard(keyspace.spec.serving_shards[0]).mysql
+    secrets_dir = _require(options["secrets_dir"], "--secrets-dir", "versionstream")
+    secret = _require(options["secret"], "--secret", "versionstream")
+    return sinks.read_versionstream(
+        endpoint,
+        sinks.read_secret(secrets_dir, secret),
+        secrets_dir=secrets_dir,
+        secret=secret,
+        database=options["database"] or "updatestream",
+        table=options["table"],
+        stream=options["stream"],
+    )
+
+
+def _table_state(sink: str, key_range: str, options: dict[str, Any]) -> tablestate.StateReport:
+    """The sink's state against the shards' rows in `key_range` (see `verify.tablestate`)."""
+    report = tablestate.StateReport()
+    if sink == "versionstream":
+        actual = tablestate.versionstream_state(_versionstream_records(options))
+    elif sink == "cdcv2":
+        rows, _updates = sinks.read_cdcv2(_require(options["path"], "--path", "cdcv2"))
+        actual = tablestate.cdcv2_state(rows, report)
+    else:
+        raise VerifyInputError(
+            f"--table-state compares the state a sink holds; --sink {sink} holds no rows "
+            "(use versionstream or cdcv2)"
+        )
+    keyspace = _keyspace(options["keyspace_manifest"], "for --table-state (the shards to read)")
+    secrets_dir = _require(options["secrets_dir"], "--secrets-dir", sink)
+    name = keyspace.metadata.name
+    expected = tablestate.shard_state(
+        keyspace,
+        secrets_dir,
+        options["shard_secret"] or f"{name}-app",
+        options["shard_database"] or name,
+        sorted(keyspace.spec.vschema.get("tables", {})),
+        key_range,
+    )
+    return tablestate.compare_state(expected, actual, report)
+
+
+def _state_summary(report: tablestate.StateReport, sink: str) -> None:
+    console = Console()
+    table = Table(title=f"shards vs {sink} (table state)")
+    table.add_column("check")
+    table.add_column("count", justify="right")
+    for name, value in report.to_json().items():
+        if name not in ("examples", "ok"):
+            table.add_row(name, str(value))
+    console.print(table)
+    for finding, keys in report.examples.items():
+        console.print(f"{finding}: {', '.join(keys)}", markup=False)
+    if report.ok:
+        console.print("[green]OK[/]: the sink holds exactly the shards' rows")
+    else:
+        console.print("[red]FAILED[/]: see missing / extra / differing / multiplicity")
+
+
 def _fail(message: str, as_json: bool) -> NoReturn:
     if as_json:
         click.echo(json.dumps({"error": message}))
@@ -174,6 +222,22 @@ def _summary(report: Report | MirrorReport, sink: str) -> None:
 
 @click.command("verify")
 @ledger_option(help="Traffic ledger (JSON lines) written by 'devcluster traffic' (not for mirror).")
+@click.option(
+    "--table-state",
+    is_flag=True,
+    help="Compare the state the sink holds with the shards' rows in the key range instead of "
+    "the ledger (after a snapshot; needs --keyspace-manifest and --secrets-dir).",
+)
+@click.option(
+    "--shard-secret",
+    default=None,
+    help="--table-state: Secret of an account that can read the shards (default <keyspace>-app).",
+)
+@click.option(
+    "--shard-database",
+    default=None,
+    help="--table-state: the keyspace's database on the shards (default: the keyspace name).",
+)
 @click.option("--sink", "sink", type=click.Choice(sorted([*_SINKS, "mirror"])), required=True)
 @click.option(
     "--keyspace-manifest",
@@ -226,6 +290,7 @@ def _summary(report: Report | MirrorReport, sink: str) -> None:
 def verify(
     sink: str,
     ledger: Path | None,
+    table_state: bool,
     status_file: Path | None,
     key_range: str,
     as_json: bool,
@@ -237,13 +302,24 @@ def verify(
     stale; 2: an input is missing or unreadable.
     """
     report: Report | MirrorReport
+    if table_state and sink != "mirror":  # a mirror is always compared with the shards
+        try:
+            state = _table_state(sink, key_range, options)
+        except UpdateStreamError as exc:
+            _fail(str(exc), as_json)
+        if as_json:
+            click.echo(json.dumps(state.to_json()))
+        else:
+            _state_summary(state, sink)
+        sys.exit(0 if state.ok else EXIT_FINDINGS)
+    if ledger is None and sink != "mirror":
+        _fail("--ledger is needed (or --table-state to compare with the shards' rows)", as_json)
     try:
         dropped, by_cause = read_duplicates(status_file)
         if sink == "mirror":
             report = _mirror(options, key_range)
-        elif ledger is None:
-            raise VerifyInputError(f"--sink {sink} needs --ledger")
         else:
+            assert ledger is not None
             committed = within_key_range(read_ledger(ledger), key_range, ledger)
             report = _SINKS[sink](committed, options)
     except UpdateStreamError as exc:

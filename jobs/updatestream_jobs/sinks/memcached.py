@@ -65,8 +65,8 @@ class MemcachedSink:
         """Key -> token texts of the changes that invalidate it, in stream order."""
         changes: dict[str, list[str]] = {}
         for event in events:
-            if event.op == "heartbeat" or event.table is None:
-                continue
+            if event.op in ("heartbeat", "snapshot") or event.table is None:
+                continue  # a snapshot row is no change: nothing cached can be stale from it
             pk = loads_object(event.pk, "pk", event)
             images: list[dict[str, Any] | None] = []
             if self.templates.needs_images(event.table):

@@ -40,7 +40,9 @@ from updatestream_jobs.sinks.common import identity, loads_object, pk_of
 def records_of(event: ChangeEvent) -> list[Record]:
     """The versions one row change appends."""
     shard, gtid, _table, _pk, index = identity(event)
-    origin = Origin(shard, gtid, index)
+    # A snapshot row's origin is the position it was read at, marked as a snapshot: it can
+    # never be mistaken for the change that wrote the row at that position.
+    origin = Origin(shard, gtid, index, snapshot=event.op == "snapshot")
     table = event.table or ""
     entity = f"{table}:{event.pk}"  # the pk of the after image, or of the before for a delete
     if event.after is None:

@@ -62,6 +62,7 @@ from updatestream.binlog.session import ShardSession, connection_settings, flavo
 from updatestream.core.dedup import DedupFilter
 from updatestream.core.gtid import position_contains
 from updatestream.core.keyrange import KeyRange
+from updatestream.core.snapshot import SnapshotRange
 from updatestream.core.token import EventToken
 from updatestream.spec import Keyspace
 from updatestream_jobs.source.hopping import Hopper, map_for_shards, serving_map
@@ -74,6 +75,7 @@ from updatestream_jobs.source.partition import (
     read_shard_rows,
     record_batches,
 )
+from updatestream_jobs.source.snapshotting import ChunkRange, SnapshotPlanner, read_chunk_rows
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +99,14 @@ class _Planner:
         self.config = config
         self._sessions: dict[str, ShardSession] = {}
         self.endpoints: dict[str, ShardEndpoint] = {e.shard: e for e in config.shards}
+        self.snapshots = SnapshotPlanner(config, self.session)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"config": self.config, "_sessions": {}, "endpoints": dict(self.endpoints)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.snapshots = SnapshotPlanner(self.config, self.session)
 
     def update(self, keyspace: Keyspace) -> None:
         """Learn the endpoints of every shard the Keyspace declares now (a hop reads shards
@@ -141,6 +148,8 @@ class _Planner:
         wanted = {s.name for s in serving.shards_for(key_range)}
         named = {s for s, _ in spec.positions} | {s for s, _, _ in spec.resume}
         dedup = _dedup(self.config)
+        if spec.mode == "snapshot":
+            return self.snapshots.begin(StreamOffset(self.resolve(spec), str(serving), dedup))
         if spec.mode not in ("tokens", "resume", "gtid") or wanted <= named:
             return StreamOffset(self.resolve(spec), str(serving), dedup)
         old = map_for_shards(keyspace, named & _shards_in_maps(keyspace, key_range), key_range)
@@ -174,7 +183,7 @@ class _Planner:
         session = self.session(shard)
         if check:
             session.check_settings()
-        if spec.mode == "now":
+        if spec.mode in ("now", "snapshot"):
             position, now = session.current_position()
             return EventToken(now, shard, position)
         if spec.mode == "earliest":
@@ -207,7 +216,7 @@ class _Planner:
 
     def partitions(
         self, start: dict[str, Any], end: dict[str, Any], hopper: Hopper | None = None
-    ) -> list[ShardRange]:
+    ) -> list[ShardRange | ChunkRange]:
         """The partitions of the batch from `start` to `end`. A shard the Keyspace no longer
         declares (retired after the batch was planned) is read from its destinations."""
         begin, finish = StreamOffset.from_json(start), StreamOffset.from_json(end)
@@ -216,6 +225,7 @@ class _Planner:
         dedup = finish.dedup if finish.dedup and not finish.dedup.is_empty() else None
         marker = json.dumps(hop.to_json(), sort_keys=True) if hop is not None else None
         parts: list[ShardRange] = []
+        holdback = _holdback(begin)
         for shard in sorted(finish.tokens):
             end_token = finish.tokens[shard]
             start_token = begin.tokens.get(shard)
@@ -253,7 +263,10 @@ class _Planner:
                         shard, edges[index], edges[index + 1], last, endpoint, dedup, announce
                     )
                 )
-        return parts
+        for part in parts:
+            part.holdback = holdback
+        chunks = self.snapshots.chunk_partitions(begin, finish, self.endpoint)
+        return [*parts, *chunks]
 
     def _via_destinations(
         self,
@@ -278,6 +291,13 @@ class _Planner:
         return parts
 
 
+def _holdback(begin: StreamOffset) -> tuple[SnapshotRange, ...] | None:
+    """The unfinished snapshot ranges whose binlog events the batch after `begin` drops."""
+    if begin.snapshot is None or begin.snapshot.finished:
+        return None
+    return tuple(begin.snapshot.pending())
+
+
 def _shards_in_maps(keyspace: Keyspace, key_range: KeyRange) -> set[str]:
     """Every shard that reads part of `key_range` in the serving map or its history."""
     names = {s.name for s in serving_map(keyspace).shards_for(key_range)}
@@ -292,7 +312,8 @@ class UpdateStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         self._planner = _Planner(config)
         self._hopper: Hopper | None = None
         self._available_now = False
-        self._target: dict[str, Any] | None = None
+        self._target: StreamOffset | None = None
+        self._initial: dict[str, Any] | None = None
         self._reading: list[str] | None = None  # the shards of the last offset handed out
 
     def _hops(self) -> Hopper:
@@ -312,29 +333,43 @@ class UpdateStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         return offset.to_json()
 
     def initialOffset(self) -> dict[str, Any]:
-        keyspace = self._hops().keyspace()
-        self._planner.update(keyspace)
-        offset = self._planner.start_offset(self.config.start, keyspace)
-        log.info("stream starts at %s", {s: t.to_json() for s, t in offset.tokens.items()})
-        return self._handed_out(offset)
+        # Spark may ask more than once; a start read from the shards ("now", "snapshot") must
+        # not move between the asks, or the first batch would end before it starts.
+        if self._initial is None:
+            keyspace = self._hops().keyspace()
+            self._planner.update(keyspace)
+            offset = self._planner.start_offset(self.config.start, keyspace)
+            log.info("stream starts at %s", {s: t.to_json() for s, t in offset.tokens.items()})
+            self._initial = self._handed_out(offset)
+        return self._initial
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         offset = StreamOffset.from_json(start)
         if self._available_now:  # a bounded read: up to what the shards hold now, no hop
             if self._target is None:
-                self._target = self._handed_out(self._latest(offset))
-            return self._target
+                self._target = self._latest(offset)
+            target = self._target
+            if offset.snapshot is not None:  # the snapshot goes on until it is finished
+                target = dataclasses.replace(target, snapshot=offset.snapshot)
+                target = self._planner.snapshots.plan(target)
+            return self._handed_out(target)
         hopper = self._hops()
         self._planner.update(hopper.keyspace())
         hopped = hopper.check(offset)
-        return self._handed_out(hopped if hopped is not None else self._latest(offset))
+        if hopped is not None:
+            return self._handed_out(hopped)
+        return self._handed_out(self._planner.snapshots.plan(self._latest(offset)))
 
     def _latest(self, offset: StreamOffset) -> StreamOffset:
         tokens: dict[str, EventToken] = {}
+        # While the snapshot reads, every batch ends each shard with a fresh token: its chunks
+        # are read as of that token, and its heartbeat tells the sinks that time.
+        snapshotting = offset.snapshot is not None and not offset.snapshot.finished
         for shard, token in self._planner.current(offset.tokens).items():
             previous = offset.tokens[shard]
             if (
-                previous.position == token.position
+                not snapshotting
+                and previous.position == token.position
                 and token.timestamp - previous.timestamp < self.config.heartbeat_interval
             ):
                 token = previous  # nothing new and the last heartbeat is recent: no batch
@@ -350,15 +385,13 @@ class UpdateStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
     def prepareForTriggerAvailableNow(self) -> None:
         self._available_now = True
 
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[ShardRange]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         hopper = self._hops()
         self._planner.update(hopper.keyspace())
         return self._planner.partitions(start, end, hopper)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, ShardRange)
-        rows = read_shard_rows(self.config, partition)
-        return record_batches(rows, self.config.arrow_batch_rows, partition.classifier())
+        return _read(self.config, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         return None
@@ -384,9 +417,15 @@ class UpdateStreamBatchReader(DataSourceReader):
             planner.close()
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, ShardRange)
-        rows = read_shard_rows(self.config, partition)
-        return record_batches(rows, self.config.arrow_batch_rows, partition.classifier())
+        return _read(self.config, partition)
+
+
+def _read(config: SourceConfig, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    if isinstance(partition, ChunkRange):
+        return record_batches(read_chunk_rows(config, partition), config.arrow_batch_rows)
+    assert isinstance(partition, ShardRange)
+    rows = read_shard_rows(config, partition)
+    return record_batches(rows, config.arrow_batch_rows, partition.classifier())
 
 
 def _dedup(config: SourceConfig) -> DedupFilter | None:

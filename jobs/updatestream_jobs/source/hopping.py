@@ -257,7 +257,10 @@ class Hopper:
             ",".join(hop.to_shards),
             ", ".join(f"{n}@{t.timestamp}" for n, t in sorted(starts.items())),
         )
-        return StreamOffset(tokens, str(plan.new), dedup, hop)
+        # The snapshot goes on after the hop: its progress is kept by key range, and the hop
+        # batch reads no chunks (a chunk reads its rows from the shards serving after it).
+        snapshot = offset.snapshot.advance(()) if offset.snapshot is not None else None
+        return StreamOffset(tokens, str(plan.new), dedup, hop, snapshot)
 
 
 def _start_second(planned: int, changed_at: float | None) -> int:

@@ -31,6 +31,7 @@ from updatestream.core.gtid import (
     position_to_json,
 )
 from updatestream.core.hop import canonical_shard_name
+from updatestream.core.snapshot import SnapshotFilter, SnapshotRange
 from updatestream.core.token import EventToken
 
 _ALL_FIELDS = tuple(ChangeEvent.__dataclass_fields__)
@@ -49,6 +50,7 @@ _BEFORE, _AFTER = _FIELDS.index("before"), _FIELDS.index("after")
 _OP, _SHARD, _TS = _FIELDS.index("op"), _FIELDS.index("shard"), _FIELDS.index("timestamp")
 _TOKEN, _SOURCE = _FIELDS.index("token"), _FIELDS.index("source_shard")
 _SOURCE_GTID = _FIELDS.index("source_gtid")
+_TABLE, _KSID, _PK = _FIELDS.index("table"), _FIELDS.index("keyspace_id"), _FIELDS.index("pk")
 
 Classifier = Callable[[EventRow], str | None]
 
@@ -82,6 +84,8 @@ class ShardRange(InputPartition):
         self.dedup = dedup
         self.marker = marker
         self.via = via  # see `Via`
+        # unfinished snapshot ranges: their binlog events above the frontier are dropped
+        self.holdback: tuple[SnapshotRange, ...] | None = None
 
     def __repr__(self) -> str:
         return f"ShardRange({self.shard}, {self.start} -> {self.end})"
@@ -222,10 +226,13 @@ def read_shard_rows(config: SourceConfig, part: ShardRange) -> Iterator[EventRow
             session.check_settings()
         converter = RowConverter(config, part.shard, flavor_of(endpoint))
         reader = BinlogRangeReader(endpoint, config, start.position, end.position, converter)
+        rows = reader.rows()
         if part.via:
-            yield from filter(Via.from_json(part.via), reader.rows())
-        else:
-            yield from reader.rows()
+            rows = filter(Via.from_json(part.via), rows)
+        if part.holdback:
+            held = SnapshotFilter(part.holdback).holds_back
+            rows = (r for r in rows if not held(r[_TABLE], r[_KSID], r[_PK]))
+        yield from rows
     if part.heartbeat:
         yield _ROW(heartbeat(config.keyspace, end))
 
