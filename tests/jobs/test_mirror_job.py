@@ -19,6 +19,7 @@ from updatestream_jobs.job import Job, typed_error
 from updatestream_jobs.sinks.base import SinkError
 
 from tests.conftest import MariaDBFixture, MariaDBServerFactory
+from tests.jobs.snapshot_support import wait_until_caught_up
 from updatestream import spec
 from updatestream.contract.job import JobConfig
 
@@ -36,7 +37,9 @@ def mirror_db(mariadb_server_factory: MariaDBServerFactory, cluster: DevCluster)
     return server
 
 
-def make_job(cluster: DevCluster, mirror: MariaDBFixture, database: str, work: Path) -> Job:
+def make_job(
+    cluster: DevCluster, mirror: MariaDBFixture, database: str, work: Path, start: str = "earliest"
+) -> Job:
     stream = spec.parse_update_stream(
         {
             "apiVersion": "updatestream.io/v1alpha1",
@@ -44,7 +47,7 @@ def make_job(cluster: DevCluster, mirror: MariaDBFixture, database: str, work: P
             "metadata": {"name": "mirrored"},
             "spec": {
                 "keyspace": "commerce",
-                "start": {"mode": "earliest"},
+                "start": {"mode": start},
                 "sinks": [
                     {
                         "type": "mirror",
@@ -171,3 +174,30 @@ def test_the_mirror_down_fails_the_batch_and_a_restart_catches_up(
     )
     assert report.ok, report.examples
     assert report.source_rows == report.mirror_rows > 0
+
+
+def test_a_stream_started_from_a_snapshot_fills_the_mirror_then_follows_traffic(
+    spark: Any, cluster: DevCluster, mirror_db: MariaDBFixture, tmp_path: Path
+) -> None:
+    """Rows that exist before the stream starts arrive as `snapshot` events (upserts); the
+    changes committed while the snapshot is read are never overwritten by its older rows."""
+    loader = TrafficGenerator(
+        cluster.manifest_path,
+        cluster.secrets_dir,
+        tmp_path / "preload.jsonl",
+        TrafficOptions(rate=0, seed=8),
+    )
+    loader.preload(3000)
+    loader.close()
+    job = make_job(cluster, mirror_db, "mirror_snapshot", tmp_path, start="snapshot")
+    job.start(spark)
+    try:
+        traffic(cluster, tmp_path, 3.0, seed=9)
+        wait_until_caught_up(job, cluster, tmp_path / "status.json")
+    finally:
+        job.stop()
+    report = verify_mirror(
+        cluster.keyspace(), target(mirror_db, "mirror_snapshot"), cluster.secrets_dir, "-"
+    )
+    assert report.ok, report.examples
+    assert report.source_rows == report.mirror_rows >= 3000
