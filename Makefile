@@ -81,6 +81,10 @@ demo: system-deps $(STAMP) ## the whole system on one machine: a live split hopp
 bench-sinks: $(STAMP) ## sink throughput (memcached, Version Stream vs single-row appends) into bench/results
 	$(BIN)/python -m bench.sinks_bench
 
+.PHONY: bench-mirror
+bench-mirror: $(STAMP) ## mirror sink rows/s, batches of 1k and 10k vs one upsert per row, into bench/results
+	$(BIN)/python -m bench.mirror_bench
+
 .PHONY: bench-source
 bench-source: $(STAMP) ## binlog source rows/s vs python-mysql-replication and mariadb-binlog into bench/results
 	$(BIN)/python -m bench.source_bench
@@ -123,7 +127,7 @@ bench-scaling: $(STAMP) ## source rows/s with 1, 2 and 4 shards, into bench/resu
 # Every benchmark, one after another (they measure a shared machine, so never in parallel),
 # then one table of bench/results/summary.json.
 .PHONY: bench
-bench: system-deps bench-source bench-sinks bench-lag bench-footprint bench-scaling bench-hop bench-snapshot ## every benchmark in turn, then the summary table
+bench: system-deps bench-source bench-sinks bench-mirror bench-lag bench-footprint bench-scaling bench-hop bench-snapshot ## every benchmark in turn, then the summary table
 	$(BIN)/python -m bench.show_summary
 
 .NOTPARALLEL: bench

@@ -160,6 +160,21 @@ class VersionStreamSink(_Model):
     credentials_secret: SecretRef = Field(alias="credentialsSecret")
 
 
+class MirrorSink(_Model):
+    """An external MySQL/MariaDB database kept up to date, one mirror table per source table."""
+
+    type: Literal["mirror"]
+    mysql: MySQLEndpoint
+    database: str = "mirror"  # created if missing
+    credentials_secret: SecretRef = Field(alias="credentialsSecret")
+    table_prefix: str = Field("", alias="tablePrefix")  # mirror table = prefix + source table
+    # tombstones whose origin timestamp is older than this are purged
+    tombstone_horizon: int = Field(7 * 86400, ge=0, alias="tombstoneHorizonSeconds")
+    purge_every: int = Field(100, ge=1, alias="purgeEveryBatches")
+    # the database of the source tables on the shards; default: the keyspace's name
+    source_database: str | None = Field(None, alias="sourceDatabase")
+
+
 class CDCv2Sink(_Model):
     type: Literal["cdcv2"]
     path: str = Field(min_length=1)
@@ -174,7 +189,8 @@ class ConsoleSink(_Model):
 
 
 SinkSpec = Annotated[
-    MemcachedSink | VersionStreamSink | CDCv2Sink | ConsoleSink, Field(discriminator="type")
+    MemcachedSink | VersionStreamSink | MirrorSink | CDCv2Sink | ConsoleSink,
+    Field(discriminator="type"),
 ]
 
 

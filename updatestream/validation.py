@@ -29,6 +29,7 @@ from updatestream.spec import (
     CDCv2Sink,
     Keyspace,
     MemcachedSink,
+    MirrorSink,
     SpecError,
     StartPosition,
     UpdateStream,
@@ -273,6 +274,8 @@ def _sink_problems(spec: UpdateStreamSpec) -> Iterator[SpecProblem]:
                         f"{key} {value!r} is not a plain MySQL name; use 1 to 64 letters, "
                         "digits, _ or $, like updatestream",
                     )
+        elif isinstance(sink, MirrorSink):
+            yield from _mirror_problems(field, sink)
         elif isinstance(sink, CDCv2Sink):
             if sink.path in paths:
                 yield SpecProblem(
@@ -282,6 +285,20 @@ def _sink_problems(spec: UpdateStreamSpec) -> Iterator[SpecProblem]:
                     f"{sink.path}; give each cdcv2 sink its own path",
                 )
             paths.setdefault(sink.path, index)
+
+
+def _mirror_problems(field: str, sink: MirrorSink) -> Iterator[SpecProblem]:
+    names = [("database", sink.database), ("sourceDatabase", sink.source_database)]
+    if sink.table_prefix:
+        names.append(("tablePrefix", sink.table_prefix))
+    for key, value in names:
+        if value is not None and not _SQL_NAME.match(value):
+            yield SpecProblem(
+                f"{field}.{key}",
+                "InvalidSink",
+                f"{key} {value!r} is not a plain MySQL name; use 1 to 64 letters, "
+                "digits, _ or $, like mirror",
+            )
 
 
 def _memcached_problems(field: str, sink: MemcachedSink) -> Iterator[SpecProblem]:

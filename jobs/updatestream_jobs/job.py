@@ -155,7 +155,12 @@ class Job:
         )
         self.sinks: list[Sink] = build_sinks(
             config.stream.spec.sinks,
-            SinkContext(keyspace=config.keyspace.metadata.name, secrets_dir=config.secrets_dir),
+            SinkContext(
+                keyspace=config.keyspace.metadata.name,
+                secrets_dir=config.secrets_dir,
+                keyspace_spec=config.keyspace,
+                registry=self.metrics.registry,
+            ),
         )
         self.metrics_port: int | None = None
         self.query: Any = None

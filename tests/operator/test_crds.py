@@ -19,7 +19,7 @@ from harness.operator import (
     keyspace_manifest,
     stream_manifest,
 )
-from updatestream.spec import CDCv2Sink, MemcachedSink, parse_update_stream
+from updatestream.spec import CDCv2Sink, MemcachedSink, MirrorSink, parse_update_stream
 
 NAMESPACE = "crd-validation"
 
@@ -101,14 +101,26 @@ def test_sink_fields_the_job_reads_are_kept_not_pruned(api: KubeApi) -> None:
             "extraKeys": {"orders": ["customer-orders:{customer_id}"]},
         },
         {"type": "cdcv2", "path": "/data/cdc", "allowedLatenessSeconds": 30},
+        {
+            "type": "mirror",
+            "mysql": {"host": "mirror-db", "port": 3306, "tls": "disabled"},
+            "credentialsSecret": {"name": "mirror-writer"},
+            "database": "mirror",
+            "tablePrefix": "src_",
+            "tombstoneHorizonSeconds": 3600,
+            "purgeEveryBatches": 10,
+            "sourceDatabase": "commerce",
+        },
     ]
     apply(api, NAMESPACE, stream_manifest("kept", "ks", sinks=sinks))
     stored = get(api, NAMESPACE, "updatestream", "kept")
     assert stored is not None
     assert stored["spec"]["sinks"] == sinks
     parsed = parse_update_stream(stored)
-    memcached, cdcv2 = parsed.spec.sinks
+    memcached, cdcv2, mirror = parsed.spec.sinks
     assert isinstance(memcached, MemcachedSink) and isinstance(cdcv2, CDCv2Sink)
+    assert isinstance(mirror, MirrorSink) and mirror.tombstone_horizon == 3600
+    assert mirror.table_prefix == "src_" and mirror.source_database == "commerce"
     assert memcached.extra_keys == {"orders": ["customer-orders:{customer_id}"]}
     assert cdcv2.allowed_lateness == 30
 
@@ -227,6 +239,31 @@ STREAM_CASES: list[tuple[str, Edit, str]] = [
         "extra keys on a cdcv2 sink",
         _set("spec.sinks", [{"type": "cdcv2", "path": "/x", "extraKeys": {"t": ["k"]}}]),
         "spec.sinks[0].extraKeys",
+    ),
+    (
+        "mirror without a Secret",
+        _set("spec.sinks", [{"type": "mirror", "mysql": {"host": "db"}}]),
+        "spec.sinks[0].credentialsSecret",
+    ),
+    (
+        "tombstone horizon on a cdcv2 sink",
+        _set("spec.sinks", [{"type": "cdcv2", "path": "/x", "tombstoneHorizonSeconds": 60}]),
+        "spec.sinks[0].tombstoneHorizonSeconds",
+    ),
+    (
+        "mirror table prefix not a MySQL name",
+        _set(
+            "spec.sinks",
+            [
+                {
+                    "type": "mirror",
+                    "mysql": {"host": "db"},
+                    "credentialsSecret": {"name": "w"},
+                    "tablePrefix": "m-",
+                }
+            ],
+        ),
+        "spec.sinks[0].tablePrefix",
     ),
     ("unknown launcher", _set("spec.spark", {"launcher": "yarn"}), "spec.spark.launcher"),
     ("suspend not a boolean", _set("spec.suspend", "yes"), "spec.suspend"),

@@ -74,3 +74,12 @@ def test_status_file_reading(tmp_path: Path) -> None:
         read_duplicates(status)
     with pytest.raises(VerifyInputError, match="does not exist"):
         read_duplicates(tmp_path / "missing.json")
+
+
+def test_the_ledger_is_needed_by_every_sink_but_the_mirror(tmp_path: Path) -> None:
+    result = verify("--sink", "cdcv2", "--path", tmp_path, "--json")
+    assert result.returncode == 2
+    assert json.loads(result.stdout)["error"].startswith("--ledger is needed")
+    mirror = verify("--sink", "mirror", "--json")  # no ledger asked for: its own options are
+    assert mirror.returncode == 2
+    assert "--keyspace-manifest is needed for --sink mirror" in json.loads(mirror.stdout)["error"]

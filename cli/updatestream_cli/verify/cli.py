@@ -43,6 +43,7 @@ from updatestream_cli.verify.inputs import (
     read_ledger,
     within_key_range,
 )
+from updatestream_cli.verify.mirror import MirrorReport, MirrorTarget, verify_mirror
 
 EXIT_FINDINGS = 1
 EXIT_INPUT = 2
@@ -107,6 +108,19 @@ def _memcached(ledger: list[Committed], options: dict[str, Any]) -> Report:
     return compare_cache(
         ledger, entries, database, value_digest=sinks.value_digest, slack=options["slack"]
     )
+
+
+def _mirror(options: dict[str, Any], key_range: str) -> MirrorReport:
+    """The mirror against the shards' rows now: no ledger needed."""
+    keyspace = _keyspace(options["keyspace_manifest"], "for --sink mirror")
+    target = MirrorTarget(
+        endpoint=_endpoint(_require(options["mysql"], "--mysql", "mirror")),
+        secret=_require(options["secret"], "--secret", "mirror"),
+        database=options["database"] or "mirror",
+        prefix=options["table_prefix"],
+    )
+    secrets_dir = _require(options["secrets_dir"], "--secrets-dir", "mirror")
+    return verify_mirror(keyspace, target, secrets_dir, key_range)
 
 
 _SINKS = {"versionstream": _versionstream, "cdcv2": _cdcv2, "memcached": _memcached}
@@ -182,9 +196,9 @@ def _fail(message: str, as_json: bool) -> NoReturn:
     sys.exit(EXIT_INPUT)
 
 
-def _summary(report: Report, sink: str) -> None:
+def _summary(report: Report | MirrorReport, sink: str) -> None:
     console = Console()
-    table = Table(title=f"ledger vs {sink}")
+    table = Table(title="shards vs mirror" if sink == "mirror" else f"ledger vs {sink}")
     table.add_column("check")
     table.add_column("count", justify="right")
     for name, value in report.to_json().items():
@@ -196,7 +210,9 @@ def _summary(report: Report, sink: str) -> None:
     console.print(table)
     for finding, keys in report.examples.items():
         console.print(f"{finding}: {', '.join(keys)}", markup=False)
-    if report.ok:
+    if report.ok and sink == "mirror":
+        console.print("[green]OK[/]: the mirror holds the shards' rows, column by column")
+    elif report.ok:
         console.print("[green]OK[/]: nothing lost, no duplicate delivered")
     else:
         console.print(
@@ -205,7 +221,7 @@ def _summary(report: Report, sink: str) -> None:
 
 
 @click.command("verify")
-@ledger_option(help="Traffic ledger (JSON lines) written by 'devcluster traffic'.")
+@ledger_option(help="Traffic ledger (JSON lines) written by 'devcluster traffic' (not for mirror).")
 @click.option(
     "--table-state",
     is_flag=True,
@@ -222,14 +238,17 @@ def _summary(report: Report, sink: str) -> None:
     default=None,
     help="--table-state: the keyspace's database on the shards (default: the keyspace name).",
 )
-@click.option("--sink", "sink", type=click.Choice(sorted(_SINKS)), required=True)
+@click.option("--sink", "sink", type=click.Choice(sorted([*_SINKS, "mirror"])), required=True)
 @click.option(
     "--keyspace-manifest",
     type=FILE,
     default=None,
     help="Keyspace manifest (memcached: the shards to read rows from).",
 )
-@click.option("--mysql", default=None, help="versionstream: host:port of the change-log DB.")
+@click.option(
+    "--mysql", default=None, help="versionstream, mirror: host:port of the change-log DB or mirror."
+)
+@click.option("--table-prefix", default="", help="mirror: the sink's tablePrefix.")
 @secrets_dir_option(help="Directory of Secrets as files (<name>/username, <name>/password).")
 @click.option(
     "--secret",
@@ -240,7 +259,7 @@ def _summary(report: Report, sink: str) -> None:
     "--database",
     default=None,
     help="versionstream: default 'updatestream'; memcached: the keyspace's database "
-    "(default: the keyspace name).",
+    "(default: the keyspace name); mirror: the mirror's database (default 'mirror').",
 )
 @click.option("--table", default="versionstream", show_default=True)
 @click.option("--stream", type=int, default=0, show_default=True)
@@ -282,7 +301,8 @@ def verify(
     Exit 0: clean; 1: something was lost, a duplicate was delivered or a cache entry is
     stale; 2: an input is missing or unreadable.
     """
-    if table_state:
+    report: Report | MirrorReport
+    if table_state and sink != "mirror":  # a mirror is always compared with the shards
         try:
             state = _table_state(sink, key_range, options)
         except UpdateStreamError as exc:
@@ -292,12 +312,16 @@ def verify(
         else:
             _state_summary(state, sink)
         sys.exit(0 if state.ok else EXIT_FINDINGS)
-    if ledger is None:
+    if ledger is None and sink != "mirror":
         _fail("--ledger is needed (or --table-state to compare with the shards' rows)", as_json)
     try:
-        committed = within_key_range(read_ledger(ledger), key_range, ledger)
         dropped, by_cause = read_duplicates(status_file)
-        report = _SINKS[sink](committed, options)
+        if sink == "mirror":
+            report = _mirror(options, key_range)
+        else:
+            assert ledger is not None
+            committed = within_key_range(read_ledger(ledger), key_range, ledger)
+            report = _SINKS[sink](committed, options)
     except UpdateStreamError as exc:
         _fail(str(exc), as_json)
     report.duplicates_dropped = dropped

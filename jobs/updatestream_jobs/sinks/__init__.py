@@ -1,4 +1,4 @@
-"""Sinks: cache invalidation, Version Stream change log, CDCv2 files, console.
+"""Sinks: cache invalidation, Version Stream change log, mirror database, CDCv2 files, console.
 
 `build_sinks` turns an UpdateStream's sink specs into sink objects (see `base.Sink`) through
 `SINKS`, the registry of sink types: the spec's `type` -> the module and class that implement
@@ -29,6 +29,7 @@ __all__ = [
 SINKS: dict[str, str] = {
     "memcached": "updatestream_jobs.sinks.memcached:MemcachedSink",
     "versionStream": "updatestream_jobs.sinks.versionstream:VersionStreamSink",
+    "mirror": "updatestream_jobs.sinks.mirror:MirrorSink",
     "cdcv2": "updatestream_jobs.sinks.cdcv2:CDCv2Sink",
     "console": "updatestream_jobs.sinks.console:ConsoleSink",
 }

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from updatestream.binlog.events import ChangeEvent
 from updatestream.core.errors import UpdateStreamError
@@ -20,6 +20,11 @@ from updatestream.core.errors import UpdateStreamError
 class SinkError(UpdateStreamError):
     """A sink could not take a batch. The message names the sink and its address; the batch is
     not acknowledged, so Spark retries it and nothing is lost."""
+
+
+class MirrorSchemaError(SinkError):
+    """A mirror table does not fit its source table (a dropped or retyped column, another
+    primary key): the message names the table and the column and says what to do."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +44,10 @@ class SinkContext:
 
     keyspace: str  # the Keyspace the stream reads (cache keys carry it)
     secrets_dir: Path  # where Secrets are mounted: <dir>/<secret>/<key>
+    # the Keyspace itself (its shards' endpoints), for sinks that read the source's schema
+    keyspace_spec: Any = None  # updatestream.spec.Keyspace | None
+    # the job's Prometheus registry, for sinks with metrics of their own (None: their own)
+    registry: Any = None
 
 
 @dataclass(frozen=True, slots=True)

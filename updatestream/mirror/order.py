@@ -1,0 +1,125 @@
+"""The order of changes to one row in a mirror: which of two changes is newer.
+
+A mirror row stores the order token of the change that wrote it, in sortable columns:
+
+* ``_us_ts``: the origin timestamp (the source timestamp when the change came through filtered
+  replication, so a change and its copy compare equal);
+* ``_us_shard``: the origin shard (the source shard of a copy, else the shard read from);
+* ``_us_seq``: the origin shard's GTID ordinal after the transaction: the sum of the sequence
+  numbers over the position's domains (MariaDB) or the number of transactions in the GTID set
+  (MySQL). Along one shard's binlog it grows with every transaction;
+* ``_us_idx``: the change's index among the changes to this key in its transaction.
+
+The rule (:func:`classify`), for an incoming change ``new`` against the stored ``old``:
+
+1. ``new.ts > old.ts``: NEWER; ``new.ts < old.ts``: OLDER.
+2. Same timestamp and origin shard: (seq, idx) decides: NEWER, OLDER or EQUAL (EQUAL: the
+   change the row holds already, replayed or copied).
+3. Same timestamp, different origin shards: their order is unknown. The change that arrives
+   later wins (UNKNOWN, applied and counted). The stream delivers one key's changes in order
+   within a shard, and across shards in hop order (sources before destinations), so arrival
+   order is the best evidence there is; a replayed batch arrives as it did the first time.
+
+:func:`guard_sql` is the same rule as SQL over ``VALUES(...)`` (the incoming row) and the
+stored columns, for ``INSERT ... ON DUPLICATE KEY UPDATE``.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+from updatestream.binlog.events import ChangeEvent
+from updatestream.core.gtid import GTIDParseError, MariaDBPosition, MySQLGTIDSet, parse_position
+
+TOKEN_COLUMNS = ("_us_ts", "_us_shard", "_us_seq", "_us_idx")
+_MARIADB = re.compile(r"^\d+-\d+-\d+(,\d+-\d+-\d+)*$")
+
+
+class Verdict(enum.Enum):
+    NEWER = "newer"
+    OLDER = "older"
+    EQUAL = "equal"
+    UNKNOWN = "unknown"  # same second, different origin shards: applied (arrival order)
+
+    @property
+    def applies(self) -> bool:
+        return self in (Verdict.NEWER, Verdict.UNKNOWN)
+
+
+@dataclass(frozen=True, slots=True)
+class Order:
+    ts: int
+    shard: str
+    seq: int
+    idx: int
+
+    def as_row(self) -> tuple[int, str, int, int]:
+        return (self.ts, self.shard, self.seq, self.idx)
+
+
+@lru_cache(maxsize=8192)
+def ordinal(position_text: str) -> int:
+    """A number that grows with every transaction along one shard's GTID positions."""
+    if not position_text:
+        return 0
+    if _MARIADB.match(position_text):  # the common case, without building a position
+        return sum(int(gtid.rpartition("-")[2]) for gtid in position_text.split(","))
+    try:
+        position = parse_position(position_text)
+    except GTIDParseError:
+        return 0
+    if isinstance(position, MariaDBPosition):
+        return sum(gtid.seq for gtid in position)
+    assert isinstance(position, MySQLGTIDSet)
+    return sum(
+        end - start + 1 for intervals in position.entries.values() for start, end in intervals
+    )
+
+
+def order_of(event: ChangeEvent) -> Order:
+    """The order token of a change: its origin's timestamp, shard and GTID ordinal."""
+    if event.source_shard is not None and event.source_gtid is not None:
+        ts = event.source_timestamp if event.source_timestamp is not None else event.timestamp
+        return Order(ts, event.source_shard, ordinal(event.source_gtid), event.tx_index)
+    return Order(event.timestamp, event.shard, ordinal(event.gtid), event.tx_index)
+
+
+def classify(new: Order, old: Order) -> Verdict:
+    """Is the change ``new`` newer than the stored ``old`` (see the module for the rule)?"""
+    if new.ts != old.ts:
+        return Verdict.NEWER if new.ts > old.ts else Verdict.OLDER
+    if new.shard != old.shard:
+        return Verdict.UNKNOWN
+    mine, theirs = (new.seq, new.idx), (old.seq, old.idx)
+    if mine == theirs:
+        return Verdict.EQUAL
+    return Verdict.NEWER if mine > theirs else Verdict.OLDER
+
+
+def guard_sql() -> str:
+    """The rule as an SQL condition: true when the incoming row (``VALUES``) is to be applied
+    over the stored one. Valid only while the token columns still hold their stored values:
+    assign them last (see :func:`update_assignments`)."""
+    return (
+        "(VALUES(`_us_ts`) > `_us_ts` OR (VALUES(`_us_ts`) = `_us_ts` AND ("
+        "VALUES(`_us_shard`) <> `_us_shard` OR VALUES(`_us_seq`) > `_us_seq` OR "
+        "(VALUES(`_us_seq`) = `_us_seq` AND VALUES(`_us_idx`) > `_us_idx`))))"
+    )
+
+
+def update_assignments(columns: list[str]) -> str:
+    """The ``ON DUPLICATE KEY UPDATE`` list: every column guarded by the rule.
+
+    MySQL and MariaDB evaluate the assignments left to right and a later one sees the values
+    assigned before it. So the data and provenance ``columns`` come first, then the token in
+    the order ``_us_idx``, ``_us_seq``, ``_us_shard``, ``_us_ts``. While the sequence number
+    is the stored one, a new index leaves the guard as it was; once ``_us_seq`` holds the new
+    value the guard may turn false, but only when the shard and the timestamp are equal
+    already, so their assignments change nothing either way.
+    """
+    guard = guard_sql()
+    ordered = [*columns, "_us_idx", "_us_seq", "_us_shard", "_us_ts"]
+    return ", ".join(f"`{c}` = IF({guard}, VALUES(`{c}`), `{c}`)" for c in ordered)
