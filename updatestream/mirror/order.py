@@ -12,13 +12,17 @@ A mirror row stores the order token of the change that wrote it, in sortable col
 
 The rule (:func:`classify`), for an incoming change ``new`` against the stored ``old``:
 
-1. ``new.ts > old.ts``: NEWER; ``new.ts < old.ts``: OLDER.
-2. Same timestamp and origin shard: (seq, idx) decides: NEWER, OLDER or EQUAL (EQUAL: the
-   change the row holds already, replayed or copied).
-3. Same timestamp, different origin shards: their order is unknown. The change that arrives
-   later wins (UNKNOWN, applied and counted). The stream delivers one key's changes in order
-   within a shard, and across shards in hop order (sources before destinations), so arrival
-   order is the best evidence there is; a replayed batch arrives as it did the first time.
+1. Same origin shard: (seq, idx) decides: NEWER, OLDER or EQUAL (EQUAL: the change the row
+   holds already, replayed or copied). One shard's binlog is the truth about the order of its
+   own changes; timestamps are not (a transaction's timestamp is when it began, so one that
+   began earlier may commit a later change to the same row, and a snapshot row's timestamp is
+   when its batch was planned).
+2. Different origin shards (a key that moved in a reshard, or a snapshot row against a copy):
+   ``new.ts > old.ts``: NEWER; ``new.ts < old.ts``: OLDER; the same second: their order is
+   unknown and the change that arrives later wins (UNKNOWN, applied and counted). The stream
+   delivers one key's changes across shards in hop order (sources before destinations), so
+   arrival order is the best evidence there is; a replayed batch arrives as it did the first
+   time.
 
 :func:`guard_sql` is the same rule as SQL over ``VALUES(...)`` (the incoming row) and the
 stored columns, for ``INSERT ... ON DUPLICATE KEY UPDATE``.
@@ -89,10 +93,10 @@ def order_of(event: ChangeEvent) -> Order:
 
 def classify(new: Order, old: Order) -> Verdict:
     """Is the change ``new`` newer than the stored ``old`` (see the module for the rule)?"""
-    if new.ts != old.ts:
-        return Verdict.NEWER if new.ts > old.ts else Verdict.OLDER
     if new.shard != old.shard:
-        return Verdict.UNKNOWN
+        if new.ts == old.ts:
+            return Verdict.UNKNOWN
+        return Verdict.NEWER if new.ts > old.ts else Verdict.OLDER
     mine, theirs = (new.seq, new.idx), (old.seq, old.idx)
     if mine == theirs:
         return Verdict.EQUAL
@@ -104,9 +108,9 @@ def guard_sql() -> str:
     over the stored one. Valid only while the token columns still hold their stored values:
     assign them last (see :func:`update_assignments`)."""
     return (
-        "(VALUES(`_us_ts`) > `_us_ts` OR (VALUES(`_us_ts`) = `_us_ts` AND ("
-        "VALUES(`_us_shard`) <> `_us_shard` OR VALUES(`_us_seq`) > `_us_seq` OR "
-        "(VALUES(`_us_seq`) = `_us_seq` AND VALUES(`_us_idx`) > `_us_idx`))))"
+        "((VALUES(`_us_shard`) = `_us_shard` AND (VALUES(`_us_seq`) > `_us_seq` OR "
+        "(VALUES(`_us_seq`) = `_us_seq` AND VALUES(`_us_idx`) > `_us_idx`))) OR "
+        "(VALUES(`_us_shard`) <> `_us_shard` AND VALUES(`_us_ts`) >= `_us_ts`))"
     )
 
 
@@ -115,11 +119,12 @@ def update_assignments(columns: list[str]) -> str:
 
     MySQL and MariaDB evaluate the assignments left to right and a later one sees the values
     assigned before it. So the data and provenance ``columns`` come first, then the token in
-    the order ``_us_idx``, ``_us_seq``, ``_us_shard``, ``_us_ts``. While the sequence number
-    is the stored one, a new index leaves the guard as it was; once ``_us_seq`` holds the new
-    value the guard may turn false, but only when the shard and the timestamp are equal
-    already, so their assignments change nothing either way.
+    the order ``_us_ts``, ``_us_idx``, ``_us_seq``, ``_us_shard``. Between rows of one shard
+    the guard does not read the timestamp, and a new index leaves it as it was while the
+    sequence number is the stored one (once both are the new ones it may turn false, but
+    then only the shard, which is equal, is left). Between shards the guard reads only the
+    timestamp, true again once it holds the new one, and the shard, assigned last.
     """
     guard = guard_sql()
-    ordered = [*columns, "_us_idx", "_us_seq", "_us_shard", "_us_ts"]
+    ordered = [*columns, "_us_ts", "_us_idx", "_us_seq", "_us_shard"]
     return ", ".join(f"`{c}` = IF({guard}, VALUES(`{c}`), `{c}`)" for c in ordered)
