@@ -205,6 +205,19 @@ class SparkSpec(_Model):
     conf: dict[str, str] = Field(default_factory=dict)
 
 
+class SnapshotRequest(_Model):
+    """A snapshot on demand: re-read `table` (default: every table of the stream) in `keyRange`
+    (default: the stream's whole range) while the stream runs; `id` is taken once."""
+
+    id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")
+    table: str | None = Field(None, min_length=1)
+    key_range: KeyRangeName | None = Field(None, alias="keyRange")
+
+    def line(self) -> str:
+        """The request as one JSON line of a job's requests file."""
+        return self.model_dump_json(by_alias=True, exclude_none=True)
+
+
 class UpdateStreamSpec(_Model):
     keyspace: str
     key_ranges: list[KeyRangeName] = Field(
@@ -215,6 +228,14 @@ class UpdateStreamSpec(_Model):
     sinks: list[SinkSpec] = Field(min_length=1)
     spark: SparkSpec = Field(default_factory=SparkSpec)
     suspend: bool = False
+    # snapshots on demand, passed to the running jobs without relaunching them
+    snapshot_requests: list[SnapshotRequest] = Field(
+        default_factory=list, alias="snapshotRequests", max_length=64
+    )
+
+    def snapshot_requests_text(self) -> str:
+        """The requests file a job polls (JSON lines; empty: none)."""
+        return "".join(request.line() + "\n" for request in self.snapshot_requests)
 
 
 class UpdateStream(_Model):

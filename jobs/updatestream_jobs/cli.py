@@ -142,6 +142,13 @@ def _flags_config(
 @seconds_option(
     "--hop-started-at", help="When that hop began (unix seconds), for the hop duration metric."
 )
+@click.option(
+    "--snapshot-requests",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="A file of snapshot-on-demand requests the running job polls (JSON lines; "
+    "'updatestream snapshot-request FILE' appends one).",
+)
 def run(
     config_path: Path | None,
     stream_path: Path | None,

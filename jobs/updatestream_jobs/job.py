@@ -104,6 +104,8 @@ def source_options(config: JobConfig, key_range: str) -> dict[str, str]:
     }
     if config.keyspace_watch:
         found["keyspaceWatch"] = config.keyspace_watch
+    if config.snapshot_requests:
+        found["snapshotRequests"] = config.snapshot_requests
     if config.dedup is not None and not config.dedup.is_empty():
         found["dedup"] = json.dumps(config.dedup.to_json(), sort_keys=True)
     return {**found, **config.source_options}

@@ -11,7 +11,8 @@ READY = "Ready"
 PROGRESSING = "Progressing"
 HOPPING = "Hopping"
 DEGRADED = "Degraded"
-CONDITION_TYPES = (READY, PROGRESSING, HOPPING, DEGRADED)
+SNAPSHOTTING = "Snapshotting"  # only on a stream that snapshots (start or on demand)
+CONDITION_TYPES = (READY, PROGRESSING, HOPPING, DEGRADED, SNAPSHOTTING)
 
 Status = Literal["True", "False", "Unknown"]
 

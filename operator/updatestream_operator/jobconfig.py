@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from updatestream.contract.job import JOB_FILE, JobConfig
+from updatestream.contract.job import JOB_FILE, SNAPSHOT_REQUESTS_FILE, JobConfig
 from updatestream.core.dedup import DedupFilter
 from updatestream.spec import Keyspace, ObjectMeta, UpdateStream, dump_keyspace
 from updatestream_operator.models import JobSpec
@@ -43,6 +43,7 @@ def job_config(
     metrics_port: int,
     status_file: str,
     keyspace_watch: str | None = None,
+    snapshot_requests: str | None = None,
 ) -> JobConfig:
     """The configuration of one launch; `keyspace_watch` where a job launched for in-job hops
     re-reads its Keyspace to hop when the serving shards change."""
@@ -60,12 +61,17 @@ def job_config(
         dedup=DedupFilter.from_json(job.dedup) if job.dedup is not None else None,
         hop_started_at=job.hop_started_at,
         keyspace_watch=keyspace_watch if job.in_job_hops else None,
+        snapshot_requests=snapshot_requests,
     )
 
 
 def config_files(config: JobConfig) -> dict[str, str]:
     """File name -> content, for the ConfigMap or the local state directory."""
-    return {JOB_FILE: config.dump(), KEYSPACE_FILE: keyspace_document(config.keyspace)}
+    return {
+        JOB_FILE: config.dump(),
+        KEYSPACE_FILE: keyspace_document(config.keyspace),
+        SNAPSHOT_REQUESTS_FILE: config.stream.spec.snapshot_requests_text(),
+    }
 
 
 def run_options(config_dir: str) -> list[str]:

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from updatestream.contract.progress import SnapshotReport
 from updatestream.core.token import EventToken
 from updatestream.spec import Keyspace, SparkSpec, UpdateStreamSpec
 
@@ -114,6 +115,7 @@ class JobProgress:
     # a job that hops inside its query: the serving map it reads now, and its hops, oldest first
     shard_map: str | None = None
     hops: tuple[ReportedHop, ...] = ()
+    snapshot: SnapshotReport | None = None  # a job that snapshots: chunks, rows, rate, ETA
 
 
 @dataclass(frozen=True)

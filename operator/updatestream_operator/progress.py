@@ -47,6 +47,7 @@ def job_progress(report: ProgressReport, *, launch_id: int | None) -> JobProgres
         phase=report.phase or None,
         shard_map=report.shard_map,
         hops=tuple(_hop(hop) for hop in report.hops),
+        snapshot=report.snapshot,
     )
 
 

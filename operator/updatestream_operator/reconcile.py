@@ -15,7 +15,7 @@ No Kubernetes client and no kopf here: everything is data in, data out.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from updatestream.core.hop import HopPlanningError
 from updatestream.core.keyrange import KeyRange
@@ -32,6 +32,7 @@ from updatestream_operator.hops import (
 from updatestream_operator.models import (
     JobInfo,
     JobPhase,
+    JobProgress,
     JobSpec,
     KeyRangeStatus,
     ShardPosition,
@@ -317,6 +318,9 @@ def _conditions(step: _Step, suspended: bool) -> None:
         put(cond.HOPPING, False, "HopCompleted", f"{status.hop_count} hops completed")
     else:
         put(cond.HOPPING, False, "NoHop", "reading the serving shards")
+    snapshotting = _snapshotting(step.obs.progress)
+    if snapshotting is not None:
+        put(cond.SNAPSHOTTING, *snapshotting)
     if suspended:
         put(cond.READY, False, "Suspended", "spec.suspend is true; positions are kept")
         put(cond.PROGRESSING, False, "Suspended", "spec.suspend is true")
@@ -338,6 +342,25 @@ def _conditions(step: _Step, suspended: bool) -> None:
         put(cond.READY, False, reason, "jobs are being launched or relaunched")
         put(cond.PROGRESSING, True, reason, "jobs are being launched or relaunched")
     status.conditions = conditions
+
+
+def _snapshotting(progress: Mapping[str, JobProgress]) -> tuple[bool, str, str] | None:
+    """The Snapshotting condition from the jobs' snapshot reports; None when none snapshots."""
+    reports = {kr: p.snapshot for kr, p in sorted(progress.items()) if p.snapshot is not None}
+    if not reports:
+        return None
+    reading = {kr: s for kr, s in reports.items() if not s.finished}
+    if not reading:
+        rows = sum(s.rows for s in reports.values())
+        return False, "SnapshotFinished", f"every key range's snapshot is done ({rows:,} rows)"
+    parts = []
+    for key_range, report in reading.items():
+        eta = "unknown" if report.eta_seconds is None else f"{report.eta_seconds:.0f}s"
+        parts.append(
+            f"key range {key_range}: {report.chunks_done}/{report.chunks_total} chunks, "
+            f"{report.rows:,} rows, {report.rows_per_second:,.0f} rows/s, ETA {eta}"
+        )
+    return True, "ReadingChunks", "; ".join(parts)
 
 
 def _summarise(status: StreamStatus, generation: int) -> None:

@@ -23,7 +23,14 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from updatestream.core.keyrange import KeyRange
-from updatestream.spec import Keyspace, SpecError, UpdateStream, parse_keyspace, parse_update_stream
+from updatestream.spec import (
+    Keyspace,
+    SpecError,
+    UpdateStream,
+    UpdateStreamSpec,
+    parse_keyspace,
+    parse_update_stream,
+)
 from updatestream_operator import reconcile as rec
 from updatestream_operator.launchers.base import Launcher, LaunchError
 from updatestream_operator.metrics import MetricsBook
@@ -186,6 +193,13 @@ class StreamService:
             if launcher is not None:
                 launcher.publish_keyspace(job, keyspace)
 
+    def _publish_requests(self, jobs: tuple[JobInfo, ...], spec: UpdateStreamSpec) -> None:
+        text = spec.snapshot_requests_text()
+        for job in jobs:
+            launcher = self.launchers.get(job.launcher)
+            if launcher is not None:
+                launcher.publish_snapshot_requests(job, text)
+
     def reconcile(self, namespace: str, name: str) -> StreamStatus | None:
         """Bring one stream to its desired state; None if it is gone or being deleted."""
         with self._lock(namespace, name):
@@ -206,6 +220,7 @@ class StreamService:
                 if not decision.actions:
                     if observed.keyspace is not None:
                         self._publish_keyspace(decision.keyspace_watchers, observed.keyspace)
+                    self._publish_requests(decision.keyspace_watchers, observed.spec)
                     break
                 self._act(ref, decision.actions, settings.launcher)
             if decision is not None and ref is not None:

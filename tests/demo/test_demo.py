@@ -35,9 +35,12 @@ def test_the_demo_hops_a_live_split_and_every_sink_verifies_clean(tmp_path: Path
     result = json.loads(done.stdout)  # exactly one JSON object on stdout
     assert set(result) == {"sinks", "hops", "events", "elapsed_s"}
 
-    assert set(result["sinks"]) == {"memcached", "versionstream", "cdcv2"}
+    assert set(result["sinks"]) == {"memcached", "versionstream", "cdcv2", "mirror"}
     committed = result["sinks"]["versionstream"]["committed"]
     assert committed > 300
+    mirror = result["sinks"].pop("mirror")  # against the shards' rows, not the ledger
+    assert mirror["missing"] == mirror["extra"] == mirror["different"] == 0, mirror
+    assert mirror["mirror_rows"] == mirror["source_rows"] > 0, mirror
     for sink, report in result["sinks"].items():
         # stale: memcached only; progress violations: CDCv2 only
         assert set(report) - {"stale_keys", "progress_violations"} == REPORT_KEYS, sink

@@ -24,6 +24,7 @@ from harness.operator import wait_for
 from updatestream.contract.job import JobConfig
 from updatestream.spec import (
     ShardMapHistoryEntry,
+    SnapshotRequest,
     load_keyspace,
     parse_keyspace,
     parse_update_stream,
@@ -226,3 +227,30 @@ def test_a_job_without_in_job_hops_is_not_told_to_watch(launcher: LocalLauncher)
     args = _arguments(json.loads((directory / "job.json").read_text())["pid"])
     assert JobConfig.load(Path(args[args.index("--config") + 1])).keyspace_watch is None
     assert [j.in_job_hops for j in launcher.list()] == [False]
+
+
+def test_a_job_polls_the_streams_snapshot_requests_which_publish_rewrites(
+    launcher: LocalLauncher,
+) -> None:
+    job = dataclasses.replace(job_spec(), in_job_hops=True)
+    job = dataclasses.replace(
+        job,
+        spec=job.spec.model_copy(
+            update={"snapshot_requests": [SnapshotRequest(id="first", table="orders")]}
+        ),
+    )
+    launcher.launch(job)
+    directory = launcher.job_dir("ns", job.job_id)
+    args = _arguments(json.loads((directory / "job.json").read_text())["pid"])
+    config = JobConfig.load(Path(args[args.index("--config") + 1]))
+    requests = directory / "snapshot-requests.jsonl"
+    assert config.snapshot_requests == str(requests)
+    assert requests.read_text() == '{"id":"first","table":"orders"}\n'
+    (info,) = launcher.list("ns", "uid-1")
+    more = [SnapshotRequest(id="first", table="orders"), SnapshotRequest(id="two", keyRange="-80")]
+    text = "".join(r.line() + "\n" for r in more)
+    launcher.publish_snapshot_requests(info, text)
+    assert requests.read_text().splitlines()[1] == '{"id":"two","keyRange":"-80"}'
+    before = requests.stat()
+    launcher.publish_snapshot_requests(info, text)  # unchanged: left alone
+    assert requests.stat().st_mtime_ns == before.st_mtime_ns

@@ -24,6 +24,7 @@ from tests.operator.reconcile_world import (
     stream_spec,
     token,
 )
+from updatestream.contract.progress import SnapshotReport
 
 
 @pytest.mark.parametrize(
@@ -345,3 +346,20 @@ def test_a_relaunch_starts_in_the_simplest_form_that_says_where(
     entry = KeyRangeStatus.model_validate({"keyRange": "-", "shards": positions})
     start = rec.resume_start(entry)
     assert start.model_dump(exclude_none=True) == expected
+
+
+def test_a_snapshotting_job_shows_its_progress_in_a_condition_until_it_finishes() -> None:
+    world = World()
+    world.settle()
+    assert world.step().status.condition("Snapshotting") is None  # no snapshot, no condition
+    entry = world.status.key_ranges[0]
+    reading = SnapshotReport(
+        chunksDone=3, chunksTotal=10, rows=60000, rowsPerSecond=12000.0, etaSeconds=14.0
+    )
+    world.progress["-"] = JobProgress(launch_id=entry.launch_id, snapshot=reading)
+    assert condition(world.step().status, "Snapshotting") == ("True", "ReadingChunks")
+    message = next(c.message for c in world.status.conditions if c.type == "Snapshotting")
+    assert message == "key range -: 3/10 chunks, 60,000 rows, 12,000 rows/s, ETA 14s"
+    done = reading.model_copy(update={"chunks_done": 10, "rows": 200000, "finished": True})
+    world.progress["-"] = JobProgress(launch_id=entry.launch_id, snapshot=done)
+    assert condition(world.step().status, "Snapshotting") == ("False", "SnapshotFinished")

@@ -27,6 +27,7 @@ from updatestream.spec import (
 )
 
 JOB_FILE = "job.yaml"
+SNAPSHOT_REQUESTS_FILE = "snapshot-requests.jsonl"  # beside it: the requests the job polls
 
 
 def _dedup_filter(value: Any) -> DedupFilter:
@@ -68,6 +69,9 @@ class JobConfig(BaseModel):
     # where the running job re-reads its Keyspace to follow serving-map changes and hop: a
     # manifest path or kubernetes:<namespace>/<name>; None: no in-job hops
     keyspace_watch: str | None = Field(None, alias="keyspaceWatch")
+    # the file of snapshot-on-demand requests the running job polls (JSON lines of the stream's
+    # `snapshotRequests`, rewritten by the operator when they change); None: no such file
+    snapshot_requests: str | None = Field(None, alias="snapshotRequests")
 
     @property
     def name(self) -> str:

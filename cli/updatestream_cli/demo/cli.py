@@ -26,6 +26,11 @@ CHECKS = (
     "out_of_order_keys",
     "stale_keys",
     "progress_violations",
+    "source_rows",
+    "mirror_rows",
+    "missing",
+    "extra",
+    "different",
 )
 
 
@@ -63,7 +68,9 @@ def _cell(value: Any) -> str:
 
 
 def _print_result(console: Console, result: Any, directory: Path) -> None:
-    table = Table(title="updatestream verify: the ledger against each sink")
+    table = Table(
+        title="updatestream verify: the ledger against each sink, the mirror against the shards"
+    )
     table.add_column("check")
     for sink in result.sinks:
         table.add_column(sink, justify="right")
@@ -94,7 +101,10 @@ def _print_result(console: Console, result: Any, directory: Path) -> None:
         highlight=False,
     )
     if result.ok:
-        console.print("[green]OK[/]: every sink holds every change once, and nothing stale")
+        console.print(
+            "[green]OK[/]: every sink holds every change once, nothing is stale, and the "
+            "mirror equals the shards"
+        )
     else:
         console.print(
             "[red]FAILED[/]: see lost / duplicates_delivered / stale_keys / "

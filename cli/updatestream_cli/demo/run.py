@@ -1,14 +1,15 @@
 """The demo's steps, from an empty directory to a verdict per sink.
 
-1. a development cluster (`-80`, `80-`), a memcached and a MariaDB for the Version Stream;
-2. one UpdateStream into the three sinks, launched by the operator's service and local
+1. a development cluster (`-80`, `80-`), a memcached and a MariaDB for the Version Stream and
+   the mirror;
+2. one UpdateStream into the four sinks, launched by the operator's service and local
    launcher (`driver.OperatorDriver`), until its job delivers;
 3. live traffic with a ledger; after `split_after` seconds a live split of `-80` into
    `-40,40-80` (filtered replication runs a few seconds before the cut-over, so the new shards
    hold copies of changes the stream already delivered); the job hops inside its query and the
    operator records the hop; traffic runs on until `seconds` (and a few seconds past the hop);
 4. traffic stops, the stream catches up, and `updatestream verify` checks each sink against the
-   ledger.
+   ledger, and the mirror against the shards' rows.
 
 Everything started is stopped at the end, unless `keep`.
 """
@@ -46,7 +47,7 @@ from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 
 STREAM = "demo-feed"
 SPLIT_FROM, SPLIT_TO = "-80", "-40,40-80"
-SINKS = ("memcached", "versionstream", "cdcv2")
+SINKS = ("memcached", "versionstream", "cdcv2", "mirror")
 AFTER_HOP_SECONDS = 3.0  # traffic keeps running this long after the hop, onto the new shards
 
 
@@ -191,6 +192,12 @@ class Demo:
                 "credentialsSecret": {"name": srv.SINK_SECRET},
             },
             {"type": "cdcv2", "path": str(self.cdc), "allowedLatenessSeconds": 1},
+            {
+                "type": "mirror",
+                "mysql": {"host": self.servers.sink.host, "port": self.servers.sink.port},
+                "database": srv.MIRROR_DATABASE,
+                "credentialsSecret": {"name": srv.SINK_SECRET},
+            },
         ]
         self._driver.apply(stream_manifest(STREAM, cluster.keyspace_name, start, sinks))
         self._driver.start()
@@ -324,6 +331,13 @@ class Demo:
                 "--database", srv.SINK_DATABASE,
             ],
             "cdcv2": ["--path", str(self.cdc)],
+            "mirror": [
+                "--mysql", self.servers.sink.address,
+                "--secrets-dir", str(cluster.secrets_dir),
+                "--secret", srv.SINK_SECRET,
+                "--database", srv.MIRROR_DATABASE,
+                "--keyspace-manifest", str(cluster.manifest_path),
+            ],
         }[sink]  # fmt: skip
         return [
             sys.executable,

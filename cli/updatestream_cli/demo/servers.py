@@ -3,7 +3,7 @@ memcached, recorded in `<dir>/demo.json` so that `updatestream demo --down` (or 
 in the same directory) stops exactly what a kept demo left running, by pid.
 
     <dir>/cluster/        the development cluster (shards, Keyspace manifest, Secrets)
-    <dir>/versionstream/  the Version Stream's mariadbd
+    <dir>/versionstream/  the mariadbd of the Version Stream and of the mirror's database
     <dir>/memcached.log   memcached's output
     <dir>/operator/       the operator's objects and the local launcher's job directories
     <dir>/demo.json       what runs: pids and ports
@@ -27,6 +27,7 @@ STATE_FILE = "demo.json"
 SINK_SECRET = "demo-versionstream"  # the Version Stream account, beside the cluster's Secrets
 SINK_USER = "us_versionstream"
 SINK_DATABASE = "updatestream"
+MIRROR_DATABASE = "demo_mirror"  # the mirror sink's copy of the shards, on the same server
 SINK_SERVER_ID = 900  # apart from the shards' ids (1, 2, ...)
 
 
@@ -93,7 +94,12 @@ class DemoServers:
         self.record()
         password = secrets.token_urlsafe(18)
         self.sink.create_account(
-            SINK_USER, password, [f"GRANT ALL PRIVILEGES ON `{SINK_DATABASE}`.* TO {{user}}"]
+            SINK_USER,
+            password,
+            [
+                f"GRANT ALL PRIVILEGES ON `{SINK_DATABASE}`.* TO {{user}}",
+                f"GRANT ALL PRIVILEGES ON `{MIRROR_DATABASE}`.* TO {{user}}",
+            ],
         )
         folder = self.cluster.secrets_dir / SINK_SECRET
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -204,7 +204,14 @@ class SnapshotPlanner:
             ident = str(request["id"])
             if state is not None and ident in state.requests:
                 continue
-            tables = [str(request["table"])] if request.get("table") else stream_tables(self.config)
+            known = stream_tables(self.config)
+            tables = [str(request["table"])] if request.get("table") else known
+            if not set(tables) <= set(known):
+                log.warning(
+                    "snapshot request %s names table %s, which stream does not read (%s); "
+                    "ignored", ident, request["table"], ", ".join(known),
+                )  # fmt: skip
+                tables = []
             within = KeyRange.parse(self.config.key_range)
             if request.get("keyRange"):
                 part = within.intersection(KeyRange.parse(str(request["keyRange"])))

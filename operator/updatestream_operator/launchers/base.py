@@ -39,6 +39,10 @@ class Launcher(Protocol):
 
     def publish_keyspace(self, job: JobInfo, keyspace: Keyspace) -> None: ...
 
+    def publish_snapshot_requests(self, job: JobInfo, text: str) -> None:
+        """Show a running job the stream's snapshot requests (JSON lines) when they changed."""
+        ...
+
     def cleanup(self, namespace: str, stream_uid: str) -> None:
         """Remove what outlives a stream's jobs (progress reports) once the stream is deleted."""
         ...

@@ -15,12 +15,13 @@ and carries the launch id, so a report is never taken for another launch's.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any
 
-from updatestream.contract.job import JobConfig
+from updatestream.contract.job import SNAPSHOT_REQUESTS_FILE, JobConfig
 from updatestream.spec import Keyspace
 from updatestream_operator import naming
 from updatestream_operator.jobconfig import (
@@ -168,6 +169,7 @@ class ClusterLauncher(ABC):
             metrics_port=self.settings.driver_metrics_port,
             status_file=naming.STATUS_FILE,
             keyspace_watch=kubernetes_watch(job),
+            snapshot_requests=f"{naming.CONFIG_MOUNT}/{SNAPSHOT_REQUESTS_FILE}",
         ).model_copy(update={"metrics_host": "0.0.0.0"})  # Prometheus scrapes the Pod
 
     @staticmethod
@@ -303,6 +305,16 @@ class ClusterLauncher(ABC):
     def publish_keyspace(self, job: JobInfo, keyspace: Keyspace) -> None:
         """Nothing to do: a driver watching its Keyspace reads the object from the API."""
         return None
+
+    def publish_snapshot_requests(self, job: JobInfo, text: str) -> None:
+        """Update the requests file in the job's configuration ConfigMap when it differs; the
+        kubelet refreshes the mounted file and the driver reads it at a later batch."""
+        name = naming.config_map_name(job.job_id)
+        found = self.store.get_config_map(job.namespace, name)
+        if found is None or (found.get("data") or {}).get(SNAPSHOT_REQUESTS_FILE) == text:
+            return
+        self.store.patch_config_map_data(job.namespace, name, {SNAPSHOT_REQUESTS_FILE: text})
+        logging.getLogger(__name__).info("showed job %s the stream's snapshot requests", job.key)
 
     def cleanup(self, namespace: str, stream_uid: str) -> None:
         """Delete the ConfigMaps of every job of a stream (configuration and progress)."""

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from updatestream.contract.job import JOB_FILE
+from updatestream.contract.job import JOB_FILE, SNAPSHOT_REQUESTS_FILE
 from updatestream.spec import Keyspace
 from updatestream_operator.jobconfig import (
     KEYSPACE_FILE,
@@ -210,10 +210,13 @@ class LocalLauncher:
                 metrics_port=metrics_port,
                 status_file=str(launch_dir / "status.json"),
                 keyspace_watch=str(directory / KEYSPACE_FILE),
+                snapshot_requests=str(directory / SNAPSHOT_REQUESTS_FILE),
             )
             # the Keyspace the job watches lives beside its launches; the configuration is
             # the launch's own, so the job's command line names its launch directory
             _write_atomically(directory / KEYSPACE_FILE, keyspace_document(job.keyspace))
+            requests = job.spec.snapshot_requests_text()
+            _write_atomically(directory / SNAPSHOT_REQUESTS_FILE, requests)
             _write_atomically(launch_dir / JOB_FILE, config.dump())
             arguments = ["run", *run_options(str(launch_dir))]
             meta = {
@@ -366,6 +369,20 @@ class LocalLauncher:
             pass
         _write_atomically(path, text)
         log.info("showed job %s the current Keyspace %s", job.key, keyspace.metadata.name)
+
+    def publish_snapshot_requests(self, job: JobInfo, text: str) -> None:
+        """Rewrite the job's snapshot requests file when the stream's requests differ from it:
+        the running job reads it at its next batch."""
+        path = self.job_dir(job.namespace, job.job_id) / SNAPSHOT_REQUESTS_FILE
+        if not path.parent.is_dir():
+            return
+        try:
+            if path.read_text() == text:
+                return
+        except OSError:
+            pass
+        _write_atomically(path, text)
+        log.info("showed job %s the stream's snapshot requests", job.key)
 
     def cleanup(self, namespace: str, stream_uid: str) -> None:
         root = self.state_dir / namespace
