@@ -90,8 +90,8 @@ bench-source: $(STAMP) ## binlog source rows/s vs python-mysql-replication and m
 	$(BIN)/python -m bench.source_bench
 
 .PHONY: bench-snapshot
-bench-snapshot: system-deps $(STAMP) ## snapshot rows/s of 1M rows on 2 shards beside Spark's JDBC reader, into bench/results
-	$(BIN)/python -m bench.snapshot_bench
+bench-snapshot: system-deps $(STAMP) debezium-peer ## snapshot rows/s of 1M rows on 2 shards beside Spark's JDBC reader and Debezium, into bench/results
+	$(BIN)/python -m bench.snapshot_bench --debezium-dir $(DEBEZIUM_DIR)
 
 .PHONY: bench-hop
 bench-hop: system-deps $(STAMP) ## hop time over 5 live splits and 5 merges, verified, into bench/results

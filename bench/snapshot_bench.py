@@ -8,7 +8,10 @@ measures in interleaved rounds, each in a fresh process (Spark session start exc
   no-op sink: every chunk planned, read on the workers and handed to Spark as change events;
 - ``jdbc``: Spark's JDBC reader with MariaDB Connector/J (Maven Central), each shard's table read
   in 2 partitions on `order_id` (`sessionVariables=sql_mode=ANSI_QUOTES`), into the no-op sink:
-  the JVM path's ceiling, with no keyspace ids, no JSON and no consistency between partitions.
+  the JVM path's ceiling, with no keyspace ids, no JSON and no consistency between partitions;
+- ``debezium`` (with ``--debezium-dir``, the bench-peers harness): Debezium's initial snapshot
+  (`snapshot.mode=initial`, `snapshot.locking.mode=none`) of `orders`, one embedded engine per
+  shard running at the same time, first to last snapshot record (JVM start excluded).
 
 Then, for the memory bound, one more snapshot after loading ``--rss-rows`` rows in all, with the
 peak RSS of the Python driver and of the Python workers for both sizes: a chunk, not the table,
@@ -162,6 +165,40 @@ def run_jdbc(cluster: DevCluster, rows: int) -> dict[str, Any]:
     return {"seconds": seconds, "rows": rows}
 
 
+def run_debezium(cluster: DevCluster, build_dir: Path, rows: int, log: Path) -> dict[str, Any]:
+    """Debezium's initial snapshot of `orders`, one engine per shard, side by side."""
+    from bench.peers_bench import debezium_properties, harness_command
+    from bench.peertools import parse_lines
+
+    admin = cluster.credentials("admin")
+    processes = []
+    with log.open("ab") as err:
+        for index, shard in enumerate(SHARDS):
+            port = int(cluster.server(shard).port or 0)
+            props = debezium_properties(
+                port, admin.username, admin.password, "commerce", 5600 + index, "initial"
+            )
+            props["table.include.list"] = "commerce.orders"
+            command = harness_command(build_dir, props, rows // len(SHARDS))
+            processes.append(
+                subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=err, text=True)
+            )  # fmt: skip
+        outputs = [p.communicate(timeout=1800)[0] for p in processes]
+    parsed = [parse_lines(text.splitlines()) for text in outputs]
+    for out in parsed:
+        if out.errors or out.done is None or out.main_at is None:
+            raise RuntimeError(f"the Debezium harness did not finish: {out.errors[:1]}")
+    first = min(float(o.done["first"]) for o in parsed if o.done)
+    last = max(float(o.done["last"]) for o in parsed if o.done)
+    started = min(float(o.main_at) for o in parsed if o.main_at)
+    return {
+        "seconds": last - first,
+        "rows": sum(int(o.done["count"]) for o in parsed if o.done),
+        "with_engine_start_s": last - started,
+    }
+
+
 def child_main(args: argparse.Namespace) -> None:
     cluster = DevCluster(args.directory)
     if args.child == "updatestream":
@@ -179,6 +216,7 @@ def main() -> None:
     parser.add_argument("--chunk-rows", type=int, default=50_000)
     parser.add_argument("--child", choices=("updatestream", "jdbc"))
     parser.add_argument("--directory", type=Path)
+    parser.add_argument("--debezium-dir", type=Path, help="the bench-peers harness build")
     args = parser.parse_args()
     if args.child:
         child_main(args)
@@ -189,10 +227,15 @@ def main() -> None:
         directory = Path(tmp) / "cluster"
         with DevCluster(directory).running(",".join(SHARDS)) as cluster:
             load(cluster, 1, args.rows)
-            rounds: dict[str, list[dict[str, Any]]] = {"updatestream": [], "jdbc": []}
+            kinds = ["updatestream", "jdbc"] + (["debezium"] if args.debezium_dir else [])
+            rounds: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}
             for number in range(args.rounds):
-                for kind in ("updatestream", "jdbc"):
-                    figures = child(kind, directory, args.rows, args.chunk_rows)
+                for kind in kinds:
+                    if kind == "debezium":
+                        log = Path(tmp) / "debezium.log"
+                        figures = run_debezium(cluster, args.debezium_dir, args.rows, log)
+                    else:
+                        figures = child(kind, directory, args.rows, args.chunk_rows)
                     assert figures["rows"] == args.rows, (kind, figures)
                     figures["rows_per_s"] = args.rows / figures["seconds"]
                     rounds[kind].append(figures)
@@ -208,11 +251,18 @@ def main() -> None:
         u["rows_per_s"] / j["rows_per_s"]
         for u, j in zip(rounds["updatestream"], rounds["jdbc"], strict=True)
     ]
+    debezium = median(r["rows_per_s"] for r in rounds["debezium"]) if "debezium" in rounds else None
+    versus = [
+        u["rows_per_s"] / d["rows_per_s"]
+        for u, d in zip(rounds["updatestream"], rounds.get("debezium", []), strict=False)
+    ]
     result = {
         "machine": machine(), "load_before": before, "load_after": after,
         "rows": args.rows, "chunk_rows": args.chunk_rows, "rounds": rounds,
         "snapshot_rows_per_s": round(ours), "jdbc_rows_per_s": round(jdbc),
         "snapshot_vs_jdbc_ratio": round(median(ratios), 3),
+        "debezium_rows_per_s": None if debezium is None else round(debezium),
+        "snapshot_vs_debezium_ratio": round(median(versus), 3) if versus else None,
         "rss": {
             "rows": [args.rows, args.rss_rows],
             "driver_rss_mb": [small["driver_rss_mb"], big["driver_rss_mb"]],
@@ -220,10 +270,10 @@ def main() -> None:
         },
     }  # fmt: skip
     write_result("snapshot", result)
-    merge_summary(
-        {"snapshot_rows_per_s": result["snapshot_rows_per_s"],
-         "snapshot_vs_jdbc_ratio": result["snapshot_vs_jdbc_ratio"]}
-    )  # fmt: skip
+    summary = {key: result[key] for key in
+               ("snapshot_rows_per_s", "snapshot_vs_jdbc_ratio", "snapshot_vs_debezium_ratio")
+               if result[key] is not None}  # fmt: skip
+    merge_summary(summary)
 
     def per_round(values: list[float], form: str) -> str:
         return ", ".join(format(v, form) for v in values)
@@ -237,6 +287,10 @@ def main() -> None:
             ["Spark JDBC reader", f"{jdbc:,.0f}",
              per_round([r["rows_per_s"] for r in rounds["jdbc"]], ",.0f")],
             ["ratio", f"{result['snapshot_vs_jdbc_ratio']:.2f}", per_round(ratios, ".2f")],
+            *([["Debezium initial snapshot", f"{debezium:,.0f}",
+                per_round([r["rows_per_s"] for r in rounds["debezium"]], ",.0f")],
+               ["ratio to Debezium", f"{result['snapshot_vs_debezium_ratio']:.2f}",
+                per_round(versus, ".2f")]] if debezium is not None else []),
         ],
     )  # fmt: skip
     rss = result["rss"]
