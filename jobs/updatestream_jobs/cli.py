@@ -9,6 +9,7 @@ it runs.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +160,7 @@ def run(
     """Stream one key range of an UpdateStream from the shards' binlogs to its sinks."""
     from updatestream_jobs.job import Job
     from updatestream_jobs.joblog import JobFailed, TraceFile, default_trace_path, first_line
+    from updatestream_jobs.snapshotbar import SnapshotBar
 
     if config_path is not None:
         config = JobConfig.load(config_path)
@@ -169,12 +171,16 @@ def run(
     validation.check_keyspace(config.keyspace, source=str(config_path or keyspace_path))
     validation.check_update_stream(config.stream, config.keyspace, source=source)
     with TraceFile(trace_file or default_trace_path(config.checkpoint)):
+        bar = SnapshotBar() if sys.stderr.isatty() else None
         try:
-            tracker = Job(config).run()
+            tracker = Job(config).run(on_tick=bar)
         except UpdateStreamError:
             raise
         except Exception as exc:
             raise JobFailed(f"the stream's Spark query failed: {first_line(exc)}") from exc
+        finally:
+            if bar is not None:
+                bar.close()
     for shard, progress in sorted(tracker.shards.items()):
         click.echo(
             f"{shard}: {progress.events} events, position {progress.position}, "

@@ -31,7 +31,7 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -305,14 +305,19 @@ class Job:
             self.tracker.set_phase("failed" if failed else "stopped")
             self.metrics.stop()
 
-    def run(self, spark: Any | None = None) -> ProgressTracker:
+    def run(
+        self,
+        spark: Any | None = None,
+        on_tick: Callable[[ProgressTracker], None] | None = None,
+    ) -> ProgressTracker:
         """Start, wait until the query ends, `timeout` passes or SIGTERM/SIGINT asks the job to
-        stop, then stop; re-raise a query failure as our typed error when it carries one."""
+        stop, then stop; re-raise a query failure as our typed error when it carries one.
+        `on_tick` sees the progress about once a second (a progress bar, say)."""
         with self._stop_signals():
             query = self.start(spark)
             failed = True
             try:
-                self._await(query)
+                self._await(query, on_tick)
                 failed = False
             except Exception as exc:
                 if not self.stop_requested.is_set():
@@ -322,7 +327,7 @@ class Job:
                 self.stop(failed=failed)
         return self.tracker
 
-    def _await(self, query: Any) -> None:
+    def _await(self, query: Any, on_tick: Callable[[ProgressTracker], None] | None = None) -> None:
         """Wait in short steps, so a stop request is seen within a second."""
         timeout = self.config.timeout
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -330,6 +335,8 @@ class Job:
             step = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
             if step <= 0 or query.awaitTermination(step):
                 return
+            if on_tick is not None:
+                on_tick(self.tracker)
 
     @contextlib.contextmanager
     def _stop_signals(self) -> Iterator[None]:

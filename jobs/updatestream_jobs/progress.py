@@ -228,7 +228,8 @@ class ProgressTracker:
             remaining = max(0, progress.chunks_total - progress.chunks_done)
             self.metrics.snapshot_remaining.labels(self.stream).set(remaining)
 
-    def _snapshot_report(self) -> SnapshotReport | None:
+    def snapshot_report(self) -> SnapshotReport | None:
+        """The snapshot's progress as the status report shows it; None when it has none."""
         if self.snapshot_state is None:
             return None
         if self._snapshot_finished_at is None and self.snapshot_state.finished:
@@ -279,7 +280,7 @@ class ProgressTracker:
                     for name, counts in sorted(self.sinks.items())
                 },
                 shards={s: p.report() for s, p in sorted(self.shards.items())},
-                snapshot=self._snapshot_report(),
+                snapshot=self.snapshot_report(),
             )
 
     def write_status(self) -> None:
