@@ -5,7 +5,14 @@ from __future__ import annotations
 import base64
 import re
 
-from updatestream.mirror.order import Order, Verdict, classify, ordinal, update_assignments
+from updatestream.mirror.order import (
+    Order,
+    Verdict,
+    classify,
+    lineage,
+    ordinal,
+    update_assignments,
+)
 from updatestream.mirror.schema import comparable, default_literal
 from updatestream.mirror.values import to_sql
 
@@ -68,3 +75,15 @@ def test_column_types_compare_as_both_products_mean_them() -> None:
     assert comparable("json") == comparable("longtext")
     assert comparable("varchar(100)") != comparable("varchar(190)")
     assert comparable("decimal(14,2)") == "decimal(14,2)"
+
+
+def test_a_shard_name_on_a_new_server_is_another_lineage() -> None:
+    """A merge can bring back the name -80 on a new server whose sequence numbers start
+    again: its changes are ordered against the old server's by time, not by sequence."""
+    old_server, new_server = lineage("-80", "1-1-5000"), lineage("-80", "7-7-12")
+    assert old_server == "-80/1-1" and new_server == "-80/7-7"
+    stored = Order(100, old_server, 5000, 0)
+    assert classify(Order(105, new_server, 12, 0), stored) is Verdict.NEWER
+    assert classify(Order(105, old_server, 12, 0), stored) is Verdict.OLDER
+    assert lineage("80-", "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-42").startswith("80-/3e11fa47")
+    assert len(lineage("-80", ",".join(f"{d}-{d}-1" for d in range(40)))) <= 64

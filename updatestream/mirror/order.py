@@ -4,7 +4,9 @@ A mirror row stores the order token of the change that wrote it, in sortable col
 
 * ``_us_ts``: the origin timestamp (the source timestamp when the change came through filtered
   replication, so a change and its copy compare equal);
-* ``_us_shard``: the origin shard (the source shard of a copy, else the shard read from);
+* ``_us_shard``: the origin's lineage: the origin shard (the source shard of a copy, else the
+  shard read from) and the servers of its GTIDs (:func:`lineage`), since a merge can give a
+  shard's name to a new server whose sequence numbers start again;
 * ``_us_seq``: the origin shard's GTID ordinal after the transaction: the sum of the sequence
   numbers over the position's domains (MariaDB) or the number of transactions in the GTID set
   (MySQL). Along one shard's binlog it grows with every transaction;
@@ -12,12 +14,12 @@ A mirror row stores the order token of the change that wrote it, in sortable col
 
 The rule (:func:`classify`), for an incoming change ``new`` against the stored ``old``:
 
-1. Same origin shard: (seq, idx) decides: NEWER, OLDER or EQUAL (EQUAL: the change the row
-   holds already, replayed or copied). One shard's binlog is the truth about the order of its
-   own changes; timestamps are not (a transaction's timestamp is when it began, so one that
-   began earlier may commit a later change to the same row, and a snapshot row's timestamp is
-   when its batch was planned).
-2. Different origin shards (a key that moved in a reshard, or a snapshot row against a copy):
+1. Same origin lineage (shard and GTID servers): (seq, idx) decides: NEWER, OLDER or EQUAL
+   (EQUAL: the change the row holds already, replayed or copied). One shard's binlog is the
+   truth about the order of its own changes; timestamps are not (a transaction's timestamp is
+   when it began, so one that began earlier may commit a later change to the same row, and a
+   snapshot row's timestamp is when its batch was planned).
+2. Different origin lineages (a key that moved in a reshard, a shard name on a new server):
    ``new.ts > old.ts``: NEWER; ``new.ts < old.ts``: OLDER; the same second: their order is
    unknown and the change that arrives later wins (UNKNOWN, applied and counted). The stream
    delivers one key's changes across shards in hop order (sources before destinations), so
@@ -31,6 +33,7 @@ stored columns, for ``INSERT ... ON DUPLICATE KEY UPDATE``.
 from __future__ import annotations
 
 import enum
+import hashlib
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -83,12 +86,36 @@ def ordinal(position_text: str) -> int:
     )
 
 
+@lru_cache(maxsize=1024)
+def lineage(shard: str, position_text: str) -> str:
+    """The origin as the order compares it: the shard's name with the servers its GTIDs come
+    from (MariaDB domain-server pairs, MySQL server UUIDs). A merge can bring back a shard name
+    on a new server whose sequence numbers start again; only one lineage's ordinals compare."""
+    servers: list[str] = []
+    if _MARIADB.match(position_text):
+        servers = sorted(gtid.rpartition("-")[0] for gtid in position_text.split(","))
+    elif position_text:
+        try:
+            position = parse_position(position_text)
+        except GTIDParseError:
+            position = None
+        if isinstance(position, MySQLGTIDSet):
+            servers = sorted(str(uuid) for uuid in position.entries)
+    text = f"{shard}/{','.join(servers)}"
+    if len(text) > 64:  # the column's width: the name and a digest of the servers
+        digest = hashlib.sha1(text.encode()).hexdigest()[:16]
+        text = f"{shard[: 64 - 18]}/~{digest}"
+    return text
+
+
 def order_of(event: ChangeEvent) -> Order:
-    """The order token of a change: its origin's timestamp, shard and GTID ordinal."""
+    """The order token of a change: its origin's timestamp, lineage and GTID ordinal."""
     if event.source_shard is not None and event.source_gtid is not None:
         ts = event.source_timestamp if event.source_timestamp is not None else event.timestamp
-        return Order(ts, event.source_shard, ordinal(event.source_gtid), event.tx_index)
-    return Order(event.timestamp, event.shard, ordinal(event.gtid), event.tx_index)
+        origin = lineage(event.source_shard, event.source_gtid)
+        return Order(ts, origin, ordinal(event.source_gtid), event.tx_index)
+    origin = lineage(event.shard, event.gtid)
+    return Order(event.timestamp, origin, ordinal(event.gtid), event.tx_index)
 
 
 def classify(new: Order, old: Order) -> Verdict:
