@@ -5,6 +5,7 @@ go back. At the end the mirror equals the shards (`updatestream_cli.verify.mirro
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 from updatestream_cli.verify.mirror import verify_mirror
 from updatestream_jobs.job import FAULT_EXIT_AFTER_HOP_WRITE
 
-from harness.hop import SinkServer, StreamJob, completed_hops, reshard, sink_secret
+from harness.hop import CLI, SinkServer, StreamJob, completed_hops, reshard, sink_secret
 from tests.conftest import MariaDBFixture
 from tests.jobs.test_mirror_job import SECRET, target
 from updatestream.mirror.order import Order, Verdict, classify
@@ -163,3 +164,68 @@ def test_the_mirror_never_moves_backwards_through_kills_and_reshards(
     )
     assert report.ok, report.examples
     assert report.source_rows == report.mirror_rows > 8000
+
+
+def test_a_snapshot_on_demand_repairs_a_mirror_without_moving_rows_back(
+    cluster: DevCluster, mariadb_server: MariaDBFixture, tmp_path: Path
+) -> None:
+    """Rows of the mirror damaged behind the stream's back (changed, deleted) come back equal to
+    the shards after `updatestream snapshot-request`, while traffic runs."""
+    loader = TrafficGenerator(
+        cluster.manifest_path, cluster.secrets_dir, tmp_path / "preload.jsonl",
+        TrafficOptions(rate=0, seed=51),
+    )  # fmt: skip
+    loader.preload(4000, batch=1000)
+    loader.close()
+    job = mirror_job(cluster, mariadb_server, tmp_path)
+    requests = tmp_path / "requests.jsonl"
+    job.extra = [*job.extra, "--snapshot-requests", str(requests)]
+    traffic = TrafficGenerator(
+        cluster.manifest_path, cluster.secrets_dir, tmp_path / "ledger.jsonl",
+        TrafficOptions(rate=100, seed=52, max_tx_rows=2),
+    )  # fmt: skip
+    traffic.adopt_existing_rows()
+    sampler = TokenSampler(mariadb_server)
+    job.start()
+    try:
+        job.wait_for("the snapshot", lambda s: (s.get("snapshot") or {}).get("finished"))
+        sampler.start()
+        traffic.start()
+        time.sleep(2)
+        conn = pymysql.connect(
+            host=mariadb_server.host, port=mariadb_server.port,
+            user=mariadb_server.admin.username, password=mariadb_server.admin.password,
+            database=DATABASE, autocommit=True,
+        )  # fmt: skip
+        with conn.cursor() as cur:  # damage that no change event explains
+            damaged = cur.execute("UPDATE users SET name = 'damaged' ORDER BY id LIMIT 40")
+            damaged += cur.execute("DELETE FROM orders ORDER BY order_id LIMIT 30")
+        conn.close()
+        done = subprocess.run(
+            [CLI, "snapshot-request", str(requests), "--table", "users", "--id", "fix-users"],
+            capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+        assert "fix-users" in done.stdout
+        subprocess.run(
+            [CLI, "snapshot-request", str(requests), "--table", "orders"], check=True, timeout=60
+        )
+        job.wait_for(
+            "the repair",
+            lambda s: (
+                (s.get("snapshot") or {}).get("finished")
+                and (s.get("snapshot") or {}).get("rangesTotal", 0) >= 3 * 2 + 2 * 2
+            ),
+        )
+        time.sleep(2)
+        traffic.stop()
+        traffic.close()
+        job.wait_caught_up(["-80", "80-"])
+    finally:
+        job.stop()
+        sampler.halt.set()
+        sampler.join(timeout=30)
+    assert damaged == 70
+    assert sampler.backwards == []
+    mirror = target(mariadb_server, DATABASE)
+    report = verify_mirror(cluster.keyspace(), mirror, cluster.secrets_dir, "-")
+    assert report.ok, report.examples

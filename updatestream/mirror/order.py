@@ -10,7 +10,8 @@ A mirror row stores the order token of the change that wrote it, in sortable col
 * ``_us_seq``: the origin shard's GTID ordinal after the transaction: the sum of the sequence
   numbers over the position's domains (MariaDB) or the number of transactions in the GTID set
   (MySQL). Along one shard's binlog it grows with every transaction;
-* ``_us_idx``: the change's index among the changes to this key in its transaction.
+* ``_us_idx``: the change's index among the changes to this key in its transaction
+  (``SNAPSHOT_INDEX`` for a snapshot row: after all of them).
 
 The rule (:func:`classify`), for an incoming change ``new`` against the stored ``old``:
 
@@ -42,6 +43,10 @@ from updatestream.binlog.events import ChangeEvent
 from updatestream.core.gtid import GTIDParseError, MariaDBPosition, MySQLGTIDSet, parse_position
 
 TOKEN_COLUMNS = ("_us_ts", "_us_shard", "_us_seq", "_us_idx")
+# A snapshot row is the key's state after every change of the transaction at its position:
+# at an equal sequence it comes after them (a repair overwrites a row the mirror holds at that
+# very position), and every later change has a larger sequence.
+SNAPSHOT_INDEX = 2**31 - 1
 _MARIADB = re.compile(r"^\d+-\d+-\d+(,\d+-\d+-\d+)*$")
 
 
@@ -115,7 +120,8 @@ def order_of(event: ChangeEvent) -> Order:
         origin = lineage(event.source_shard, event.source_gtid)
         return Order(ts, origin, ordinal(event.source_gtid), event.tx_index)
     origin = lineage(event.shard, event.gtid)
-    return Order(event.timestamp, origin, ordinal(event.gtid), event.tx_index)
+    index = SNAPSHOT_INDEX if event.op == "snapshot" else event.tx_index
+    return Order(event.timestamp, origin, ordinal(event.gtid), index)
 
 
 def classify(new: Order, old: Order) -> Verdict:
