@@ -315,17 +315,17 @@ def value_digest(value: bytes) -> str | None:
     return hashlib.sha256(value).hexdigest()
 
 
-def read_database(
+def shard_rows(
     keyspace: spec.Keyspace,
     secrets_dir: Path,
     secret: str,
     database: str,
     tables: Sequence[str],
-) -> dict[RowKey, str]:
-    """Digest per row of ``tables`` on the serving shards (comparable with the ledger)."""
+    shards: Sequence[str] | None = None,
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(table, SELECT row) of ``tables`` on ``shards`` (default: the serving shards)."""
     credentials = read_secret(secrets_dir, secret)
-    rows: list[tuple[str, dict[str, Any]]] = []
-    for shard_name in keyspace.spec.serving_shards:
+    for shard_name in keyspace.spec.serving_shards if shards is None else shards:
         try:
             shard = keyspace.spec.shard(shard_name)
         except spec.SpecError as exc:
@@ -334,5 +334,15 @@ def read_database(
             for table in tables:
                 with conn.cursor(pymysql.cursors.SSDictCursor) as cur:
                     cur.execute(f"SELECT * FROM `{table}`")
-                    rows.extend((table, row) for row in cur)
-    return table_state(rows)
+                    yield from ((table, row) for row in cur)
+
+
+def read_database(
+    keyspace: spec.Keyspace,
+    secrets_dir: Path,
+    secret: str,
+    database: str,
+    tables: Sequence[str],
+) -> dict[RowKey, str]:
+    """Digest per row of ``tables`` on the serving shards (comparable with the ledger)."""
+    return table_state(shard_rows(keyspace, secrets_dir, secret, database, tables))

@@ -16,16 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pymysql
-import pymysql.cursors
-
 from updatestream import spec
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.vschema import VSchema
 from updatestream_cli.devcluster.ledger import binlog_image, pk_json, row_digest
 from updatestream_cli.verify.compare import Delivered, FinalRow, RowKey
-from updatestream_cli.verify.inputs import VerifyInputError
-from updatestream_cli.verify.sinks import connect, read_secret
+from updatestream_cli.verify.sinks import shard_rows
 
 
 @dataclass
@@ -71,27 +67,15 @@ def shard_state(
     key_range: str,
 ) -> dict[RowKey, str]:
     """Digest per row of `tables` on the serving shards whose keyspace id lies in `key_range`."""
-    credentials = read_secret(secrets_dir, secret)
     vschema = VSchema.from_dict(keyspace.spec.vschema, keyspace=keyspace.metadata.name)
     wanted = KeyRange.parse(key_range)
+    shards = [s for s in keyspace.spec.serving_shards if KeyRange.parse(s).intersects(wanted)]
     state: dict[RowKey, str] = {}
-    for shard_name in keyspace.spec.serving_shards:
-        shard_range = KeyRange.parse(shard_name)
-        if not shard_range.intersects(wanted):
-            continue
-        try:
-            shard = keyspace.spec.shard(shard_name)
-        except spec.SpecError as exc:
-            raise VerifyInputError(str(exc)) from None
-        with connect(shard.mysql, credentials, secret, database, secrets_dir=secrets_dir) as conn:
-            for table in tables:
-                with conn.cursor(pymysql.cursors.SSDictCursor) as cur:
-                    cur.execute(f"SELECT * FROM `{table}`")
-                    for row in cur:
-                        image = binlog_image(table, row)
-                        ksid = vschema.keyspace_id_for(table, image)
-                        if ksid is not None and wanted.contains(ksid):
-                            state[(table, pk_json(table, row))] = row_digest(image)
+    for table, row in shard_rows(keyspace, secrets_dir, secret, database, tables, shards):
+        image = binlog_image(table, row)
+        ksid = vschema.keyspace_id_for(table, image)
+        if ksid is not None and wanted.contains(ksid):
+            state[(table, pk_json(table, row))] = row_digest(image)
     return state
 
 
