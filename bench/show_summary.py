@@ -39,6 +39,13 @@ FIGURES: dict[str, tuple[str, Goal | None]] = {
     "mirror_rows_per_s_batch_1k": ("mirror rows applied/s, batches of 1k", None),
     "mirror_naive_rows_per_s": ("one guarded upsert per row, autocommit (rows/s)", None),
     "mirror_vs_naive_ratio": ("mirror / one upsert per row", ("≥ 20", AT_LEAST, 20)),
+    "snapshot_rows_per_s": (
+        "snapshot of 1M rows, 2 shards (rows/s)", ("≥ 300,000", AT_LEAST, 300_000)
+    ),
+    "snapshot_vs_jdbc_ratio": ("snapshot / Spark's JDBC reader", ("≥ 0.5", AT_LEAST, 0.5)),
+    "snapshot_vs_debezium_ratio": (
+        "snapshot / Debezium's initial snapshot", ("> 1", AT_LEAST, 1.0)
+    ),
     "max_rate_rows_per_s": ("max sustainable rate, traffic + stream, 2 shards (rows/s)", None),
     "lag_trigger_s": ("trigger interval of the lag runs (s)", None),
     "lag_p50_s": ("lag p50 at 50% load, Version Stream (s)", ("< 1", BELOW, 1.0)),
