@@ -27,6 +27,7 @@ from tests.jobs.test_mirror_job import SECRET, target
 from updatestream.mirror.order import Order, Verdict, classify
 
 DATABASE = "mirror_resilience"
+REPAIR_DATABASE = "mirror_repair"  # the server is the session's: each test its own database
 KEYS = {"users": "id", "orders": "order_id", "events": "event_key"}
 OVERLAP = ReshardOptions(min_replicate_seconds=5)
 
@@ -41,9 +42,10 @@ class TokenSampler(threading.Thread):
     """Reads every mirror row's order token again and again; records any key whose token went
     back since the previous read."""
 
-    def __init__(self, server: MariaDBFixture) -> None:
+    def __init__(self, server: MariaDBFixture, database: str = DATABASE) -> None:
         super().__init__(name="token-sampler", daemon=True)
         self.server = server
+        self.database = database
         self.last: dict[tuple[str, Any], Order] = {}
         self.backwards: list[str] = []
         self.samples = 0
@@ -66,7 +68,7 @@ class TokenSampler(threading.Thread):
                 try:
                     cur.execute(
                         f"SELECT `{key}`, _us_ts, _us_shard, _us_seq, _us_idx "
-                        f"FROM `{DATABASE}`.`{table}`"
+                        f"FROM `{self.database}`.`{table}`"
                     )
                 except pymysql.err.ProgrammingError:
                     continue  # not created yet
@@ -79,9 +81,12 @@ class TokenSampler(threading.Thread):
         self.samples += 1
 
 
-def mirror_job(cluster: DevCluster, server: MariaDBFixture, workdir: Path) -> StreamJob:
+def mirror_job(
+    cluster: DevCluster, server: MariaDBFixture, workdir: Path, database: str = DATABASE
+) -> StreamJob:
+    """A job into a mirror database of its own on the (session-wide) server."""
     sink_secret(cluster, SECRET, server.admin.username, server.admin.password)
-    job = StreamJob(cluster, workdir, SinkServer(server.host, server.port, SECRET, DATABASE))
+    job = StreamJob(cluster, workdir, SinkServer(server.host, server.port, SECRET, database))
     stream = {
         "apiVersion": "updatestream.io/v1alpha1",
         "kind": "UpdateStream",
@@ -93,7 +98,7 @@ def mirror_job(cluster: DevCluster, server: MariaDBFixture, workdir: Path) -> St
                 {
                     "type": "mirror",
                     "mysql": {"host": server.host, "port": server.port},
-                    "database": DATABASE,
+                    "database": database,
                     "credentialsSecret": {"name": SECRET},
                 }
             ],
@@ -177,7 +182,7 @@ def test_a_snapshot_on_demand_repairs_a_mirror_without_moving_rows_back(
     )  # fmt: skip
     loader.preload(4000, batch=1000)
     loader.close()
-    job = mirror_job(cluster, mariadb_server, tmp_path)
+    job = mirror_job(cluster, mariadb_server, tmp_path, REPAIR_DATABASE)
     requests = tmp_path / "requests.jsonl"
     job.extra = [*job.extra, "--snapshot-requests", str(requests)]
     traffic = TrafficGenerator(
@@ -185,7 +190,7 @@ def test_a_snapshot_on_demand_repairs_a_mirror_without_moving_rows_back(
         TrafficOptions(rate=100, seed=52, max_tx_rows=2),
     )  # fmt: skip
     traffic.adopt_existing_rows()
-    sampler = TokenSampler(mariadb_server)
+    sampler = TokenSampler(mariadb_server, REPAIR_DATABASE)
     job.start()
     try:
         job.wait_for("the snapshot", lambda s: (s.get("snapshot") or {}).get("finished"))
@@ -195,7 +200,7 @@ def test_a_snapshot_on_demand_repairs_a_mirror_without_moving_rows_back(
         conn = pymysql.connect(
             host=mariadb_server.host, port=mariadb_server.port,
             user=mariadb_server.admin.username, password=mariadb_server.admin.password,
-            database=DATABASE, autocommit=True,
+            database=REPAIR_DATABASE, autocommit=True,
         )  # fmt: skip
         with conn.cursor() as cur:  # damage that no change event explains
             damaged = cur.execute("UPDATE users SET name = 'damaged' ORDER BY id LIMIT 40")
@@ -226,6 +231,6 @@ def test_a_snapshot_on_demand_repairs_a_mirror_without_moving_rows_back(
         sampler.join(timeout=30)
     assert damaged == 70
     assert sampler.backwards == []
-    mirror = target(mariadb_server, DATABASE)
+    mirror = target(mariadb_server, REPAIR_DATABASE)
     report = verify_mirror(cluster.keyspace(), mirror, cluster.secrets_dir, "-")
     assert report.ok, report.examples
