@@ -53,7 +53,9 @@ def test_the_sampler_keeps_each_groups_largest_process_and_total(
     assert sampler.largest_mb("nothing") == 0
     both = sampler.peaks["both"]
     assert both.processes == 2
-    assert both.total_mb >= both.largest_mb >= 80
+    # the total is sampled; the largest also takes the kernel's peak of each process's whole
+    # life (VmHWM), which for this test process may be far above what it holds now
+    assert both.total_mb >= now["holder"] and both.largest_mb >= 80
     hwm = vm_hwm_mb(holder.pid)
     assert hwm is not None and hwm >= 80
 

@@ -291,8 +291,9 @@ class TestLifecycle:
         op, job = operator, TestLifecycle.job
         _patch_spec(op, "orders", suspend=True)
         wait_for(lambda: op.condition("orders", "Ready") == ("False", "Suspended"), "Suspended")
-        assert _driver_pods(op, TestLifecycle.uid) == []
-        assert get(op.api, NS, "configmap", f"{job}-config") is None
+        # the status is recorded before the stop acts: the Pod goes a moment later
+        wait_for(lambda: _driver_pods(op, TestLifecycle.uid) == [], "the driver Pod deleted")
+        wait_for(lambda: get(op.api, NS, "configmap", f"{job}-config") is None, "its config")
         leftovers = [
             s["metadata"]["name"]
             for s in items(op.api, NS, "services")
