@@ -4,6 +4,7 @@ read after changes equals the table at the position it is read as of."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from typing import Any
@@ -14,6 +15,7 @@ from updatestream_cli.devcluster.traffic import TrafficOptions
 
 from harness.hop import traffic_generator
 from tests.binlogs import config_for, positions, read
+from updatestream.binlog.errors import ShardUnreachable
 from updatestream.binlog.session import ShardSession
 from updatestream.core.snapshot import Chunk
 from updatestream.core.token import EventToken
@@ -150,3 +152,21 @@ def test_a_chunk_read_after_changes_is_the_table_at_its_position(
         )
         conn.commit()
     assert snapshot_state(config, "-80", at) == expected
+
+
+def test_a_chunk_read_with_a_wrong_password_is_a_typed_error_without_it(
+    cluster: DevCluster, loaded: dict[str, Any], tmp_path: Any
+) -> None:
+    """connectorx raises plain errors with the connection's text: the snapshot turns them into
+    ShardUnreachable naming the shard and the Secret, never the password."""
+    secrets = tmp_path / "secrets"
+    (secrets / "wrong").mkdir(parents=True)
+    (secrets / "wrong" / "username").write_text("app_user_that_does_not_exist")
+    (secrets / "wrong" / "password").write_text("Sup3r-Secret-Pw")
+    config = dataclasses.replace(loaded["config"], secrets_dir=str(secrets))
+    endpoint = dataclasses.replace(config.endpoint("-80"), secret="wrong")
+    with pytest.raises(ShardUnreachable) as caught:
+        columns.fetch(endpoint, config, "SELECT 1")
+    message = str(caught.value)
+    assert "'wrong'" in message and "-80" in message
+    assert "Sup3r-Secret-Pw" not in message

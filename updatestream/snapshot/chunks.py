@@ -237,10 +237,3 @@ class ChunkColumns:
 
 def _same_key(old: dict[str, Any], new: dict[str, Any], key_names: tuple[str, ...]) -> bool:
     return all(old.get(n) == new.get(n) for n in key_names)
-
-
-def read_chunk(
-    config: SourceConfig, endpoint: ShardEndpoint, chunk: Chunk, at: EventToken
-) -> Iterator[EventRow]:
-    """The rows of `chunk` on `endpoint`'s shard as they were at `at` (see the module doc)."""
-    return ChunkReader(config, endpoint, chunk, at).rows()

@@ -7,8 +7,8 @@ in Python costs more than the read. Instead the chunk's SELECT asks the shard to
 (`CONCAT` of per-column fragments: `JSON_QUOTE` for text, `DATE_FORMAT` for DATETIME, ...) and
 returns three things per row: the primary key's JSON, the row's JSON and the primary vindex's
 column. The worker reads them as Arrow columns (connectorx, straight from the wire into Arrow;
-pymysql when the shard needs TLS), maps keyspace ids over the whole column (`map_many`), filters
-by key range with numpy, and re-encodes in Python only the few rows whose text holds characters
+pymysql when the shard needs TLS), maps keyspace ids over the whole column (one DES call for the
+hash vindex), filters by key range with numpy, and re-encodes in Python only the few rows whose text holds characters
 JSON_QUOTE leaves as they are but Python escapes (non-ASCII, DEL).
 
 Tables with a column type the shard cannot encode exactly (FLOAT, DOUBLE, TIME, TIMESTAMP, BIT,
@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 import pymysql
 from pymysql.converters import escape_item, escape_string
 
+from updatestream.binlog.errors import ShardUnreachable
 from updatestream.binlog.options import ShardEndpoint, SourceConfig
 from updatestream.binlog.session import connection_settings
 from updatestream.core.keyrange import KeyRange
@@ -130,7 +131,17 @@ def fetch(endpoint: ShardEndpoint, config: SourceConfig, sql: str) -> pa.Table:
         user = urllib.parse.quote(str(settings["user"]), safe="")
         password = urllib.parse.quote(str(settings["password"]), safe="")
         url = f"mysql://{user}:{password}@{endpoint.host}:{endpoint.port}/information_schema"
-        table: pa.Table = connectorx.read_sql(url, sql, return_type="arrow")
+        try:
+            table: pa.Table = connectorx.read_sql(url, sql, return_type="arrow")
+        except Exception as exc:  # connectorx raises plain RuntimeErrors; keep secrets out
+            text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            for secret in {password, str(settings["password"])}:
+                text = text.replace(secret, "***") if secret else text
+            raise ShardUnreachable(
+                f"cannot read a snapshot chunk from {endpoint.describe()}: {text[:300]}; check "
+                f"that the shard is up and that Secret {endpoint.secret!r} holds a user with "
+                "SELECT on the keyspace's tables"
+            ) from None
         return table
     conn = pymysql.connect(autocommit=True, cursorclass=pymysql.cursors.SSCursor, **settings)
     try:

@@ -34,7 +34,6 @@ from pyspark.sql.datasource import InputPartition
 from updatestream.binlog.errors import SourceOptionsError
 from updatestream.binlog.offsets import StreamOffset
 from updatestream.binlog.options import ShardEndpoint, SourceConfig
-from updatestream.binlog.rows import EventRow
 from updatestream.binlog.session import ShardSession
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.snapshot import (
@@ -69,13 +68,6 @@ class ChunkRange(InputPartition):
 
     def __repr__(self) -> str:
         return f"ChunkRange({self.shard}, {self.chunk})"
-
-
-def read_chunk_rows(config: SourceConfig, part: ChunkRange) -> Iterator[EventRow]:
-    """The chunk's `snapshot` events as tuples (tests and tools; Spark reads `chunk_batches`)."""
-    chunk = Chunk.from_json(json.loads(part.chunk))
-    endpoint = part.endpoint or config.endpoint(part.shard)
-    return ChunkReader(config, endpoint, chunk, EventToken.loads(part.at)).rows()
 
 
 def chunk_batches(
