@@ -8,8 +8,8 @@ in Python costs more than the read. Instead the chunk's SELECT asks the shard to
 returns three things per row: the primary key's JSON, the row's JSON and the primary vindex's
 column. The worker reads them as Arrow columns (connectorx, straight from the wire into Arrow;
 pymysql when the shard needs TLS), maps keyspace ids over the whole column (one DES call for the
-hash vindex), filters by key range with numpy, and re-encodes in Python only the few rows whose text holds characters
-JSON_QUOTE leaves as they are but Python escapes (non-ASCII, DEL).
+hash vindex), filters by key range with numpy, and re-encodes in Python only the few rows whose
+text holds characters JSON_QUOTE leaves as they are but Python escapes (non-ASCII, DEL).
 
 Tables with a column type the shard cannot encode exactly (FLOAT, DOUBLE, TIME, TIMESTAMP, BIT,
 BINARY(n), a MySQL JSON column) take the row path in `chunks`.
