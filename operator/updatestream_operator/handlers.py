@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import socket
 import time
 from typing import Any
 
@@ -93,6 +94,23 @@ def login(**_: Any) -> kopf.ConnectionInfo:
         return connection_info(config.current().kubeconfig)
     except Exception as exc:
         raise kopf.LoginError(scrub.SCRUBBER.scrub(f"cannot authenticate: {exc}")) from None
+
+
+@kopf.on.probe(id="webhook", errors=kopf.ErrorsMode.PERMANENT)
+def webhook_listening(**_: Any) -> str:
+    """Ready means admission works: the health endpoint fails until the webhook accepts TLS
+    connections (kopf starts its server after the health endpoint), and fails if it stops."""
+    webhook = config.current().webhook
+    if webhook is None:
+        return "off"
+    host = "127.0.0.1" if webhook.address in ("0.0.0.0", "") else webhook.address
+    try:
+        socket.create_connection((host, webhook.port), timeout=2).close()
+    except OSError as exc:
+        raise kopf.PermanentError(
+            f"the admission webhook is not listening on {host}:{webhook.port}: {exc}"
+        ) from None
+    return "listening"
 
 
 @kopf.on.cleanup()

@@ -452,12 +452,14 @@ def test_the_operator_starts_with_the_charts_arguments_and_identity(
         deadline = time.monotonic() + 60
         status = 0
         while time.monotonic() < deadline and process.poll() is None:
-            status, _ = http_get(probed)
+            status, health = http_get(probed)
             if status == 200:
                 break
             time.sleep(0.5)
         output = log.read_text(errors="replace")
         assert status == 200, f"{probed} did not answer (exit {process.poll()}):\n{output[-3000:]}"
+        # ready means the webhook listens: the probe checks it, so admission works at once
+        assert json.loads(health)["webhook"] == "listening", health
         code, body = http_get(f"http://127.0.0.1:{metrics}/metrics")
         assert code == 200 and "updatestream_reconcile_errors_total" in body
         review = admission_review()
