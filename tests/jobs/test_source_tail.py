@@ -14,7 +14,7 @@ import pytest
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.traffic import TrafficOptions
 from updatestream_jobs.source.datasource import UpdateStreamStreamReader, _read
-from updatestream_jobs.source.partition import ShardRange
+from updatestream_jobs.source.partition import HeldRanges, ShardRange
 
 from harness.hop import traffic_generator
 from tests.binlogs import config_for, positions
@@ -115,6 +115,13 @@ def arrow_rows(config: SourceConfig, part: ShardRange) -> list[dict[str, Any]]:
     return pa.Table.from_batches(batches).to_pylist() if batches else []
 
 
+def held_parts(parts: list[Any]) -> list[ShardRange]:
+    """The shard ranges of a batch whose every range is held: one partition for all."""
+    (held,) = parts
+    assert isinstance(held, HeldRanges)
+    return held.parts
+
+
 def worker_copy(part: ShardRange) -> ShardRange:
     copy = ShardRange(
         part.shard, part.start, part.end, part.heartbeat, part.endpoint, part.dedup, part.marker
@@ -134,10 +141,13 @@ def test_inline_partitions_deliver_exactly_what_the_workers_read(
         assert set(reader._tails.tailers) == set(SHARDS)
         traffic(cluster, tmp_path, 24, large_tx_rows=300, large_tx_every=0.3)
         end = reader.latestOffset(offset, None)
-        parts = reader.partitions(offset, end)
-        assert {p.shard for p in parts} == set(SHARDS)
+        both = reader.partitions(offset, end)
+        parts = held_parts(both)
+        assert [p.shard for p in parts] == list(SHARDS)
         assert all(p.rows is not None and p.heartbeat for p in parts), parts
         assert reader._tails.inlined == 2
+        together = arrow_rows(config, both[0])
+        assert together == [r for p in parts for r in arrow_rows(config, worker_copy(p))]
         for part in parts:
             inline = arrow_rows(config, part)
             read = arrow_rows(config, worker_copy(part))
@@ -149,7 +159,7 @@ def test_inline_partitions_deliver_exactly_what_the_workers_read(
         # the same with a dedup rule (verdicts per row) and a snapshot holding rows back
         traffic(cluster, tmp_path, 25)
         later = reader.latestOffset(end, None)
-        parts = reader.partitions(end, later)
+        parts = held_parts(reader.partitions(end, later))
         assert all(p.rows is not None for p in parts)
         begin = StreamOffset.from_json(end)
         overlap = {s: begin.tokens[s].timestamp + 3600 for s in SHARDS}
@@ -200,7 +210,7 @@ def test_a_range_the_tail_does_not_hold_is_read_by_the_workers(
                 assert token.timestamp == start.tokens[shard].timestamp
                 assert position_contains(now[shard], token.position)
                 assert token.position != now[shard]
-            parts = capped.partitions(first, cut.to_json())
+            parts = held_parts(capped.partitions(first, cut.to_json()))
             assert all(p.rows is not None and 0 < len(p.rows) <= 50 for p in parts)
         finally:
             capped.stop()

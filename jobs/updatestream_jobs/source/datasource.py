@@ -25,6 +25,7 @@ so the worker opens no connection for it.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import logging
 from collections.abc import Iterable, Iterator, Sequence
@@ -74,6 +75,7 @@ from updatestream_jobs.source.hopping import Hopper, map_for_shards, serving_map
 from updatestream_jobs.source.keyspace_watch import KeyspaceWatch, open_watch
 from updatestream_jobs.source.partition import (
     ARROW_SCHEMA,
+    HeldRanges,
     ShardRange,
     Via,
     read_shard_range,
@@ -226,10 +228,10 @@ class _Planner:
         end: dict[str, Any],
         hopper: Hopper | None = None,
         tails: Tails | None = None,
-    ) -> list[ShardRange | ChunkRange]:
+    ) -> list[ShardRange | ChunkRange | HeldRanges]:
         """The partitions of the batch from `start` to `end`. A shard the Keyspace no longer
         declares (retired after the batch was planned) is read from its destinations. A range
-        that a shard's tail holds (`tails`) carries its rows."""
+        that a shard's tail holds (`tails`) carries its rows; such ranges share one partition."""
         begin, finish = StreamOffset.from_json(start), StreamOffset.from_json(end)
         declared = {s.name for s in hopper.keyspace().spec.shards} if hopper else None
         hop = finish.new_hop(begin)
@@ -288,6 +290,11 @@ class _Planner:
         for part in parts:
             part.holdback = holdback
         chunks = self.snapshots.chunk_partitions(begin, finish, self.endpoint)
+        inline = [part for part in parts if part.rows is not None]
+        if len(inline) > 1:
+            first = parts.index(inline[0])
+            rest = [part for part in parts if part.rows is None]
+            return [*rest[:first], HeldRanges(inline), *rest[first:], *chunks]
         return [*parts, *chunks]
 
     def _via_destinations(
@@ -469,6 +476,8 @@ class UpdateStreamBatchReader(DataSourceReader):
 
 
 def _read(config: SourceConfig, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    if isinstance(partition, HeldRanges):
+        return itertools.chain.from_iterable(_read(config, p) for p in partition.parts)
     if isinstance(partition, ChunkRange):
         return record_batches(read_chunk_rows(config, partition), config.arrow_batch_rows)
     assert isinstance(partition, ShardRange)

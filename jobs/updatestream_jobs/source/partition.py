@@ -99,6 +99,20 @@ class ShardRange(InputPartition):
         return RowClassifier(self.dedup)
 
 
+class HeldRanges(InputPartition):
+    """Several shards' ranges whose rows the driver's tails hold, read as one partition (one
+    Spark task instead of one per shard: a batch's fixed cost grows with its tasks). Each
+    range is read as on its own, one after the other: per shard the same rows in the same
+    order, each ending with its heartbeat."""
+
+    def __init__(self, parts: list[ShardRange]) -> None:
+        super().__init__(tuple(p.shard for p in parts))
+        self.parts = parts
+
+    def __repr__(self) -> str:
+        return f"HeldRanges({', '.join(map(repr, self.parts))})"
+
+
 class RowClassifier:
     """The dedup rule's verdict for one row tuple: "hop", "unknown" or None (deliver)."""
 
