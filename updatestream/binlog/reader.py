@@ -120,6 +120,7 @@ class BinlogRangeReader:
         self._follow = end is None  # a blocking dump without end
         self._heartbeat = heartbeat_seconds
         self._closed = False
+        self.last_event = time.monotonic()  # when the server last sent anything (heartbeats too)
 
     def close(self) -> None:
         """End a following read (from any thread): it returns at the next event or heartbeat."""
@@ -223,6 +224,7 @@ class BinlogRangeReader:
         skip = 0
         try:
             for event in stream:
+                self.last_event = time.monotonic()
                 if self._closed:
                     return
                 if isinstance(event, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import NamedTuple
@@ -236,6 +237,11 @@ class ShardTailer:
     def alive(self) -> bool:
         """Still following the shard (not stopped, failed or overflowed)."""
         return self._thread.is_alive() and not self.buffer.overflowed
+
+    def silent_for(self) -> float:
+        """Seconds since the server last sent anything (it sends a heartbeat every second
+        while the shard is idle)."""
+        return time.monotonic() - self._reader.last_event
 
     def stop(self) -> None:
         """Ask the thread to end (it does at the next event or server heartbeat)."""

@@ -388,6 +388,8 @@ class UpdateStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
             return self._handed_out(target)
         hopper = self._hops()
         self._planner.update(hopper.keyspace())
+        if self._tails is not None and not self._tails.tailers:  # before the first batch
+            self._tails.follow(offset.tokens)
         hopped = hopper.check(offset)
         if hopped is not None:
             return self._handed_out(hopped)

@@ -36,6 +36,12 @@ from updatestream.core.token import EventToken
 
 log = logging.getLogger(__name__)
 
+# A followed shard whose server sent nothing, not even a heartbeat, for this long is asked
+# for its position again, whatever its tail says.
+_SILENCE = 3.0
+# A shard whose tail failed (not overflowed) gets a new one this much later at the earliest.
+_RETRY_AFTER = 10.0
+
 
 class Tails:
     """The tails of one stream reader (driver side)."""
@@ -44,6 +50,7 @@ class Tails:
         self.config = config
         self._endpoint = endpoint
         self.tailers: dict[str, ShardTailer] = {}
+        self._failed: dict[str, float] = {}  # shard -> when its last tail failed (monotonic)
         self._clock: dict[str, tuple[float, int]] = {}  # shard -> (monotonic, server seconds)
         self.inlined = 0  # ranges handed over from a tail (for tests and logs)
         self.read_by_workers = 0
@@ -62,6 +69,8 @@ class Tails:
         tailer = self._live(shard)
         clock = self._clock.get(shard)
         if tailer is None or clock is None or tailer.buffer.position != previous.position:
+            return False
+        if tailer.silent_for() > _SILENCE:  # no heartbeat either: do not trust the tail
             return False
         server_now = clock[1] + (time.monotonic() - clock[0])
         return server_now - previous.timestamp < self.config.heartbeat_interval
@@ -124,7 +133,11 @@ class Tails:
             if tailer is not None and tailer.alive and tailer.endpoint == endpoint:
                 continue
             if tailer is not None:
+                if tailer.error is not None:
+                    self._failed[shard] = time.monotonic()
                 self._stop(shard)
+            if time.monotonic() - self._failed.get(shard, -_RETRY_AFTER) < _RETRY_AFTER:
+                continue
             self._start(endpoint, token.position)
 
     def _start(self, endpoint: ShardEndpoint, position: GTIDPosition) -> None:
@@ -138,6 +151,7 @@ class Tails:
                 max_bytes=config.tail_buffer_bytes,
             ).start()
         except Exception as exc:  # e.g. an unknown table in the VSchema: the workers will say
+            self._failed[endpoint.shard] = time.monotonic()
             log.warning("cannot follow shard %s: %s", endpoint.shard, exc)
 
     def _stop(self, shard: str) -> None:
