@@ -133,7 +133,7 @@ def worker_copy(part: ShardRange) -> ShardRange:
 def test_inline_partitions_deliver_exactly_what_the_workers_read(
     cluster: DevCluster, tmp_path: Any
 ) -> None:
-    config = config_for(cluster, inlineMaxRows="100000", maxBatchRows="0")
+    config = config_for(cluster, tail="true", inlineMaxRows="100000", maxBatchRows="0")
     reader = UpdateStreamStreamReader(config)
     try:
         offset = reader.initialOffset()
@@ -183,7 +183,7 @@ def test_inline_partitions_deliver_exactly_what_the_workers_read(
 def test_a_range_the_tail_does_not_hold_is_read_by_the_workers(
     cluster: DevCluster, tmp_path: Any
 ) -> None:
-    config = config_for(cluster, inlineMaxRows="10", maxBatchRows="0")
+    config = config_for(cluster, tail="true", inlineMaxRows="10", maxBatchRows="0")
     reader = UpdateStreamStreamReader(config)
     try:
         offset = reader.initialOffset()
@@ -195,7 +195,7 @@ def test_a_range_the_tail_does_not_hold_is_read_by_the_workers(
         # admission control: with a limit, the next batch ends early, at a transaction the tail
         # holds, with the start's time, and is handed over
         reader.commit(end)
-        capped = UpdateStreamStreamReader(config_for(cluster, maxBatchRows="50"))
+        capped = UpdateStreamStreamReader(config_for(cluster, tail="true", maxBatchRows="50"))
         try:
             first = capped.initialOffset()
             capped.partitions(first, first)

@@ -2,8 +2,9 @@
 
 Without tails, every micro-batch asks each shard for its position and the workers open a binlog
 dump per shard from the batch's start (MariaDB finds a GTID start by scanning the binlog file
-from its beginning). With them (`tail`, on by default), one connection per shard lives across
-batches and the driver keeps the shard's recent, uncommitted rows:
+from its beginning). With them (`tail=true`; off by default for now, see docs/source.md), one
+connection per shard lives across batches and the driver keeps the shard's recent, uncommitted
+rows:
 
 * `idle`: a tail at the last offset's position tells, without a query, that a shard has nothing
   new (until the heartbeat interval asks for a fresh token anyway);
