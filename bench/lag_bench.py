@@ -5,7 +5,7 @@ traffic generator in its own process (`updatestream devcluster traffic`, with a 
 every committed row change and its commit time), and the streaming job (`Job`, Spark local
 mode, in this process) reading both shards from their current positions into three sinks: the
 Version Stream (a MariaDB of its own with durable commits), memcached and CDCv2 files. The
-job's micro-batch trigger is ``--trigger-seconds`` (0.5 s by default).
+job's micro-batch trigger is ``--trigger-seconds`` (by default 0.1 s, the job's own default).
 
 Each of the job's sinks is wrapped (`bench.lagtools.TimedSink`) to record when its
 `write_batch` returned for each batch and which transactions the batch held. The lag of a row
@@ -32,7 +32,8 @@ since after the traffic stops only the idle shards' heartbeats move that frontie
 Writes `bench/results/lag.json`, prints a table and merges `lag_p50_s`, `lag_p99_s` and
 `lag_max_s` (50% load, Version Stream), `max_rate_rows_per_s` and `lag_trigger_s` into
 `bench/results/summary.json`. Run with ``make bench-lag`` or
-``python -m bench.lag_bench [--duration S] [--rounds N] [--trigger-seconds T]``.
+``python -m bench.lag_bench [--duration S] [--rounds N] [--trigger-seconds T]
+[--source-option tail=true]``.
 """
 
 from __future__ import annotations
@@ -73,17 +74,19 @@ TAIL_SECONDS = 3.0  # left out of "cdcv2 complete" at the end of each load (see 
 class Rig:
     """The cluster, the sinks' servers, Spark and the job; `close()` stops all of it."""
 
-    def __init__(self, root: Path, trigger: float) -> None:
+    def __init__(
+        self, root: Path, trigger: float, source_options: dict[str, str] | None = None
+    ) -> None:
         self.root = root
         self.stack = contextlib.ExitStack()
         self.seed = 1
         try:
-            self._start(trigger)
+            self._start(trigger, source_options or {})
         except BaseException:
             self.stack.close()
             raise
 
-    def _start(self, trigger: float) -> None:
+    def _start(self, trigger: float, source_options: dict[str, str]) -> None:
         self.cluster = DevCluster(self.root / "cluster")
         self.stack.callback(self.cluster.down)
         self.cluster.up(",".join(SHARDS))
@@ -132,6 +135,7 @@ class Rig:
                 secrets_dir=self.cluster.secrets_dir,
                 checkpoint=self.root / "checkpoint",
                 trigger_seconds=trigger,
+                source_options=source_options,
                 status_file=self.root / "status.json",
             )
         )
@@ -286,13 +290,21 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the three loads")
     parser.add_argument("--probe-seconds", type=float, default=30.0, help="max-rate probe")
     parser.add_argument("--warmup-seconds", type=float, default=10.0)
-    parser.add_argument("--trigger-seconds", type=float, default=0.5)
+    parser.add_argument("--trigger-seconds", type=float, default=0.1)
+    parser.add_argument(
+        "--source-option",
+        type=lambda text: tuple(text.split("=", 1)),
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a source option of the job, e.g. tail=true (repeatable)",
+    )
     args = parser.parse_args()
     load_before = say_load()
     loads = (0.25, 0.5, 0.9)
     runs: dict[str, list[dict[str, Any]]] = {f"{int(f * 100)}%": [] for f in loads}
     with tempfile.TemporaryDirectory(prefix="lag-bench-") as tmp:
-        rig = Rig(Path(tmp), args.trigger_seconds)
+        rig = Rig(Path(tmp), args.trigger_seconds, dict(args.source_option))
         try:
             console.print(f"warm-up: {args.warmup_seconds:.0f}s at 100 rows/s")
             rig.wait_delivered(rig.traffic(100, args.warmup_seconds))
@@ -369,6 +381,7 @@ def report(
             "machine": machine(),
             "load_average_before": load_before,
             "trigger_seconds": args.trigger_seconds,
+            "source_options": dict(args.source_option),
             "seconds_per_load": args.duration,
             "rounds": args.rounds,
             "shards": list(SHARDS),

@@ -18,7 +18,7 @@ prints when each row change reached it (see `bench.peertools`).
    `bench/results/lag.json`) for ``--duration`` seconds, with a ledger of commit times. Per
    round and rate, in turn: Debezium with its default `poll.interval.ms` (500), Debezium with
    `poll.interval.ms=10` (each started with `snapshot.mode=no_data` at the current position),
-   and our job (Spark local mode, trigger ``--trigger-seconds``, 0.5 s as bench-lag) into its
+   and our job (Spark local mode, trigger ``--trigger-seconds``, 0.1 s as bench-lag) into its
    console sink (a file, first) and its Version Stream sink (a durable MariaDB, second). Each
    is warmed up with light traffic that it must deliver first. A change's lag is when the
    harness received it, or when the job's sink write returned (`bench.lagtools.TimedSink`),
@@ -483,7 +483,7 @@ def main() -> None:
     )
     parser.add_argument("--duration", type=float, default=20.0, help="seconds of traffic per run")
     parser.add_argument("--warmup-seconds", type=float, default=3.0)
-    parser.add_argument("--trigger-seconds", type=float, default=0.5)
+    parser.add_argument("--trigger-seconds", type=float, default=0.1)
     parser.add_argument("--skip-lag", action="store_true", help="catch-up only")
     args = parser.parse_args()
     half = bench_lag_half_rate()

@@ -98,7 +98,7 @@ def _flags_config(
 )
 @key_range_option(help="The key range to serve (default: the only one).")
 @click.option("--master", default=None, help="Spark master (default local[*]).")
-@seconds_option("--trigger-seconds", default=2.0, help="Micro-batch interval.")
+@seconds_option("--trigger-seconds", default=0.1, help="Micro-batch interval.")
 @click.option("--available-now", is_flag=True, help="Read what the shards hold now, then stop.")
 @seconds_option("--timeout", help="Stop after this many seconds.")
 @click.option(

@@ -198,7 +198,8 @@ class Job:
         ctx = BatchContext(self.name, self.key_range, batch_id, batch_id in self.replays)
 
         def events() -> Iterator[ChangeEvent]:
-            for row in frame.toLocalIterator():
+            # one Spark job per partition: the next one runs while this one is taken
+            for row in frame.toLocalIterator(prefetchPartitions=True):
                 yield ChangeEvent.from_row(row.asDict())
 
         several = len(self.sinks) > 1

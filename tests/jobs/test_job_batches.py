@@ -24,9 +24,9 @@ class CountingFrame:
         self.reads = 0
         self.persisted = 0
 
-    def toLocalIterator(self) -> Any:
+    def toLocalIterator(self, prefetchPartitions: bool = False) -> Any:
         self.reads += 1
-        return self.frame.toLocalIterator()
+        return self.frame.toLocalIterator(prefetchPartitions=prefetchPartitions)
 
     def persist(self) -> CountingFrame:
         self.persisted += 1

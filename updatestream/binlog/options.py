@@ -33,6 +33,17 @@ files from `secretsDir` on the worker.
 | `snapshotChunksPerBatch` | snapshot chunks read per micro-batch (default 4), in parallel |
 | `snapshotRequests` | a file of snapshot-on-demand requests the running stream polls (JSON lines:
   `{"id": ..., "table": ..., "keyRange": ...}`; docs/snapshot.md) |
+| `tail` | `true` or `false` (default): the streaming reader follows each shard's binlog with one
+  long-lived connection in the driver and hands a batch's rows to Spark with its partitions when
+  it holds them (`inlineMaxRows`); otherwise the workers read the range from the shard |
+| `inlineMaxRows` | the most rows a shard's range may have to be handed over from the tail (default
+  20000); a larger range is read by the workers, in parallel pieces (`maxPartitionBytes`) |
+| `tailBufferRows`, `tailBufferBytes` | what a shard's tail may hold (default 200000 rows, 256 MiB,
+  uncommitted rows and the transaction being read included); past either it drops its rows,
+  the workers read that range, and the tail starts again at the next batch's end |
+| `tailWaitMs` | how long planning a batch waits for a tail to reach the batch's end (default 200) |
+| `maxBatchRows` | admission control: a micro-batch takes at most about this many rows of a shard
+  whose tail holds them (default 20000; whole transactions; 0: no limit) |
 """
 
 from __future__ import annotations
@@ -156,6 +167,12 @@ class SourceConfig:
     snapshot_chunk_rows: int = 20000
     snapshot_chunks_per_batch: int = 4
     snapshot_requests: str | None = None  # a requests file the running stream polls
+    tail: bool = False
+    inline_max_rows: int = 20000
+    tail_buffer_rows: int = 200_000
+    tail_buffer_bytes: int = 256 * 1024 * 1024
+    tail_wait_ms: int = 200
+    max_batch_rows: int = 20000
 
     def keyspace_spec(self) -> Keyspace:
         """The Keyspace the stream was started with (the `keyspace` option)."""
@@ -302,6 +319,15 @@ def _int_option(options: Mapping[str, str], name: str, default: int, minimum: in
     return value
 
 
+def _bool_option(options: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = (options.get(name) or "").strip().lower()
+    if not raw:
+        return default
+    if raw in ("true", "false"):
+        return raw == "true"
+    raise SourceOptionsError(f"option {name!r} must be true or false, got {options[name]!r}")
+
+
 def _option(options: Mapping[str, str], name: str) -> str | None:
     # Spark passes a case-insensitive mapping; plain dicts (tests) may use any case.
     if name in options:
@@ -367,6 +393,12 @@ def parse_options(options: Mapping[str, str]) -> SourceConfig:
         snapshot_chunk_rows=_int_option(opts, "snapshotChunkRows", 20000, 1),
         snapshot_chunks_per_batch=_int_option(opts, "snapshotChunksPerBatch", 4, 1),
         snapshot_requests=opts.get("snapshotRequests") or None,
+        tail=_bool_option(opts, "tail", False),
+        inline_max_rows=_int_option(opts, "inlineMaxRows", 20000),
+        tail_buffer_rows=_int_option(opts, "tailBufferRows", 200_000, 1),
+        tail_buffer_bytes=_int_option(opts, "tailBufferBytes", 256 * 1024 * 1024, 65536),
+        tail_wait_ms=_int_option(opts, "tailWaitMs", 200),
+        max_batch_rows=_int_option(opts, "maxBatchRows", 20000),
     )
 
 
@@ -415,4 +447,10 @@ _NAMES = (
     "snapshotChunkRows",
     "snapshotChunksPerBatch",
     "snapshotRequests",
+    "tail",
+    "inlineMaxRows",
+    "tailBufferRows",
+    "tailBufferBytes",
+    "tailWaitMs",
+    "maxBatchRows",
 )

@@ -9,6 +9,10 @@ factory it hands the library refuses a second stream connection, and the reader 
 itself from the position after the last transaction it finished, skipping the rows of a
 half-read transaction it already gave out. Every GTID is also checked against that position, so
 a rewind would be an error, never a duplicate.
+
+With `end=None` the reader follows the binlog without end (a blocking dump with server
+heartbeats, see `updatestream.binlog.tailer`): `on_finish` hears of every finished transaction
+and `close()`, from another thread, ends it at the next event or heartbeat.
 """
 
 from __future__ import annotations
@@ -16,12 +20,13 @@ from __future__ import annotations
 import logging
 import struct
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import pymysql
 from pymysqlreplication.event import (
     GtidEvent,
+    HeartbeatLogEvent,
     MariadbGtidEvent,
     QueryEvent,
     XidEvent,
@@ -83,17 +88,20 @@ def _guarded_connect(opened: list[bool]) -> Callable[..., Any]:
 
 
 class BinlogRangeReader:
-    """The change events of one shard's transactions with `start < GTID <= end`."""
+    """The change events of one shard's transactions with `start < GTID <= end` (every
+    transaction after `start`, without end, when `end` is None)."""
 
     def __init__(
         self,
         endpoint: ShardEndpoint,
         config: SourceConfig,
         start: GTIDPosition,
-        end: GTIDPosition,
+        end: GTIDPosition | None,
         converter: RowConverter,
         *,
         sleep: Callable[[float], None] = time.sleep,
+        on_finish: Callable[[Transaction], None] | None = None,
+        heartbeat_seconds: float = 1.0,
     ) -> None:
         self.endpoint = endpoint
         self.flavor = flavor_of(endpoint)
@@ -107,26 +115,39 @@ class BinlogRangeReader:
         self._sleep = sleep
         self._tx: Transaction | None = None
         self._resume: tuple[str, int] | None = None
-        self._done = position_contains(start, end)
+        self._done = end is not None and position_contains(start, end)
+        self._on_finish = on_finish
+        self._follow = end is None  # a blocking dump without end
+        self._heartbeat = heartbeat_seconds
+        self._closed = False
+        self.last_event = time.monotonic()  # when the server last sent anything (heartbeats too)
+
+    def close(self) -> None:
+        """End a following read (from any thread): it returns at the next event or heartbeat."""
+        self._closed = True
 
     def __iter__(self) -> Iterator[ChangeEvent]:
         return (ChangeEvent(*row) for row in self.rows())
 
-    def rows(self) -> Iterator[EventRow]:
+    def rows(self) -> Generator[EventRow, None, None]:
         """The events as tuples in `ChangeEvent` field order (the fast path for Spark)."""
         failures = 0
-        while not self._done:
+        while not self._done and not self._closed:
             finished_before = self.transactions
             try:
                 yield from self._read_once()
-                if self._done:
+                if self._done or self._closed:
                     return
                 reason = f"the binlog ended at {self.position} before {self.end}"
             except pymysql.err.MySQLError as exc:
+                if self._closed:
+                    return
                 if not retryable(exc):
                     raise self._refused(exc) from None
                 reason = describe(exc)
             except (SilentReconnect, OSError, struct.error) as exc:
+                if self._closed:
+                    return
                 reason = describe(exc)
             if self._tx is not None:  # a half-read transaction: skip what was given out
                 self._resume = (self._tx.gtid, self._tx.ordinal)
@@ -171,23 +192,28 @@ class BinlogRangeReader:
                 "set; start from earliest or a position"
             )
         self.connections.append(str(self.position))
+        # following: the server's heartbeats give the loop a turn while the shard is idle
         return BinlogStream(
             connection_settings=dict(self._settings),
             server_id=server_id(),
-            blocking=False,
+            blocking=self._follow,
+            slave_heartbeat=self._heartbeat if self._follow else None,
             auto_position=str(self.position),
             is_mariadb=self.flavor is Flavor.MARIADB,
-            only_events=_STREAM_EVENTS,
+            only_events=[*_STREAM_EVENTS, HeartbeatLogEvent] if self._follow else _STREAM_EVENTS,
             enable_logging=False,
             pymysql_wrapper=_guarded_connect([]),
         )
 
     def _finish(self) -> None:
-        assert self._tx is not None
-        self.position = self._tx.position
+        tx = self._tx
+        assert tx is not None
+        self.position = tx.position
         self._tx = None
         self.transactions += 1
-        if position_contains(self.position, self.end):
+        if self._on_finish is not None:
+            self._on_finish(tx)
+        if self.end is not None and position_contains(self.position, self.end):
             self._done = True
 
     def _read_once(self) -> Iterator[EventRow]:
@@ -198,6 +224,9 @@ class BinlogRangeReader:
         skip = 0
         try:
             for event in stream:
+                self.last_event = time.monotonic()
+                if self._closed:
+                    return
                 if isinstance(event, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):
                     if self._tx is not None:
                         yield from convert(event, self._tx, skip)
@@ -215,7 +244,7 @@ class BinlogRangeReader:
                             f"the binlog stream of {self.endpoint.describe()} went back to "
                             f"{text}, already read (position {self.position}); not re-reading"
                         )
-                    if not contained_in(self.end):
+                    if self.end is not None and not contained_in(self.end):
                         self._done = True
                         return
                     self._tx = Transaction(text, advance(self.position, gtid), int(event.timestamp))

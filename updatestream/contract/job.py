@@ -60,7 +60,9 @@ class JobConfig(BaseModel):
     metrics_port: int | None = Field(None, ge=0, le=65535, alias="metricsPort")  # 0: any free
     metrics_host: str = Field("127.0.0.1", alias="metricsHost")  # 0.0.0.0 in a cluster
     master: str | None = None  # default: local[*], unless running under spark-submit
-    trigger_seconds: float = Field(2.0, gt=0, alias="triggerSeconds")
+    # the micro-batch interval: short, since an idle trigger costs one RPC to the source and a
+    # small batch's rows come from the driver's binlog tails (the `tail` source option)
+    trigger_seconds: float = Field(0.1, gt=0, alias="triggerSeconds")
     available_now: bool = Field(False, alias="availableNow")  # read what there is, then stop
     timeout: float | None = Field(None, gt=0)  # stop after this many seconds
     dedup: Dedup | None = None  # the dedup rule of the hops this job starts after

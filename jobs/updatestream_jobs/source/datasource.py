@@ -15,11 +15,17 @@ replication, later transactions may carry source timestamps lower than T.
 
 An idle keyspace still yields a (heartbeat-only) micro-batch every `heartbeatIntervalSeconds`, so
 per-shard watermarks keep moving.
+
+With `tail=true`, the stream reader also follows every shard it reads with one
+long-lived binlog connection in the driver (`source.tailing`): an idle shard costs no query, and
+a batch's range that the tail holds (a small one, the usual case) travels with its partition,
+so the worker opens no connection for it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import logging
 from collections.abc import Iterable, Iterator, Sequence
@@ -69,6 +75,7 @@ from updatestream_jobs.source.hopping import Hopper, map_for_shards, serving_map
 from updatestream_jobs.source.keyspace_watch import KeyspaceWatch, open_watch
 from updatestream_jobs.source.partition import (
     ARROW_SCHEMA,
+    HeldRanges,
     ShardRange,
     Via,
     read_shard_range,
@@ -76,6 +83,7 @@ from updatestream_jobs.source.partition import (
     record_batches,
 )
 from updatestream_jobs.source.snapshotting import ChunkRange, SnapshotPlanner, chunk_batches
+from updatestream_jobs.source.tailing import Tails
 
 log = logging.getLogger(__name__)
 
@@ -215,10 +223,15 @@ class _Planner:
         return EventToken(timestamp, session.endpoint.shard, position)
 
     def partitions(
-        self, start: dict[str, Any], end: dict[str, Any], hopper: Hopper | None = None
-    ) -> list[ShardRange | ChunkRange]:
+        self,
+        start: dict[str, Any],
+        end: dict[str, Any],
+        hopper: Hopper | None = None,
+        tails: Tails | None = None,
+    ) -> list[ShardRange | ChunkRange | HeldRanges]:
         """The partitions of the batch from `start` to `end`. A shard the Keyspace no longer
-        declares (retired after the batch was planned) is read from its destinations."""
+        declares (retired after the batch was planned) is read from its destinations. A range
+        that a shard's tail holds (`tails`) carries its rows; such ranges share one partition."""
         begin, finish = StreamOffset.from_json(start), StreamOffset.from_json(end)
         declared = {s.name for s in hopper.keyspace().spec.shards} if hopper else None
         hop = finish.new_hop(begin)
@@ -246,6 +259,17 @@ class _Planner:
             if hopper is not None and declared is not None and shard not in declared:
                 parts += self._via_destinations(hopper, shard, start_token, end_token, dedup)
                 continue
+            rows = tails.rows(shard, start_token, end_token) if tails is not None else None
+            if rows is not None:
+                announce = marker if hop is not None and shard in hop.to_shards else None
+                if announce is not None:
+                    marker = None  # one marker per hop batch
+                start_text, end_text = start_token.dumps(), end_token.dumps()
+                endpoint = self.endpoint(shard)
+                part = ShardRange(shard, start_text, end_text, True, endpoint, dedup, announce)
+                part.rows = rows
+                parts.append(part)
+                continue
             cuts = self.session(shard).split_points(
                 start_token.position, end_token.position, self.config.max_partition_bytes
             )
@@ -266,6 +290,11 @@ class _Planner:
         for part in parts:
             part.holdback = holdback
         chunks = self.snapshots.chunk_partitions(begin, finish, self.endpoint)
+        inline = [part for part in parts if part.rows is not None]
+        if len(inline) > 1:
+            first = parts.index(inline[0])
+            rest = [part for part in parts if part.rows is None]
+            return [*rest[:first], HeldRanges(inline), *rest[first:], *chunks]
         return [*parts, *chunks]
 
     def _via_destinations(
@@ -315,6 +344,10 @@ class UpdateStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         self._target: StreamOffset | None = None
         self._initial: dict[str, Any] | None = None
         self._reading: list[str] | None = None  # the shards of the last offset handed out
+        self._tails = Tails(config, self._planner.endpoint) if config.tail else None
+
+    def _tailing(self) -> Tails | None:
+        return None if self._available_now else self._tails
 
     def _hops(self) -> Hopper:
         """The hop planner, with the Keyspace watch (opened in the driver only)."""
@@ -355,6 +388,8 @@ class UpdateStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
             return self._handed_out(target)
         hopper = self._hops()
         self._planner.update(hopper.keyspace())
+        if self._tails is not None and not self._tails.tailers:  # before the first batch
+            self._tails.follow(offset.tokens)
         hopped = hopper.check(offset)
         if hopped is not None:
             return self._handed_out(hopped)
@@ -365,21 +400,36 @@ class UpdateStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         # While the snapshot reads, every batch ends each shard with a fresh token: its chunks
         # are read as of that token, and its heartbeat tells the sinks that time.
         snapshotting = offset.snapshot is not None and not offset.snapshot.finished
-        for shard, token in self._planner.current(offset.tokens).items():
+        tails = self._tailing()
+        ask = list(offset.tokens)
+        if tails is not None and not snapshotting:  # a tail at the last end: nothing new
+            ask = [s for s in ask if not tails.idle(s, offset.tokens[s])]
+        for shard, token in self._planner.current(ask).items():
             previous = offset.tokens[shard]
+            if tails is not None:
+                tails.asked(shard, token.timestamp)
             if (
                 not snapshotting
                 and previous.position == token.position
                 and token.timestamp - previous.timestamp < self.config.heartbeat_interval
             ):
                 token = previous  # nothing new and the last heartbeat is recent: no batch
+            elif tails is not None and not snapshotting:
+                cut = tails.cut(shard, previous)  # admission control: at most maxBatchRows
+                if cut is not None and position_contains(token.position, cut.position):
+                    token = cut
             tokens[shard] = token
+        tokens = {shard: tokens.get(shard, token) for shard, token in offset.tokens.items()}
         return dataclasses.replace(offset, tokens=tokens)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadAllAvailable()
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
+        tails = self._tailing()
+        known = tails.latest(self._reading or []) if tails is not None else None
+        if known is not None:  # every shard followed: no query
+            return {s: t.to_json() for s, t in known.items()}
         return {s: t.to_json() for s, t in self._planner.current(self._reading).items()}
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -388,15 +438,22 @@ class UpdateStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         hopper = self._hops()
         self._planner.update(hopper.keyspace())
-        return self._planner.partitions(start, end, hopper)
+        tails = self._tailing()
+        parts = self._planner.partitions(start, end, hopper, tails)
+        if tails is not None:
+            tails.follow(StreamOffset.from_json(end).tokens)
+        return parts
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.config, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
-        return None
+        if self._tails is not None:
+            self._tails.commit(StreamOffset.from_json(end).tokens)
 
     def stop(self) -> None:
+        if self._tails is not None:
+            self._tails.stop()
         self._planner.close()
 
 
@@ -421,6 +478,8 @@ class UpdateStreamBatchReader(DataSourceReader):
 
 
 def _read(config: SourceConfig, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    if isinstance(partition, HeldRanges):
+        return itertools.chain.from_iterable(_read(config, p) for p in partition.parts)
     if isinstance(partition, ChunkRange):
         return chunk_batches(config, partition, ARROW_SCHEMA, max(config.arrow_batch_rows, 8192))
     assert isinstance(partition, ShardRange)

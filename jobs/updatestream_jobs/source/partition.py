@@ -86,14 +86,31 @@ class ShardRange(InputPartition):
         self.via = via  # see `Via`
         # unfinished snapshot ranges: their binlog events above the frontier are dropped
         self.holdback: tuple[SnapshotRange, ...] | None = None
+        # the range's rows, read by the driver's binlog tail (None: the worker reads them)
+        self.rows: list[EventRow] | None = None
 
     def __repr__(self) -> str:
-        return f"ShardRange({self.shard}, {self.start} -> {self.end})"
+        held = "" if self.rows is None else f", {len(self.rows)} rows held"
+        return f"ShardRange({self.shard}, {self.start} -> {self.end}{held})"
 
     def classifier(self) -> Classifier | None:
         if self.dedup is None or self.dedup.is_empty():
             return None
         return RowClassifier(self.dedup)
+
+
+class HeldRanges(InputPartition):
+    """Several shards' ranges whose rows the driver's tails hold, read as one partition (one
+    Spark task instead of one per shard: a batch's fixed cost grows with its tasks). Each
+    range is read as on its own, one after the other: per shard the same rows in the same
+    order, each ending with its heartbeat."""
+
+    def __init__(self, parts: list[ShardRange]) -> None:
+        super().__init__(tuple(p.shard for p in parts))
+        self.parts = parts
+
+    def __repr__(self) -> str:
+        return f"HeldRanges({', '.join(map(repr, self.parts))})"
 
 
 class RowClassifier:
@@ -215,18 +232,23 @@ def hop_marker(keyspace: str, hop: HopInfo, token: EventToken) -> EventRow:
 
 def read_shard_rows(config: SourceConfig, part: ShardRange) -> Iterator[EventRow]:
     """The change events of one partition as tuples (runs on a worker, opens its own
-    connections); the shard's last partition ends with its heartbeat."""
+    connections unless the partition carries its rows); the shard's last partition ends with its
+    heartbeat."""
     start = EventToken.loads(part.start)
     end = EventToken.loads(part.end)
     if part.marker:
         yield hop_marker(config.keyspace, HopInfo.from_json(json.loads(part.marker)), start)
     if not position_contains(start.position, end.position):
-        endpoint = part.endpoint or config.endpoint(part.shard)
-        with ShardSession(endpoint, config) as session:
-            session.check_settings()
-        converter = RowConverter(config, part.shard, flavor_of(endpoint))
-        reader = BinlogRangeReader(endpoint, config, start.position, end.position, converter)
-        rows = reader.rows()
+        rows: Iterator[EventRow]
+        if part.rows is not None:  # read by the driver's tail, with the same converter
+            rows = iter(part.rows)
+        else:
+            endpoint = part.endpoint or config.endpoint(part.shard)
+            with ShardSession(endpoint, config) as session:
+                session.check_settings()
+            converter = RowConverter(config, part.shard, flavor_of(endpoint))
+            reader = BinlogRangeReader(endpoint, config, start.position, end.position, converter)
+            rows = reader.rows()
         if part.via:
             rows = filter(Via.from_json(part.via), rows)
         if part.holdback:
