@@ -33,7 +33,7 @@ Writes `bench/results/lag.json`, prints a table and merges `lag_p50_s`, `lag_p99
 `lag_max_s` (50% load, Version Stream), `max_rate_rows_per_s` and `lag_trigger_s` into
 `bench/results/summary.json`. Run with ``make bench-lag`` or
 ``python -m bench.lag_bench [--duration S] [--rounds N] [--trigger-seconds T]
-[--source-option tail=true]``.
+[--source-option tail=false]``.
 """
 
 from __future__ import annotations
@@ -297,7 +297,7 @@ def main() -> None:
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="a source option of the job, e.g. tail=true (repeatable)",
+        help="a source option of the job, e.g. tail=false (repeatable)",
     )
     args = parser.parse_args()
     load_before = say_load()

@@ -33,7 +33,7 @@ files from `secretsDir` on the worker.
 | `snapshotChunksPerBatch` | snapshot chunks read per micro-batch (default 4), in parallel |
 | `snapshotRequests` | a file of snapshot-on-demand requests the running stream polls (JSON lines:
   `{"id": ..., "table": ..., "keyRange": ...}`; docs/snapshot.md) |
-| `tail` | `true` or `false` (default): the streaming reader follows each shard's binlog with one
+| `tail` | `true` (default) or `false`: the streaming reader follows each shard's binlog with one
   long-lived connection in the driver and hands a batch's rows to Spark with its partitions when
   it holds them (`inlineMaxRows`); otherwise the workers read the range from the shard |
 | `inlineMaxRows` | the most rows a shard's range may have to be handed over from the tail (default
@@ -393,7 +393,7 @@ def parse_options(options: Mapping[str, str]) -> SourceConfig:
         snapshot_chunk_rows=_int_option(opts, "snapshotChunkRows", 20000, 1),
         snapshot_chunks_per_batch=_int_option(opts, "snapshotChunksPerBatch", 4, 1),
         snapshot_requests=opts.get("snapshotRequests") or None,
-        tail=_bool_option(opts, "tail", False),
+        tail=_bool_option(opts, "tail", True),
         inline_max_rows=_int_option(opts, "inlineMaxRows", 20000),
         tail_buffer_rows=_int_option(opts, "tailBufferRows", 200_000, 1),
         tail_buffer_bytes=_int_option(opts, "tailBufferBytes", 256 * 1024 * 1024, 65536),

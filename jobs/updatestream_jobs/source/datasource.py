@@ -16,7 +16,7 @@ replication, later transactions may carry source timestamps lower than T.
 An idle keyspace still yields a (heartbeat-only) micro-batch every `heartbeatIntervalSeconds`, so
 per-shard watermarks keep moving.
 
-With `tail=true`, the stream reader also follows every shard it reads with one
+With `tail=true` (the default), the stream reader also follows every shard it reads with one
 long-lived binlog connection in the driver (`source.tailing`): an idle shard costs no query, and
 a batch's range that the tail holds (a small one, the usual case) travels with its partition,
 so the worker opens no connection for it.

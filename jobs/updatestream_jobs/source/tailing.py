@@ -2,7 +2,7 @@
 
 Without tails, every micro-batch asks each shard for its position and the workers open a binlog
 dump per shard from the batch's start (MariaDB finds a GTID start by scanning the binlog file
-from its beginning). With them (`tail=true`; off by default for now, see docs/source.md), one
+from its beginning). With them (`tail=true`, the default; `tail=false` turns them off), one
 connection per shard lives across batches and the driver keeps the shard's recent, uncommitted
 rows:
 
