@@ -255,6 +255,9 @@ class Job:
             elapsed = max(0.0, time.time() - self.config.hop_started_at)
             self.metrics.hop_duration.labels(self.name).observe(elapsed)
             self.tracker.set_phase("running")
+        self.tracker.batch_timings(
+            batch_id, phases.read_s, phases.sinks_s, time.perf_counter() - began
+        )
         self.tracker.finish_batch(batch_id)
         done = time.perf_counter()
         phases.finish_s, phases.total_s = done - finish_began, done - began

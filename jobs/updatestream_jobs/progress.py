@@ -33,6 +33,7 @@ from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from updatestream.binlog.events import ChangeEvent
 from updatestream.contract.progress import (
+    BatchReport,
     HopReport,
     ProgressReport,
     ShardReport,
@@ -100,6 +101,8 @@ class ProgressTracker:
         self.snapshot_state: SnapshotState | None = None  # as of the last finished batch
         self.snapshot_rows = 0  # snapshot rows delivered by this process
         self._snapshot_finished_at: float | None = None
+        self.last_batch: BatchReport | None = None  # the job's split of the last batch
+        self._spark_phases: tuple[int, dict[str, float]] | None = None  # Spark's, last reported
         self._clock = clock
         self._lock = threading.Lock()
 
@@ -198,6 +201,30 @@ class ProgressTracker:
             self.metrics.set_phase(self.key_range, phase)
         self.write_status()
 
+    def batch_timings(
+        self, batch_id: int, read_s: float, sinks_s: dict[str, float], total_s: float
+    ) -> None:
+        """Where the batch function's time went (the job measures it), for `lastBatch`."""
+        with self._lock:
+            spark_id, spark = self._spark_phases or (None, {})
+            self.last_batch = BatchReport(
+                batch_id=batch_id,
+                read_seconds=round(read_s, 4),
+                sink_seconds={name: round(s, 4) for name, s in sinks_s.items()},
+                total_seconds=round(total_s, 4),
+                spark_batch_id=spark_id,
+                spark_seconds=dict(spark),
+            )
+
+    def observe_spark_phases(self, batch_id: int, duration_ms: dict[str, Any]) -> None:
+        """Spark's split of a finished micro-batch (its progress event's `durationMs`)."""
+        seconds = {k: round(float(v) / 1000, 4) for k, v in sorted(duration_ms.items())}
+        with self._lock:
+            self._spark_phases = (batch_id, seconds)
+            if self.last_batch is not None and self.last_batch.batch_id == batch_id:
+                self.last_batch.spark_batch_id = batch_id
+                self.last_batch.spark_seconds = seconds
+
     def finish_batch(self, batch_id: int) -> None:
         with self._lock:
             self.batch_id = batch_id
@@ -281,6 +308,7 @@ class ProgressTracker:
                 },
                 shards={s: p.report() for s, p in sorted(self.shards.items())},
                 snapshot=self.snapshot_report(),
+                last_batch=None if self.last_batch is None else self.last_batch.model_copy(),
             )
 
     def write_status(self) -> None:
@@ -316,6 +344,9 @@ class ProgressListener(StreamingQueryListener):
         progress = event.progress
         if progress.name != self.query_name:
             return
+        durations = getattr(progress, "durationMs", None)
+        if durations:
+            self.tracker.observe_spark_phases(progress.batchId, dict(durations))
         for source in progress.sources:
             latest = getattr(source, "latestOffset", None)
             end = getattr(source, "endOffset", None)

@@ -155,3 +155,21 @@ def test_each_batch_records_where_its_time_went(spark: Any, tmp_path: Path, sink
         parts = phases.read_s + sum(phases.sinks_s.values()) + phases.finish_s
         assert 0 < parts <= phases.total_s
         assert phases.started_at > 1_700_000_000
+
+
+def test_the_status_report_says_where_the_last_batch_went(spark: Any, tmp_path: Path) -> None:
+    job, _ = _job(tmp_path, sinks=2)
+    assert job.tracker.snapshot().last_batch is None  # before the first batch
+    job.write_batch(_batch(spark, EVENTS), 0)
+    job.tracker.observe_spark_phases(0, {"addBatch": 180, "walCommit": 51, "latestOffset": 3})
+    job.write_batch(_batch(spark, EVENTS), 1)
+    report = job.tracker.snapshot()
+    last = report.last_batch
+    assert last is not None and last.batch_id == 1
+    assert list(last.sink_seconds) == [sink.name for sink in job.sinks]
+    assert 0 < last.read_seconds + sum(last.sink_seconds.values()) <= last.total_seconds
+    # Spark reports a batch after it commits: the report carries the last one it reported
+    assert last.spark_batch_id == 0
+    assert last.spark_seconds == {"addBatch": 0.18, "latestOffset": 0.003, "walCommit": 0.051}
+    data = json.loads(report.dumps())["lastBatch"]
+    assert set(data) >= {"batchId", "readSeconds", "sinkSeconds", "sparkSeconds", "totalSeconds"}

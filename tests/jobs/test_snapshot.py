@@ -66,6 +66,10 @@ def test_snapshot_then_stream_under_traffic(
     snapshot = report["snapshot"]
     assert snapshot["finished"] and snapshot["chunksDone"] >= 20
     assert snapshot["rows"] == delivered.ops["snapshot"]
+    # the status report says where a batch's time went: the job's split and Spark's own
+    last = report["lastBatch"]
+    assert last["batchId"] is not None and last["totalSeconds"] > 0
+    assert {"addBatch", "walCommit", "commitOffsets", "latestOffset"} <= set(last["sparkSeconds"])
 
 
 def test_an_added_column_during_the_snapshot_fails_nothing_and_appears_after_it(

@@ -16,7 +16,12 @@ sidecar copies it into), the demo, the harnesses and the benchmarks read it with
 - `shardMap` and `hops`: the serving shard map the stream reads and the hops it made inside
   its running query, oldest first (`completedAt` is null while a hop is in flight);
 - `snapshot` (streams that snapshot): chunks done of the estimated total, rows delivered, the
-  rate, an ETA, and whether it has `finished` (null before the first batch).
+  rate, an ETA, and whether it has `finished` (null before the first batch);
+- `lastBatch`: where the last micro-batch's time went, in seconds: `readSeconds` (reading it
+  back from Spark before the first sink), `sinkSeconds` per sink, `totalSeconds` (the batch
+  function), and `sparkSeconds`, Spark's own split of the last micro-batch it reported
+  (`durationMs`: `latestOffset`, `walCommit`, `addBatch`, `commitOffsets`, ...) as of
+  `sparkBatchId` (null before the first batch).
 
 Unknown fields are ignored, so a reader does not break when the job reports more. A report that
 cannot be read raises `ProgressError` naming the field.
@@ -149,6 +154,15 @@ class SnapshotReport(_Report):
     finished: bool = False
 
 
+class BatchReport(_Report):
+    batch_id: int | None = Field(None, alias="batchId")
+    read_seconds: float = Field(0.0, alias="readSeconds")
+    sink_seconds: dict[str, float] = Field(default_factory=dict, alias="sinkSeconds")
+    total_seconds: float = Field(0.0, alias="totalSeconds")
+    spark_batch_id: int | None = Field(None, alias="sparkBatchId")
+    spark_seconds: dict[str, float] = Field(default_factory=dict, alias="sparkSeconds")
+
+
 class ProgressReport(_Report):
     stream: str = ""
     key_range: str | None = Field(None, alias="keyRange")
@@ -163,6 +177,7 @@ class ProgressReport(_Report):
     sinks: dict[str, SinkReport] = Field(default_factory=dict)
     shards: dict[str, ShardReport] = Field(default_factory=dict)
     snapshot: SnapshotReport | None = None
+    last_batch: BatchReport | None = Field(None, alias="lastBatch")
 
     def dumps(self) -> str:
         data = self.model_dump(mode="json", by_alias=True)
