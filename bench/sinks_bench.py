@@ -8,16 +8,18 @@
   append (one INSERT with a MAX subquery per version, one transaction each) in the same run
   against the same server, with the ratio.
 
-Each figure is the best of ``--rounds`` rounds (default 3): the machine may be shared, and the
-best round is the one least disturbed. Figures are printed, written with the load average to
-``bench/results/sinks.json`` and merged into ``bench/results/summary.json`` (other keys are
-kept). Run it with ``make bench-sinks`` or ``python -m bench.sinks_bench [--events N]``.
+Each figure is the median of ``--rounds`` rounds (default 3; the machine may be shared), and
+the ratio the median of the rounds' ratios, each measured side by side in its round. Figures
+are printed, written with the load average to ``bench/results/sinks.json`` and merged into
+``bench/results/summary.json`` (other keys are kept). Run it with ``make bench-sinks`` or
+``python -m bench.sinks_bench [--events N]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -63,10 +65,10 @@ def batches(events: list[ChangeEvent]) -> list[list[ChangeEvent]]:
 
 
 def bench_memcached(events: int, rounds: int) -> dict[str, Any]:
-    """Best of `rounds`: each round invalidates `events` absent keys (`add`), then the same
+    """Median of `rounds`: each round invalidates `events` absent keys (`add`), then the same
     keys again with newer tokens (`cas`); the rate counts both passes."""
     server = MemcachedServer(memory_mb=256).start()
-    best = 0.0
+    rates: list[float] = []
     try:
         for round_no in range(rounds):
             config = spec.MemcachedSink(type="memcached", servers=[server.address])
@@ -83,15 +85,15 @@ def bench_memcached(events: int, rounds: int) -> dict[str, Any]:
                 assert written == events, (written, events)
             sink.close()
             rate = 2 * events / elapsed
-            best = max(best, rate)
+            rates.append(rate)
             print(f"memcached round {round_no + 1}: {2 * events} invalidations at {rate:.0f}/s")
     finally:
         server.stop()
-    return {"memcached_invalidations_per_s": round(best)}
+    return {"memcached_invalidations_per_s": round(statistics.median(rates))}
 
 
 def bench_versionstream(events: int, naive: int, rounds: int) -> dict[str, Any]:
-    """Best of `rounds` for each: `events` versions through the sink (batches of 5000) into
+    """Median of `rounds` for each: `events` versions through the sink (batches of 5000) into
     stream `round`, and `naive` single-row appends into another stream of the same table."""
     with tempfile.TemporaryDirectory(prefix="sinks-bench-") as tmp:
         server = MariaDBServer(base_dir=Path(tmp) / "mariadb", server_id=4242, extra_args=DURABLE)
@@ -102,7 +104,8 @@ def bench_versionstream(events: int, naive: int, rounds: int) -> dict[str, Any]:
             server.create_account("bench", "bench-pw", ["GRANT ALL PRIVILEGES ON *.* TO {user}"])
             (secrets / "bench" / "username").write_text("bench")
             (secrets / "bench" / "password").write_text("bench-pw")
-            batched = single = 0.0
+            batched: list[float] = []
+            single: list[float] = []
             for round_no in range(rounds):
                 config = spec.VersionStreamSink.model_validate(
                     {
@@ -119,7 +122,7 @@ def bench_versionstream(events: int, naive: int, rounds: int) -> dict[str, Any]:
                 for i, batch in enumerate(work):
                     sink.write_batch(batch, BatchContext("bench", "-", i))
                 rate = events / (time.perf_counter() - started)
-                batched = max(batched, rate)
+                batched.append(rate)
                 sink.close()
                 print(f"versionstream round {round_no + 1}: {events} versions at {rate:.0f}/s")
 
@@ -133,15 +136,17 @@ def bench_versionstream(events: int, naive: int, rounds: int) -> dict[str, Any]:
                 for n in range(naive):
                     repo.append_naive(f'users:{{"id":{n}}}', json.dumps({"id": n}))
                 rate = naive / (time.perf_counter() - started)
-                single = max(single, rate)
+                single.append(rate)
                 repo.close()
                 print(f"naive round {round_no + 1}: {naive} single-row appends at {rate:.0f}/s")
         finally:
             server.stop()
     return {
-        "versionstream_appends_per_s": round(batched),
-        "naive_append_per_s": round(single),
-        "versionstream_vs_naive_ratio": round(batched / single, 1),
+        "versionstream_appends_per_s": round(statistics.median(batched)),
+        "naive_append_per_s": round(statistics.median(single)),
+        "versionstream_vs_naive_ratio": round(
+            statistics.median(b / s for b, s in zip(batched, single, strict=True)), 1
+        ),
     }
 
 
@@ -149,7 +154,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=100_000, help="events per measurement")
     parser.add_argument("--naive", type=int, default=1_000, help="single-row appends")
-    parser.add_argument("--rounds", type=int, default=3, help="report the best round")
+    parser.add_argument("--rounds", type=int, default=3, help="report the median round")
     args = parser.parse_args()
     load = say_load()
     figures = bench_memcached(args.events, args.rounds)
