@@ -322,17 +322,14 @@ class VitessCluster:
         return tablets
 
     def remove_tablets(self, shards: Sequence[str]) -> None:
-        """Stop the tablets of retired shards and move their data to `retired/`."""
+        """Stop the tablets of shards a Reshard removed and delete their mysqld's data."""
         with self.locked():
             env = self.env()
             for shard in shards:
                 tablet = self.tablet(shard)
                 tablet.stop_vttablet(env)
                 tablet.stop_mysqld(env)
-                folder = tablet.dir(env)
-                if folder.exists():
-                    (self.dir / "retired").mkdir(exist_ok=True)
-                    folder.rename(self.dir / "retired" / f"{folder.name}.{int(time.time())}")
+                shutil.rmtree(tablet.dir(env), ignore_errors=True)
                 del self._tablets[tablet.uid]
                 retired = {"shard": tablet.shard, "uid": tablet.uid}
                 self.state.setdefault("retired", []).append(retired)

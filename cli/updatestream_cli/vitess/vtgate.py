@@ -4,7 +4,9 @@ Applications (the traffic generator) connect with the keyspace's `app` credentia
 routes each statement by the VSchema and the serving shards. `--transaction-mode SINGLE` makes
 a transaction that would touch two shards fail instead of committing on each separately, so
 every committed transaction belongs to exactly one shard. Buffering holds writes while a
-Reshard's SwitchTraffic moves the primaries.
+Reshard's SwitchTraffic moves the primaries. vtgate looks for new tablets every second (the
+default is a minute, which would leave a Reshard's new shards without a healthy primary in
+vtgate's eyes for up to a minute after SwitchTraffic).
 """
 
 from __future__ import annotations
@@ -79,6 +81,8 @@ class Vtgate:
             "--mysql-auth-server-static-file", str(self.auth_file(env)),
             "--transaction-mode", "SINGLE",
             "--enable-buffer",
+            # a Reshard's new tablets are found within a second, not at the next minute
+            "--tablet-refresh-interval", "1s",
             "--pid-file", str(env.dir / "vtgate.pid"),
         ]  # fmt: skip
         log = env.logs / "vtgate.log"
