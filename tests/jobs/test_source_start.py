@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from updatestream_cli.devcluster.schema import VSCHEMA
+from updatestream_cli.devcluster.sample_schema import VSCHEMA
 from updatestream_jobs.source.datasource import ShardRange, _Planner, read_shard_range
 
 from tests.conftest import MariaDBFixture, MariaDBServerFactory

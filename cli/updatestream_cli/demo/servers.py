@@ -20,7 +20,7 @@ from typing import Any
 
 from updatestream_cli.demo.errors import DemoError
 from updatestream_cli.devcluster.cluster import DevCluster, atomic_write
-from updatestream_cli.devcluster.memcached import MemcachedServer
+from updatestream_cli.devcluster.memcached_server import MemcachedServer
 from updatestream_cli.devcluster.server import MariaDBServer, pid_cmdline
 
 STATE_FILE = "demo.json"

@@ -28,7 +28,7 @@ import pymysql
 from updatestream import spec
 from updatestream.core.keyrange import KeyRange, parse_shard_names
 from updatestream.core.shardmap import ShardMap
-from updatestream_cli.devcluster import schema
+from updatestream_cli.devcluster import sample_schema
 from updatestream_cli.devcluster.errors import ClusterStateError
 from updatestream_cli.devcluster.server import Connection, MariaDBServer, pid_cmdline
 
@@ -155,16 +155,16 @@ class DevCluster:
 
     # -- credentials ----------------------------------------------------------------------------
 
-    def secret_ref(self, role: schema.Role) -> spec.SecretRef:
-        return spec.SecretRef(name=schema.secret_name(self.keyspace_name, role))
+    def secret_ref(self, role: sample_schema.Role) -> spec.SecretRef:
+        return spec.SecretRef(name=sample_schema.secret_name(self.keyspace_name, role))
 
-    def credentials(self, role: schema.Role) -> spec.Credentials:
+    def credentials(self, role: sample_schema.Role) -> spec.Credentials:
         return spec.read_credentials(self.secrets_dir, self.secret_ref(role))
 
-    def _ensure_secrets(self) -> dict[schema.Role, str]:
-        passwords: dict[schema.Role, str] = {}
-        for role, user in schema.user_specs(self.keyspace_name).items():
-            folder = self.secrets_dir / schema.secret_name(self.keyspace_name, role)
+    def _ensure_secrets(self) -> dict[sample_schema.Role, str]:
+        passwords: dict[sample_schema.Role, str] = {}
+        for role, user in sample_schema.user_specs(self.keyspace_name).items():
+            folder = self.secrets_dir / sample_schema.secret_name(self.keyspace_name, role)
             if (folder / "password").exists():
                 passwords[role] = self.credentials(role).password
                 continue
@@ -176,7 +176,11 @@ class DevCluster:
         return passwords
 
     def connect(
-        self, shard: str, role: schema.Role = "admin", database: str | None = None, **kwargs: Any
+        self,
+        shard: str,
+        role: sample_schema.Role = "admin",
+        database: str | None = None,
+        **kwargs: Any,
     ) -> Connection:
         creds = self.credentials(role)
         return self.server(shard).connect(creds.username, creds.password, database, **kwargs)
@@ -226,7 +230,7 @@ class DevCluster:
                     }
                     for name in ordered
                 ],
-                "vschema": schema.VSCHEMA,
+                "vschema": sample_schema.VSCHEMA,
                 "servingShards": [r.name for r in sorted(KeyRange.parse(n) for n in serving)],
                 "shardMapHistory": history,
             },
@@ -290,7 +294,7 @@ class DevCluster:
                 self.write_manifest(shards=[*names, KeyRange.parse(shard).name])
         return self.server(shard)
 
-    def _start_shard(self, name: str, passwords: dict[schema.Role, str]) -> bool:
+    def _start_shard(self, name: str, passwords: dict[sample_schema.Role, str]) -> bool:
         state = self.state()
         info = state["servers"].get(name)
         if info is None:
@@ -309,10 +313,10 @@ class DevCluster:
         self._write_state(state)
         if not info.get("provisioned"):
             with server.root_connect() as conn, conn.cursor() as cur:
-                for stmt in schema.schema_statements():
+                for stmt in sample_schema.schema_statements():
                     cur.execute(stmt)
             # Accounts go around the binlog: it would keep their passwords for every reader.
-            for role, user in schema.user_specs(self.keyspace_name).items():
+            for role, user in sample_schema.user_specs(self.keyspace_name).items():
                 server.create_account(user.username, passwords[role], user.grants)
             info["provisioned"] = True
             self._write_state(state)

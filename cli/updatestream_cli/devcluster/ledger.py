@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from updatestream.binlog.events import encode_row
-from updatestream_cli.devcluster import schema
+from updatestream_cli.devcluster import sample_schema
 
 LedgerOp = Literal["insert", "update", "delete"]
 RowKey = tuple[str, str]  # (table, canonical JSON of the primary key)
@@ -34,9 +34,9 @@ def binlog_image(table: str, row: Mapping[str, Any]) -> dict[str, Any]:
     DATETIME as datetime, BLOB as bytes, TEXT/VARCHAR/JSON/ENUM as str, integers as int).
     """
     image: dict[str, Any] = {}
-    for column in schema.COLUMNS[table]:
+    for column in sample_schema.COLUMNS[table]:
         value = row[column]
-        if column in schema.SET_COLUMNS[table] and isinstance(value, str | set | frozenset):
+        if column in sample_schema.SET_COLUMNS[table] and isinstance(value, str | set | frozenset):
             labels = set(value.split(",")) if isinstance(value, str) else set(value)
             labels.discard("")
             value = labels or None
@@ -45,7 +45,7 @@ def binlog_image(table: str, row: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def pk_of(table: str, row: Mapping[str, Any]) -> dict[str, Any]:
-    return {column: row[column] for column in schema.PRIMARY_KEYS[table]}
+    return {column: row[column] for column in sample_schema.PRIMARY_KEYS[table]}
 
 
 def pk_json(table: str, row: Mapping[str, Any]) -> str:

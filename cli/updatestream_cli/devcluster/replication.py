@@ -39,7 +39,7 @@ from updatestream.core.gtid import MariaDBGTID, MariaDBPosition
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.vschema import VSchema
 from updatestream.spec import Credentials
-from updatestream_cli.devcluster import schema
+from updatestream_cli.devcluster import sample_schema as schema
 from updatestream_cli.devcluster.errors import ReshardError
 from updatestream_cli.devcluster.rowchanges import (
     TRANSACTION_EVENTS,

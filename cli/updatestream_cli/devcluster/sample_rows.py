@@ -13,7 +13,7 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
-from updatestream_cli.devcluster import schema
+from updatestream_cli.devcluster import sample_schema
 from updatestream_cli.devcluster.ledger import canonical_decimal, utc_now_naive
 
 _NAMES = ["Ada", "Grace", "Zoë", "Łukasz", "Jürgen", "Søren", "明", "Анна", "Amélie", "José"]
@@ -117,23 +117,23 @@ def sql_value(value: Any) -> Any:
 
 
 def insert_sql(table: str, rows: int = 1) -> str:
-    columns = schema.COLUMNS[table]
+    columns = sample_schema.COLUMNS[table]
     one = "(" + ", ".join(["%s"] * len(columns)) + ")"
     names = ", ".join(f"`{c}`" for c in columns)
     return f"INSERT INTO `{table}` ({names}) VALUES " + ", ".join([one] * rows)
 
 
 def insert_params(table: str, row: Mapping[str, Any]) -> list[Any]:
-    return [sql_value(row[c]) for c in schema.COLUMNS[table]]
+    return [sql_value(row[c]) for c in sample_schema.COLUMNS[table]]
 
 
 def update_sql(table: str, columns: list[str]) -> tuple[str, list[str]]:
-    keys = schema.PRIMARY_KEYS[table]
+    keys = sample_schema.PRIMARY_KEYS[table]
     assignments = ", ".join(f"`{c}` = %s" for c in columns)
     where = " AND ".join(f"`{k}` = %s" for k in keys)
     return f"UPDATE `{table}` SET {assignments} WHERE {where}", list(keys)
 
 
 def delete_sql(table: str) -> str:
-    where = " AND ".join(f"`{k}` = %s" for k in schema.PRIMARY_KEYS[table])
+    where = " AND ".join(f"`{k}` = %s" for k in sample_schema.PRIMARY_KEYS[table])
     return f"DELETE FROM `{table}` WHERE {where}"
