@@ -8,18 +8,28 @@ an empty mask the same way), JSON columns hold the JSON text exactly as written.
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
 import json
 import random
 from collections.abc import Mapping
 from typing import Any
 
 from updatestream_cli.devcluster import sample_schema
-from updatestream_cli.devcluster.ledger import canonical_decimal, utc_now_naive
 
 _NAMES = ["Ada", "Grace", "Zoë", "Łukasz", "Jürgen", "Søren", "明", "Анна", "Amélie", "José"]
 _SURNAMES = ["Lovelace", "Hopper", "Ørsted", "Müller", "García", "山田", "Иванова", "O'Brien"]
 _SKUS = ["sku-apple", "sku-pear", "sku-plum", "sku-fig", "sku-kiwi", "sku-lime"]
 _KINDS = ["click", "view", "purchase", "signup", "logout"]
+
+
+def canonical_decimal(value: str | decimal.Decimal, places: int = 2) -> decimal.Decimal:
+    return decimal.Decimal(value).quantize(decimal.Decimal(1).scaleb(-places))
+
+
+def utc_now_naive() -> dt.datetime:
+    """DATETIME(6) values are written in UTC without a zone (the servers run with +00:00)."""
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
 
 def _json_text(rng: random.Random) -> str | None:

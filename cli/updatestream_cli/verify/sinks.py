@@ -40,13 +40,12 @@ from updatestream.cdcv2.reader import Collection, OrderedReader
 from updatestream.core.token import EventToken, TokenError
 from updatestream.mysql import connection_arguments
 from updatestream_cli.devcluster import sample_schema
-from updatestream_cli.devcluster.ledger import table_state
+from updatestream_cli.devcluster.ledger import RowKey, table_state
 from updatestream_cli.verify.compare import (
     BatchFile,
     CachedEntry,
     Delivered,
     FinalRow,
-    RowKey,
     RowUpdate,
 )
 from updatestream_cli.verify.inputs import VerifyInputError
