@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pymysql
-from updatestream_cli.devcluster.server import MariaDBServer
+from updatestream_cli.devcluster.mariadb_server import MariaDBServer
 from updatestream_jobs.sinks.base import BatchContext
 from updatestream_jobs.sinks.mirror import MirrorSink
 

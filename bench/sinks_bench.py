@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from updatestream_cli.devcluster.mariadb_server import MariaDBServer
 from updatestream_cli.devcluster.memcached_server import MemcachedServer
-from updatestream_cli.devcluster.server import MariaDBServer
 from updatestream_jobs.sinks.base import BatchContext
 from updatestream_jobs.sinks.memcached import MemcachedSink
 from updatestream_jobs.sinks.versionstream import VersionStreamSink

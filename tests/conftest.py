@@ -8,7 +8,7 @@
   like it of each test module's own, for tests that reshard it or change its data.
 
 Datadirs are copied from a template installed once per MariaDB version (see
-`updatestream_cli.devcluster.server.template_datadir`), so each server costs about a second.
+`updatestream_cli.devcluster.mariadb_server.template_datadir`), so each server costs about a second.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 from updatestream_cli.devcluster.cluster import DevCluster
-from updatestream_cli.devcluster.server import Connection, MariaDBServer
+from updatestream_cli.devcluster.mariadb_server import Connection, MariaDBServer
 
 from updatestream.spec import Credentials
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 from pymemcache.client.base import Client
+from updatestream_cli.devcluster.mariadb_server import free_port
 from updatestream_cli.devcluster.memcached_server import MemcachedServer
-from updatestream_cli.devcluster.server import free_port
 from updatestream_jobs.sinks.base import BatchContext, SinkError
 from updatestream_jobs.sinks.memcached import MemcachedSink
 

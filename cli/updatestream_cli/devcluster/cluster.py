@@ -30,7 +30,7 @@ from updatestream.core.keyrange import KeyRange, parse_shard_names
 from updatestream.core.shardmap import ShardMap
 from updatestream_cli.devcluster import sample_schema
 from updatestream_cli.devcluster.errors import ClusterStateError
-from updatestream_cli.devcluster.server import Connection, MariaDBServer, pid_cmdline
+from updatestream_cli.devcluster.mariadb_server import Connection, MariaDBServer, pid_cmdline
 
 DEFAULT_DIR = Path(".updatestream") / "devcluster"
 DEFAULT_KEYSPACE = "commerce"

@@ -38,8 +38,8 @@ from updatestream_cli.devcluster.ledger import (
     pk_json,
     row_digest,
 )
+from updatestream_cli.devcluster.mariadb_server import Connection
 from updatestream_cli.devcluster.routing import Router
-from updatestream_cli.devcluster.server import Connection
 
 log = logging.getLogger(__name__)
 
