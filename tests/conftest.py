@@ -23,7 +23,8 @@ from typing import Any
 
 import pytest
 from updatestream_cli.devcluster.cluster import DevCluster
-from updatestream_cli.devcluster.mariadb_server import Connection, MariaDBServer
+from updatestream_cli.devcluster.local_server import Connection
+from updatestream_cli.devcluster.mariadb_server import MariaDBServer
 
 from updatestream.spec import Credentials
 

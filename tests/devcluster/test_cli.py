@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from updatestream_cli.devcluster.cluster import DevCluster
-from updatestream_cli.devcluster.mariadb_server import pid_alive
+from updatestream_cli.devcluster.local_server import pid_alive
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from pymemcache.client.base import Client
-from updatestream_cli.devcluster.mariadb_server import free_port
+from updatestream_cli.devcluster.local_server import free_port
 from updatestream_cli.devcluster.memcached_server import MemcachedServer
 from updatestream_jobs.sinks.base import BatchContext, SinkError
 from updatestream_jobs.sinks.memcached import MemcachedSink

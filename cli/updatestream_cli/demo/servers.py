@@ -20,7 +20,8 @@ from typing import Any
 
 from updatestream_cli.demo.errors import DemoError
 from updatestream_cli.devcluster.cluster import DevCluster, atomic_write
-from updatestream_cli.devcluster.mariadb_server import MariaDBServer, pid_cmdline
+from updatestream_cli.devcluster.local_server import pid_cmdline
+from updatestream_cli.devcluster.mariadb_server import MariaDBServer
 from updatestream_cli.devcluster.memcached_server import MemcachedServer
 
 STATE_FILE = "demo.json"

@@ -35,7 +35,7 @@ from updatestream.core.vschema import VSchema
 from updatestream_cli.devcluster import sample_rows as rowsql
 from updatestream_cli.devcluster import sample_schema as schema
 from updatestream_cli.devcluster.errors import ReshardError
-from updatestream_cli.devcluster.mariadb_server import Connection
+from updatestream_cli.devcluster.local_server import Connection
 
 COPY_UPSERT = (
     "INSERT INTO `_vt`.`vreplication` (id, workflow, source_shard, pos, start_pos, "

@@ -41,7 +41,7 @@ from updatestream.core.vschema import VSchema
 from updatestream.spec import Credentials
 from updatestream_cli.devcluster import sample_schema as schema
 from updatestream_cli.devcluster.errors import ReshardError
-from updatestream_cli.devcluster.mariadb_server import Connection
+from updatestream_cli.devcluster.local_server import Connection
 from updatestream_cli.devcluster.rowchanges import (
     TRANSACTION_EVENTS,
     RowChange,

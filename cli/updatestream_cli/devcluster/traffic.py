@@ -24,10 +24,9 @@ from typing import Any
 
 import pymysql
 import pymysql.cursors
-from pymysql.constants import CLIENT
 
 from updatestream import spec
-from updatestream_cli.devcluster import sample_rows, sample_schema
+from updatestream_cli.devcluster import committed_gtid, sample_rows, sample_schema
 from updatestream_cli.devcluster.errors import TrafficError
 from updatestream_cli.devcluster.ledger import (
     LedgerEntry,
@@ -38,7 +37,7 @@ from updatestream_cli.devcluster.ledger import (
     pk_json,
     row_digest,
 )
-from updatestream_cli.devcluster.mariadb_server import Connection
+from updatestream_cli.devcluster.local_server import Connection
 from updatestream_cli.devcluster.routing import Router
 
 log = logging.getLogger(__name__)
@@ -302,8 +301,10 @@ class TrafficGenerator:
                 autocommit=False,
                 charset="utf8mb4",
                 connect_timeout=10,
-                client_flag=CLIENT.MULTI_STATEMENTS,
+                client_flag=committed_gtid.client_flags(self.router.flavors[shard]),
+                ssl_disabled=True,
             )
+            committed_gtid.track_own_gtids(conn, self.router.flavors[shard])
             self._conns[(host, port)] = conn
         return conn
 
@@ -319,13 +320,10 @@ class TrafficGenerator:
         try:
             conn = self._connection(shard)
             with conn.cursor() as cur:
-                # autocommit is off: the first statement opens the transaction. COMMIT and
-                # reading its GTID share one round trip (same session, right after COMMIT).
+                # autocommit is off: the first statement opens the transaction.
                 self._apply(cur, changes)
-                cur.execute("COMMIT; SELECT @@last_gtid")
+                gtid = committed_gtid.commit(conn, cur, self.router.flavors[shard])
                 committed_at = time.time()
-                cur.nextset()
-                gtid = str(cur.fetchone()[0])  # type: ignore[index]
         except pymysql.err.MySQLError as exc:
             code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
             if conn is not None:
