@@ -367,10 +367,11 @@ class LocalServer(abc.ABC):
         """`user`@`account_host` with `password` (set again if it exists) and `grants` (each a
         `GRANT ... TO {user}` template), written without binary logging (`run_unlogged`)."""
         account = f"'{user}'@'{self.account_host}'"
+        quoted = account.replace("%", "%%")  # in a statement with arguments
         self.run_unlogged(
             [
-                (f"CREATE USER IF NOT EXISTS {account} IDENTIFIED BY %s", (password,)),
-                (f"ALTER USER {account} IDENTIFIED BY %s", (password,)),
+                (f"CREATE USER IF NOT EXISTS {quoted} IDENTIFIED BY %s", (password,)),
+                (f"ALTER USER {quoted} IDENTIFIED BY %s", (password,)),
                 *((grant.format(user=account), ()) for grant in grants),
             ]
         )

@@ -77,6 +77,13 @@ SET_COLUMNS: dict[str, frozenset[str]] = {
     "events": frozenset({"tags"}),
 }
 
+# JSON columns: MySQL keeps them in a binary form (its binlog too), MariaDB as text.
+JSON_COLUMNS: dict[str, frozenset[str]] = {
+    "users": frozenset({"profile"}),
+    "orders": frozenset(),
+    "events": frozenset({"attrs"}),
+}
+
 # Primary-key columns of each table.
 PRIMARY_KEYS: dict[str, tuple[str, ...]] = {
     "users": ("id",),
