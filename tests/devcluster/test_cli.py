@@ -76,10 +76,11 @@ def test_mysql_cluster_on_another_address_takes_traffic_and_checks_clean(tmp_pat
     and `check` as on MariaDB; an existing cluster keeps its flavor; reshard is refused."""
     directory = str(tmp_path / "dc")
     ledger = tmp_path / "ledger.jsonl"
-    _cli("up", "--flavor", "mysql", "--host", "127.0.0.2", "--dir", directory)
-    cluster = DevCluster(directory)
-    pids = {s: cluster.server(s).pid for s in ("-80", "80-")}
+    pids: dict[str, int | None] = {}
     try:
+        _cli("up", "--flavor", "mysql", "--host", "127.0.0.2", "--dir", directory)
+        cluster = DevCluster(directory)
+        pids = {s: cluster.server(s).pid for s in ("-80", "80-")}
         manifest = cluster.keyspace()
         assert {(s.flavor, s.mysql.host) for s in manifest.spec.shards} == {("mysql", "127.0.0.2")}
         report = json.loads(_cli("status", "--json", "--dir", directory).stdout)
