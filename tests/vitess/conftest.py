@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from updatestream_cli.devcluster import schema
+from updatestream_cli.devcluster import sample_schema
 from updatestream_cli.vitess.cluster import VitessCluster
 
 from updatestream import spec
@@ -27,8 +27,8 @@ def reachable_dir(prefix: str) -> Path:
     return path
 
 
-def credentials(cluster: VitessCluster, role: schema.Role) -> spec.Credentials:
-    ref = spec.SecretRef(name=schema.secret_name(cluster.keyspace, role))
+def credentials(cluster: VitessCluster, role: sample_schema.Role) -> spec.Credentials:
+    ref = spec.SecretRef(name=sample_schema.secret_name(cluster.keyspace, role))
     return spec.read_credentials(cluster.secrets_dir, ref)
 
 

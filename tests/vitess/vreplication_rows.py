@@ -5,14 +5,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from updatestream_cli.devcluster import schema
+from updatestream_cli.devcluster import sample_schema
 
 from tests.vitess.binlog_transactions import BinlogRow, BinlogTransaction
 from updatestream.core.gtid.mysql import MySQLGTIDSet
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.vschema import VSchema
 
-VSCHEMA = VSchema.from_dict(schema.VSCHEMA, keyspace="commerce")
+VSCHEMA = VSchema.from_dict(sample_schema.VSCHEMA, keyspace="commerce")
 POS = re.compile(rb"MySQL56/([0-9a-f-]{36}):1-(\d+)")
 
 

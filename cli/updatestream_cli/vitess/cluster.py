@@ -22,7 +22,7 @@ from updatestream import spec
 from updatestream.core.keyrange import KeyRange, parse_shard_names
 from updatestream.core.shardmap import ShardMap
 from updatestream_cli.devcluster.cluster import atomic_write
-from updatestream_cli.devcluster.server import free_port
+from updatestream_cli.devcluster.local_server import free_port
 from updatestream_cli.vitess import manifest, provisioning, runtime
 from updatestream_cli.vitess.environment import ClusterEnv
 from updatestream_cli.vitess.errors import VitessStateError
@@ -259,7 +259,7 @@ class VitessCluster:
         accounts = self.state.setdefault("accounts", [])
         for tablet in tablets:
             if tablet.uid not in accounts:
-                provisioning.create_account(env, tablet, reader, provisioning.READER_GRANTS)
+                provisioning.create_account(env, tablet, "reader", reader.password)
                 accounts.append(tablet.uid)
         self.save()
 

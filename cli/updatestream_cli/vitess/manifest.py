@@ -18,14 +18,14 @@ from typing import Any
 from updatestream import spec
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.shardmap import ShardMap
-from updatestream_cli.devcluster import schema
+from updatestream_cli.devcluster import sample_schema
 from updatestream_cli.devcluster.cluster import atomic_write
 
 
-def ensure_secret(secrets_dir: Path, keyspace: str, role: schema.Role) -> spec.Credentials:
+def ensure_secret(secrets_dir: Path, keyspace: str, role: sample_schema.Role) -> spec.Credentials:
     """The credentials of one of the keyspace's roles, created with a random password once."""
-    user = schema.user_specs(keyspace)[role]
-    ref = spec.SecretRef(name=schema.secret_name(keyspace, role))
+    user = sample_schema.user_specs(keyspace, "mysql")[role]
+    ref = spec.SecretRef(name=sample_schema.secret_name(keyspace, role))
     folder = secrets_dir / ref.name
     if not (folder / "password").exists():
         folder.mkdir(parents=True, exist_ok=True)
@@ -57,7 +57,7 @@ def write_manifest(
             else [{"at": time.time(), "shards": list(serving)}]
         )
     ShardMap(KeyRange.parse(name) for name in serving)  # complete, no overlap
-    reader = schema.secret_name(keyspace, "reader")
+    reader = sample_schema.secret_name(keyspace, "reader")
     data = {
         "apiVersion": spec.API_VERSION,
         "kind": "Keyspace",
@@ -72,7 +72,7 @@ def write_manifest(
                 }
                 for name in _ordered(endpoints)
             ],
-            "vschema": schema.VSCHEMA,
+            "vschema": sample_schema.VSCHEMA,
             "servingShards": _ordered(serving),
             "shardMapHistory": history,
         },

@@ -18,7 +18,7 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from updatestream_cli.devcluster.server import pid_alive, pid_cmdline
+from updatestream_cli.devcluster.local_server import pid_alive, pid_cmdline
 from updatestream_cli.vitess.errors import ProcessStartError
 from updatestream_cli.vitess.runtime import ServiceUser
 

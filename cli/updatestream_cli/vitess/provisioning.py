@@ -1,7 +1,7 @@
 """Setting the keyspace up through vtctld: cell, keyspace, primaries, schema, VSchema, accounts.
 
 The sample keyspace's tables and VSchema are the development cluster's own
-(`updatestream_cli.devcluster.schema`), applied with `vtctldclient ApplySchema` and
+(`updatestream_cli.devcluster.sample_schema`), applied with `vtctldclient ApplySchema` and
 `ApplyVSchema`. Each shard's single tablet becomes its primary with `PlannedReparentShard`,
 which v24 accepts on a shard that has no primary yet.
 """
@@ -16,15 +16,12 @@ from collections.abc import Iterable
 import pymysql
 
 from updatestream.spec import Credentials
-from updatestream_cli.devcluster import schema
+from updatestream_cli.devcluster import sample_schema
 from updatestream_cli.vitess.environment import ClusterEnv
 from updatestream_cli.vitess.errors import ProcessStartError, VtctldCommandError
 from updatestream_cli.vitess.tablets import Tablet
 from updatestream_cli.vitess.topology import cell_root
 from updatestream_cli.vitess.vtctldclient import Vtctldclient
-
-# The account a change stream reads a tablet's binlog with (MySQL 8 grant names).
-READER_GRANTS = "REPLICATION SLAVE, REPLICATION CLIENT, SELECT"
 
 
 def ensure_cell(env: ClusterEnv, vtctl: Vtctldclient) -> None:
@@ -75,10 +72,10 @@ def elect_primary(env: ClusterEnv, vtctl: Vtctldclient, tablet: Tablet) -> None:
 def apply_sample_schema(env: ClusterEnv, vtctl: Vtctldclient) -> None:
     """Create the sample tables (idempotent DDL) and apply the sample VSchema."""
     names = set(vtctl.run("GetSchema", "--table-names-only", _any_primary(vtctl, env)).split())
-    missing = [ddl.strip() for table, ddl in schema.TABLE_DDL.items() if table not in names]
+    missing = [ddl.strip() for table, ddl in sample_schema.TABLE_DDL.items() if table not in names]
     if missing:
         vtctl.run("ApplySchema", "--sql", ";\n".join(missing), env.keyspace, timeout=300.0)
-    vtctl.run("ApplyVSchema", "--vschema", json.dumps(schema.VSCHEMA), env.keyspace)
+    vtctl.run("ApplyVSchema", "--vschema", json.dumps(sample_schema.VSCHEMA), env.keyspace)
 
 
 def _any_primary(vtctl: Vtctldclient, env: ClusterEnv) -> str:
@@ -92,19 +89,22 @@ def _any_primary(vtctl: Vtctldclient, env: ClusterEnv) -> str:
     )
 
 
-def create_account(env: ClusterEnv, tablet: Tablet, user: Credentials, grants: str) -> None:
-    """Create (or reset) an account on a tablet's mysqld, around the binlog.
+def create_account(
+    env: ClusterEnv, tablet: Tablet, role: sample_schema.Role, password: str
+) -> None:
+    """Create (or reset) one of the keyspace's accounts on a tablet's mysqld, for loopback
+    clients, with the grants the development cluster gives it on MySQL, around the binlog.
 
     `sql_log_bin = 0`: a binlog would keep the account's password hash for every reader of it.
     """
+    spec = sample_schema.user_specs(env.keyspace, "mysql")[role]
+    account = f"'{spec.username}'@'127.0.0.1'"
     with tablet.dba_connect(env) as conn, conn.cursor() as cur:
         cur.execute("SET SESSION sql_log_bin = 0")
-        cur.execute(
-            "CREATE USER IF NOT EXISTS %s@'127.0.0.1' IDENTIFIED BY %s",
-            (user.username, user.password),
-        )
-        cur.execute("ALTER USER %s@'127.0.0.1' IDENTIFIED BY %s", (user.username, user.password))
-        cur.execute(f"GRANT {grants} ON *.* TO %s@'127.0.0.1'", (user.username,))
+        cur.execute(f"CREATE USER IF NOT EXISTS {account} IDENTIFIED BY %s", (password,))
+        cur.execute(f"ALTER USER {account} IDENTIFIED BY %s", (password,))
+        for grant in spec.grants:
+            cur.execute(grant.format(user=account))
 
 
 def wait_writable(env: ClusterEnv, tablets: Iterable[Tablet], timeout: float = 120.0) -> None:

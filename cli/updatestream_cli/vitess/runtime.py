@@ -26,7 +26,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from updatestream_cli.devcluster.server import cache_dir
+from updatestream_cli.devcluster.local_server import cache_dir
 from updatestream_cli.vitess.errors import ServiceUserError, VitessToolsMissing
 
 # Must match the vitess.io/vitess version pinned in tools/vitess/go.mod (a test checks it).

@@ -18,7 +18,7 @@ from typing import Any
 
 import pymysql
 
-from updatestream_cli.devcluster.server import cache_dir, free_port, pid_alive
+from updatestream_cli.devcluster.local_server import cache_dir, free_port, pid_alive
 from updatestream_cli.vitess import processes
 from updatestream_cli.vitess.environment import MYSQL_EXTRA_CNF, ClusterEnv
 from updatestream_cli.vitess.errors import ProcessStartError

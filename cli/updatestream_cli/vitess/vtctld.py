@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from updatestream_cli.devcluster.server import free_port
+from updatestream_cli.devcluster.local_server import free_port
 from updatestream_cli.vitess import processes
 from updatestream_cli.vitess.environment import ClusterEnv
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from updatestream.spec import Credentials
-from updatestream_cli.devcluster.server import free_port
+from updatestream_cli.devcluster.local_server import free_port
 from updatestream_cli.vitess import processes
 from updatestream_cli.vitess.environment import ClusterEnv
 
