@@ -1,7 +1,10 @@
 """Read a tablet's MySQL 8 binlog with python-mysql-replication, as transactions (test helper).
 
 Reads from the first binlog file up to the end position the server reports when the read
-starts (`SHOW MASTER STATUS`), in blocking mode, and stops there.
+starts (`SHOW MASTER STATUS`), in blocking mode, and stops there. Unlike the development
+cluster's reader it keeps every transaction (also those without rows, like DDL) and the
+statements other than BEGIN; the sample tables' JSON values are turned into MySQL's text the same
+way (`sample_json_text`), so ledger digests compare.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import GtidEvent, QueryEvent, RotateEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+from tests.devcluster.binlog_reader import sample_json_text
 from updatestream.spec import Credentials
 
 _reader_ids = itertools.count(random.randint(10_000, 1_000_000))  # distinct per reader
@@ -109,4 +113,6 @@ def _add_rows(tx: BinlogTransaction, event: Any) -> None:
             before, after = None, row["values"]
         else:
             before, after = row["values"], None
+        sample_json_text(event.schema, event.table, before)
+        sample_json_text(event.schema, event.table, after)
         tx.rows.append(BinlogRow(event.schema, event.table, op, before, after, event.timestamp))

@@ -38,6 +38,7 @@ from updatestream import spec
 
 WORKFLOW = "facts_split"
 PAUSE_SECONDS = 3.0
+FIRST_ID = 10_000_000  # of the rows the module's writer inserts
 
 
 @dataclass
@@ -91,7 +92,7 @@ def _run_split(cluster: VitessCluster, writer: VtgateWriter) -> VitessReshard:
 def split(vitess_cluster: VitessCluster) -> Iterator[SplitRun]:
     cluster = vitess_cluster
     writer = VtgateWriter(
-        cluster.vtgate.mysql_port, credentials(cluster, "app"), cluster.keyspace, 10_000_000
+        cluster.vtgate.mysql_port, credentials(cluster, "app"), cluster.keyspace, FIRST_ID
     )
     writer.burst(400)  # rows for the copy phase
     writer.start(per_second=40)
@@ -280,7 +281,10 @@ def _count_through_vtgate(cluster: VitessCluster) -> int:
     )  # fmt: skip
     try:
         with conn.cursor() as cur:
-            cur.execute("SELECT COUNT(*) FROM users WHERE id >= 10000000")
+            cur.execute(  # the writer's ids (the traffic generator's are far above)
+                "SELECT COUNT(*) FROM users WHERE id BETWEEN %s AND %s",
+                (FIRST_ID, FIRST_ID + 10**6),
+            )
             (count,) = cur.fetchone() or (0,)
             return int(count)
     finally:
