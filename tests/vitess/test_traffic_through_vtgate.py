@@ -2,11 +2,13 @@
 
 vtgate routes every row; the ledger still names, for each transaction, the shard that committed
 it and that shard's GTID, so each ledger transaction must be exactly one binlog transaction of
-that shard's primary, row for row and digest for digest.
+that shard's primary, row for row and digest for digest; also while a real Reshard switches
+traffic from `-80` to `-40,40-80` (the module merges back into `-80` at its end).
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterator
 
@@ -24,6 +26,7 @@ from updatestream_cli.devcluster.ledger import (
 from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 from updatestream_cli.vitess.cluster import VitessCluster
 from updatestream_cli.vitess.gateway import VtgateGateway
+from updatestream_cli.vitess.reshard import VitessReshard, plan_reshard
 
 from tests.vitess.binlog_transactions import read_transactions
 from tests.vitess.conftest import credentials
@@ -106,3 +109,59 @@ def test_ledger_replays_to_what_vtgate_serves(
     assert served == expected
     # a large transaction of 600 rows, committed as one transaction per shard
     assert max(Counter(e.tx for e in ledger).values()) >= 250
+
+
+@pytest.fixture(scope="module")
+def ledger_across_split(
+    vitess_cluster: VitessCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[list[LedgerEntry]]:
+    """Traffic through vtgate while `-80` splits into `-40,40-80` (up to SwitchTraffic)."""
+    cluster = vitess_cluster
+    path = tmp_path_factory.mktemp("ledger-split") / "ledger.jsonl"
+    gateway = VtgateGateway(
+        "127.0.0.1", cluster.vtgate.mysql_port, cluster.manifest_path, cluster.secrets_dir
+    )
+    options = TrafficOptions(rate=200, seed=12)
+    generator = TrafficGenerator(
+        cluster.manifest_path, cluster.secrets_dir, path, options, gateway=gateway
+    )
+    generator.adopt_existing_rows()
+    plan = plan_reshard(cluster.serving_shards_recorded(), "-80", "-40,40-80", "traffic_split")
+    runner = VitessReshard(cluster, plan)
+    generator.start()
+    try:
+        runner.create()
+        runner.wait_caught_up()
+        runner.switch_traffic()
+        time.sleep(2.0)  # writes on the new shards
+    finally:
+        generator.stop()
+        gateway.close()
+    yield list(read_ledger(path))
+    runner.complete()
+    VitessReshard(
+        cluster, plan_reshard(cluster.serving_shards_recorded(), "-40,40-80", "-80")
+    ).run()
+
+
+def test_ledger_names_the_shard_and_gtid_of_each_commit_across_a_switch(
+    vitess_cluster: VitessCluster, ledger_across_split: list[LedgerEntry]
+) -> None:
+    ledger = ledger_across_split
+    assert {"-80", "-40", "40-80", "80-"} <= {e.shard for e in ledger}
+    reader = credentials(vitess_cluster, "reader")
+    for shard in ("-80", "-40", "40-80", "80-"):
+        mine = [e for e in ledger if e.shard == shard]
+        transactions = read_transactions(
+            "127.0.0.1", vitess_cluster.tablet(shard).mysql_port, reader
+        )
+        by_gtid = {tx.gtid: tx for tx in transactions}
+        for tx_number in sorted({e.tx for e in mine}):
+            entries = [e for e in mine if e.tx == tx_number]
+            (gtid,) = {e.gtid for e in entries}
+            rows = [r for r in by_gtid[gtid].rows if r.schema == "commerce"]
+            # (the generator sends a transaction's inserts table by table: compare as sets)
+            assert Counter(
+                (r.table, pk_json(r.table, r.after or r.before or {}), r.op) for r in rows
+            ) == Counter((e.table, e.pk, e.op) for e in entries)
+            assert not any(r.schema == "_vt" for r in by_gtid[gtid].rows)  # not a copy

@@ -23,6 +23,7 @@ from tests.vitess.binlog_transactions import BinlogTransaction, read_transaction
 from tests.vitess.conftest import credentials
 from tests.vitess.vreplication_rows import (
     POS,
+    VSCHEMA,
     by_gtid,
     covered,
     data_rows,
@@ -35,6 +36,7 @@ from tests.vitess.vreplication_rows import (
 )
 from tests.vitess.vtgate_writer import VtgateWriter
 from updatestream import spec
+from updatestream.core.keyrange import KeyRange
 
 WORKFLOW = "facts_split"
 PAUSE_SECONDS = 3.0
@@ -47,7 +49,7 @@ class SplitRun:
     uuids: dict[str, str]  # shard -> server_uuid of its primary's mysqld
     runner: VitessReshard
     writer: VtgateWriter
-    preloaded: int
+    preloaded: int  # the writer's first ids, inserted before the workflow was created
 
     def copies(self, shard: str) -> list[BinlogTransaction]:
         """Transactions of a target that replicate source transactions (running phase)."""
@@ -62,6 +64,11 @@ def _source_text(source: str, target: str) -> bytes:
     return (
         f'keyspace:"commerce" shard:"{source}" filter:{{rules:{{match:"/.*" filter:"{target}"}}}}'
     ).encode()
+
+
+def _in_source(user_id: int) -> bool:
+    ksid = VSCHEMA.keyspace_id_for("users", {"id": user_id})
+    return ksid is not None and KeyRange.parse("-80").contains(ksid)
 
 
 def _uuid(cluster: VitessCluster, shard: str) -> str:
@@ -95,6 +102,7 @@ def split(vitess_cluster: VitessCluster) -> Iterator[SplitRun]:
         cluster.vtgate.mysql_port, credentials(cluster, "app"), cluster.keyspace, FIRST_ID
     )
     writer.burst(400)  # rows for the copy phase
+    before_copy = len(writer.ids)
     writer.start(per_second=40)
     try:
         runner = _run_split(cluster, writer)
@@ -105,7 +113,7 @@ def split(vitess_cluster: VitessCluster) -> Iterator[SplitRun]:
     binlogs = {
         s: read_transactions("127.0.0.1", cluster.tablet(s).mysql_port, reader) for s in shards
     }
-    yield SplitRun(binlogs, {s: _uuid(cluster, s) for s in shards}, runner, writer, 400)
+    yield SplitRun(binlogs, {s: _uuid(cluster, s) for s in shards}, runner, writer, before_copy)
     writer.close()
 
 
@@ -190,8 +198,12 @@ def test_copy_phase_writes_rows_with_copy_state_and_no_position(split: SplitRun)
             assert state.op == "insert" and state.after is not None
             assert state.after["table_name"] in (b"users", b"orders", b"events")
             assert re.fullmatch(rb"fields:\{.*\} rows:\{.*\}", state.after["lastpk"])
-        copied = sum(len(data_rows(tx)) for tx in batches)
-        assert 0 < copied <= split.preloaded
+        assert all(in_range(r, shard) for tx in batches for r in data_rows(tx))
+    copied = {r.after["id"] for s in ("-40", "40-80") for tx in split.binlogs[s]
+              if any(r.table == "copy_state" for r in tx.rows)
+              for r in data_rows(tx) if r.table == "users" and r.after}  # fmt: skip
+    before = {i for i in split.writer.ids[: split.preloaded] if _in_source(i)}
+    assert before and before <= copied  # every row of -80 written before the copy
 
 
 def test_reverse_replication_marks_its_copies_into_the_old_shard(split: SplitRun) -> None:

@@ -24,6 +24,8 @@ from updatestream_cli.vitess.topology import Etcd
 # Added to the my.cnf that mysqlctl writes for every tablet. A change stream needs full row
 # images with column names (binlog_row_image and binlog_row_metadata FULL); MySQL 8.0 defaults to
 # binlog_row_metadata=MINIMAL. Durability is relaxed: a crash of mysqld is not simulated here.
+# The transactions' history in performance_schema tells the traffic generator which GTID its
+# commits through vtgate got (`gateway`).
 MYSQL_EXTRA_CNF = """\
 # UpdateStream: settings added to every tablet's my.cnf
 bind-address = 127.0.0.1
@@ -37,6 +39,7 @@ innodb_redo_log_capacity = 32M
 innodb_flush_log_at_trx_commit = 2
 sync_binlog = 0
 max_binlog_size = 64M
+performance-schema-consumer-events-transactions-history-long = ON
 """
 
 

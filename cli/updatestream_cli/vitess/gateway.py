@@ -9,11 +9,13 @@ vindex value, which mysqld runs it and on which of its threads:
     SELECT @@server_uuid, PS_CURRENT_THREAD_ID(), COUNT(*) FROM <table> WHERE <vindex column> = ?
 
 and after the COMMIT reads that thread's last committed GTID from the shard's
-`performance_schema.events_transactions_history` (MySQL 8 keeps the last ten transactions of
-every thread there, with the GTID each was given at commit). vtgate runs with
-`--transaction-mode SINGLE`, so a transaction never spans two shards. The answer is exact while
-the generator is the only writer through vtgate: vttablet could otherwise hand the same
-connection to another client's transaction between the COMMIT and the lookup.
+`performance_schema.events_transactions_history_long`: the last 10,000 transactions of the
+server, with the GTID each was given at commit, kept also after their thread ended (vttablet
+closes its connections when SwitchTraffic changes a primary's serving state, and a thread's own
+`events_transactions_history` goes with it). The tablets' my.cnf turns that consumer on.
+vtgate runs with `--transaction-mode SINGLE`, so a transaction never spans two shards. The
+answer is exact while the generator is the only writer through vtgate: vttablet could otherwise
+hand the same connection to another client's transaction between the COMMIT and the lookup.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from updatestream_cli.devcluster.traffic import Change
 _RETRY = {1105, 1317, 2003, 2006, 2013, 2014, 2055}
 
 _LAST_GTID = (
-    "SELECT GTID FROM performance_schema.events_transactions_history WHERE THREAD_ID = %s "
+    "SELECT GTID FROM performance_schema.events_transactions_history_long WHERE THREAD_ID = %s "
     "AND STATE = 'COMMITTED' AND GTID LIKE %s ORDER BY EVENT_ID DESC LIMIT 1"
 )
 
@@ -101,7 +103,8 @@ class VtgateGateway:
         if not rows:
             raise TrafficError(
                 f"shard {shard}'s performance_schema holds no committed transaction of thread "
-                f"{thread}; is performance_schema on and its transaction history kept?"
+                f"{thread}; is performance_schema on, with the events_transactions_history_long "
+                "consumer?"
             )
         return str(rows[0][0])
 
