@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,8 +13,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from updatestream.clickopts import json_option
-from updatestream_cli.options import directory_option
+from updatestream.clickopts import json_option, seconds_option
+from updatestream_cli.options import directory_option, ledger_option
 from updatestream_cli.vitess.cluster import DEFAULT_DIR, DEFAULT_KEYSPACE, VitessCluster
 from updatestream_cli.vitess.cluster_status import cluster_status
 from updatestream_cli.vitess.reshard import StreamStatus, VitessReshard, plan_reshard
@@ -152,3 +153,58 @@ def reshard(
     runner.run(complete=not no_complete)
     phases = ", ".join(f"{name} {seconds:.1f}s" for name, seconds in runner.timings.items())
     console.print(f"{plan.kind} {plan.workflow} done ({phases})", highlight=False)
+
+
+@vitess.command()
+@click.option("--rate", type=float, default=100.0, show_default=True, help="Row changes/second.")
+@seconds_option("--duration", help="Seconds to run [default: until Ctrl-C].")
+@ledger_option(help="JSON-lines ledger of committed changes.")
+@click.option("--seed", type=int, default=None)
+@click.option("--preload", type=int, default=0, help="First insert this many rows in batches.")
+@_dir_option
+def traffic(
+    rate: float,
+    duration: float | None,
+    ledger: Path | None,
+    seed: int | None,
+    preload: int,
+    directory: Path,
+) -> None:
+    """Write the sample traffic through vtgate, with the development cluster's ledger."""
+    from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
+    from updatestream_cli.vitess.gateway import VtgateGateway
+
+    cluster = VitessCluster(directory)
+    if not cluster.exists():
+        raise click.ClickException(
+            f"no Vitess cluster in {cluster.dir}; run `updatestream vitess up`"
+        )
+    gateway = VtgateGateway(
+        "127.0.0.1", cluster.vtgate.mysql_port, cluster.manifest_path, cluster.secrets_dir
+    )
+    options = TrafficOptions(rate=rate, duration=duration, seed=seed)
+    gen = TrafficGenerator(
+        cluster.manifest_path, cluster.secrets_dir, ledger, options, gateway=gateway
+    )
+    signal.signal(signal.SIGTERM, lambda *_: gen._stop.set())
+    began = time.monotonic()
+    try:
+        adopted = gen.adopt_existing_rows()
+        console.print(
+            f"writing through vtgate 127.0.0.1:{cluster.vtgate.mysql_port}; {adopted} rows known"
+        )
+        if preload:
+            gen.preload(preload)
+        gen.run()
+    except KeyboardInterrupt:
+        console.print("stopping")
+    finally:
+        gen.close()
+        gateway.close()
+    stats = gen.stats
+    console.print(
+        f"committed {stats.transactions} transactions, {stats.rows} row changes ({stats.by_op}) "
+        f"in {time.monotonic() - began:.1f}s; per shard {stats.by_shard}"
+        + (f"; ledger {ledger}" if ledger else ""),
+        highlight=False,
+    )
