@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the Vitess programs the local Vitess cluster runs (vtctld, vtctldclient, vtgate,
-# vttablet, mysqlctl) from the Go module pinned in tools/vitess/go.mod into
+# vttablet, mysqlctl), and the module's own programs under tools/vitess/cmd (vstream-client),
+# from the Go module pinned in tools/vitess/go.mod into
 # ${UPDATESTREAM_CACHE_DIR:-~/.cache/updatestream}/vitess/<version>/bin, once, with the
 # machine's Go. The directory holds a stamp keyed by the hash of go.mod, go.sum, the module's
 # own Go sources and the build recipe below; when it matches, the script prints one line and

@@ -1,6 +1,7 @@
 // Builds the Vitess programs of the local Vitess cluster (vtctld, vtctldclient, vtgate,
-// vttablet, mysqlctl) with scripts/build-vitess.sh. v24 is the last Vitess release that runs
-// its shards on MySQL 8.0; its go.mod asks for Go 1.26.8.
+// vttablet, mysqlctl) and the plain VStream reader of cmd/vstream-client with
+// scripts/build-vitess.sh. v24 is the last Vitess release that runs its shards on MySQL 8.0;
+// its go.mod asks for Go 1.26.8.
 module updatestream.io/tools/vitess
 
 go 1.26.8
@@ -11,6 +12,11 @@ tool (
 	vitess.io/vitess/go/cmd/vtctldclient
 	vitess.io/vitess/go/cmd/vtgate
 	vitess.io/vitess/go/cmd/vttablet
+)
+
+require (
+	google.golang.org/protobuf v1.36.11
+	vitess.io/vitess v0.24.4
 )
 
 require (
@@ -232,12 +238,10 @@ require (
 	google.golang.org/genproto/googleapis/api v0.0.0-20260414002931-afd174a4e478 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260414002931-afd174a4e478 // indirect
 	google.golang.org/grpc v1.80.0 // indirect
-	google.golang.org/protobuf v1.36.11 // indirect
 	gopkg.in/DataDog/dd-trace-go.v1 v1.74.8 // indirect
 	gopkg.in/asn1-ber.v1 v1.0.0-20181015200546-f715ec2f112d // indirect
 	gopkg.in/ini.v1 v1.67.1 // indirect
 	gopkg.in/ldap.v2 v2.5.1 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
-	vitess.io/vitess v0.24.4 // indirect
 )
