@@ -27,7 +27,7 @@ from updatestream.clickopts import (
     status_file_option,
 )
 from updatestream.core.errors import UpdateStreamError
-from updatestream_cli.options import ledger_option
+from updatestream_cli.tool_options import ledger_option
 from updatestream_cli.verify import sinks, tablestate
 from updatestream_cli.verify.compare import (
     Committed,
