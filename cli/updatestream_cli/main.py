@@ -21,7 +21,7 @@ _COMMANDS: tuple[tuple[str, str], ...] = (
     ("updatestream_cli.keyspace_id_commands", "shard_for"),
     ("updatestream_cli.demo.cli", "demo"),
     ("updatestream_cli.devcluster.cli", "devcluster"),
-    ("updatestream_cli.snapshot", "snapshot_request"),
+    ("updatestream_cli.snapshot_request", "snapshot_request"),
     ("updatestream_cli.verify.cli", "verify"),
     ("updatestream_jobs.cli", "run"),
     ("updatestream_operator.cli", "operator_command"),
