@@ -43,7 +43,7 @@ from updatestream_cli.verify.inputs import (
     read_ledger,
     within_key_range,
 )
-from updatestream_cli.verify.mirror import MirrorReport, MirrorTarget, verify_mirror
+from updatestream_cli.verify.mirror_check import MirrorReport, MirrorTarget, verify_mirror
 
 EXIT_FINDINGS = 1
 EXIT_INPUT = 2
