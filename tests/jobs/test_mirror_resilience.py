@@ -21,7 +21,7 @@ from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 from updatestream_cli.verify.mirror_check import verify_mirror
 from updatestream_jobs.job import FAULT_EXIT_AFTER_HOP_WRITE
 
-from harness.hop import CLI, SinkServer, StreamJob, completed_hops, reshard, sink_secret
+from harness.stream_job import CLI, SinkServer, StreamJob, completed_hops, reshard, sink_secret
 from tests.conftest import MariaDBFixture
 from tests.jobs.test_mirror_job import SECRET, target
 from updatestream.mirror.order import Order, Verdict, classify

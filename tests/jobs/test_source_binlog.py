@@ -16,7 +16,7 @@ from updatestream_cli.devcluster.ledger import LedgerEntry, read_ledger
 from updatestream_cli.devcluster.traffic import TrafficOptions
 from updatestream_jobs.source.datasource import _Planner, read_shard_range
 
-from harness.hop import traffic_generator
+from harness.stream_job import traffic_generator
 from tests.binlogs import config_for, positions, read
 from updatestream.binlog.events import ChangeEvent
 from updatestream.binlog.reader import BinlogRangeReader

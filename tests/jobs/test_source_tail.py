@@ -16,7 +16,7 @@ from updatestream_cli.devcluster.traffic import TrafficOptions
 from updatestream_jobs.source.datasource import UpdateStreamStreamReader, _read
 from updatestream_jobs.source.partition import HeldRanges, ShardRange
 
-from harness.hop import traffic_generator
+from harness.stream_job import traffic_generator
 from tests.binlogs import config_for, positions
 from updatestream.binlog.offsets import StreamOffset
 from updatestream.binlog.options import SourceConfig
