@@ -4,10 +4,11 @@
 * :mod:`updatestream.mirror.changes`: change events as per-key row states, collapsed per batch;
 * :mod:`updatestream.mirror.schema`: mirror tables from the source's columns, created, checked,
   extended; the ``<table>_live`` view without tombstones;
-* :mod:`updatestream.mirror.writer`: apply-if-newer in bulk, tombstones and their purge.
+* :mod:`updatestream.mirror.mirror_writer`: apply-if-newer in bulk, tombstones and their purge.
 """
 
 from updatestream.mirror.changes import Change, Collapsed, changes_of, collapse
+from updatestream.mirror.mirror_writer import ApplyResult, MirrorWriter
 from updatestream.mirror.order import Order, Verdict, classify, order_of
 from updatestream.mirror.schema import (
     LIVE_SUFFIX,
@@ -16,7 +17,6 @@ from updatestream.mirror.schema import (
     SourceSchemas,
     TableSchema,
 )
-from updatestream.mirror.writer import ApplyResult, MirrorWriter
 
 __all__ = [
     "LIVE_SUFFIX",
