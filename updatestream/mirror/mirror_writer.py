@@ -28,8 +28,7 @@ from pymysql.converters import escape_string
 
 from updatestream.binlog.events import encode_value
 from updatestream.mirror.changes import Change, Collapsed, key_of
-from updatestream.mirror.order import Order, Verdict, classify, update_assignments
-from updatestream.mirror.schema import (
+from updatestream.mirror.mirror_tables import (
     INTERNAL_PREFIX,
     MirrorSchemaError,
     SourceSchemas,
@@ -42,6 +41,7 @@ from updatestream.mirror.schema import (
     source_columns,
     view_sql,
 )
+from updatestream.mirror.order import Order, Verdict, classify, update_assignments
 from updatestream.mirror.values import to_sql
 
 Connect = Callable[[], Any]
