@@ -56,11 +56,13 @@ lock: ## re-pin every dependency into requirements.lock
 	$(BIN)/uv pip compile -q --python-version 3.11 --extra dev -o $(LOCK) pyproject.toml
 
 .PHONY: lint
-lint: $(STAMP) ## ruff, mypy and the import-linter contracts
+lint: $(STAMP) ## ruff, mypy, the import-linter contracts and the size gate (modules <= 450 lines, functions <= 60)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy updatestream jobs/updatestream_jobs operator/updatestream_operator cli/updatestream_cli harness
+	$(BIN)/mypy --strict scripts/check_sizes.py
 	$(BIN)/lint-imports
+	$(BIN)/python scripts/check_sizes.py
 
 .PHONY: test
 test: system-deps mysql kube-tools image $(STAMP) lint ## everything CI checks: lint, types, layering, unit and integration tests
