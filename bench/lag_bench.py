@@ -372,9 +372,7 @@ def report(
         ["load", "rows/s", "sink", "p50", "p99", "max"],
         rows,
     )
-    goal = loads["50%"]["median"]["versionstream"]
-    p50, p99 = goal["p50_s"], goal["p99_s"]
-    met = p50 is not None and p99 is not None and p50 < 1 and p99 < 2  # the README's goal
+    half = loads["50%"]["median"]["versionstream"]  # the goals are judged in the summary
     write_result(
         "lag",
         {
@@ -389,15 +387,14 @@ def report(
             "max_rate": probe,
             "shard_connect_ms": connect,
             "loads": loads,
-            "goal_50pct_versionstream": {"p50_s": p50, "p99_s": p99, "met": met},
         },
     )
     merge_summary(
         {
             "machine": machine(),
-            "lag_p50_s": goal["p50_s"],
-            "lag_p99_s": goal["p99_s"],
-            "lag_max_s": goal["max_s"],
+            "lag_p50_s": half["p50_s"],
+            "lag_p99_s": half["p99_s"],
+            "lag_max_s": half["max_s"],
             "lag_trigger_s": args.trigger_seconds,
             "max_rate_rows_per_s": probe["sustained_rows_per_s"],
         }
