@@ -41,7 +41,7 @@ def goal_cells(summary: dict[str, Any], key: str) -> tuple[str, str]:
 def figures_table(summary: dict[str, Any], readme: bool) -> str:
     rows = []
     for figure in FIGURES:
-        if figure.key not in summary or (readme and not figure.readme):
+        if figure.key not in summary or (readme and not (figure.readme or figure.goals)):
             continue
         value = with_unit(shown(summary[figure.key]), figure.unit)
         rows.append(
