@@ -48,6 +48,7 @@ from bench.rss import PeakSampler, spark_processes
 from bench.source_bench import commit_large_transaction, prepare, with_big_table
 from bench.summary import SUMMARY, merge_summary
 from harness.kube import ensure_kube_tools, free_port, start_kube_api
+from harness.manifests import update_stream
 from harness.operator import (
     apply,
     apply_spark_application_crd,
@@ -178,20 +179,9 @@ def _start_job(root: Path, options: dict[str, Any], position: str) -> subprocess
     keyspace = root / "keyspace.json"
     keyspace.write_text(with_big_table(options["keyspace"]))
     stream = root / "stream.json"
-    stream.write_text(
-        json.dumps(
-            {
-                "apiVersion": "updatestream.io/v1alpha1",
-                "kind": "UpdateStream",
-                "metadata": {"name": "footprint"},
-                "spec": {
-                    "keyspace": "bench",
-                    "start": {"mode": "gtid", "gtid": {"-": position}},
-                    "sinks": [{"type": "cdcv2", "path": str(root / "cdc")}],
-                },
-            }
-        )
-    )
+    start = {"mode": "gtid", "gtid": {"-": position}}
+    sinks = [{"type": "cdcv2", "path": str(root / "cdc")}]
+    stream.write_text(json.dumps(update_stream("footprint", "bench", start, sinks)))
     command = [
         UPDATESTREAM, "run", "--stream", str(stream), "--keyspace", str(keyspace),
         "--secrets-dir", options["secretsDir"], "--checkpoint", str(root / "checkpoint"),

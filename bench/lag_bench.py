@@ -61,6 +61,8 @@ from bench.lagtools import BatchRecord, TimedSink, cdcv2_complete_times, event_l
 from bench.report import console, machine, median, print_table, say_load, write_result
 from bench.sinks_bench import DURABLE
 from bench.summary import merge_summary
+from harness.accounts import account_with_secret
+from harness.manifests import update_stream
 from updatestream import spec
 from updatestream.contract.job import JobConfig
 
@@ -97,34 +99,21 @@ class Rig:
         )
         self.stack.callback(self.versionstream.stop)
         self.versionstream.start()
-        self.versionstream.create_account(
-            "vs", "vs-bench-pw", ["GRANT ALL PRIVILEGES ON *.* TO {user}"]
-        )
-        secret = self.cluster.secrets_dir / "bench-versionstream"
-        secret.mkdir(parents=True)
-        (secret / "username").write_text("vs")
-        (secret / "password").write_text("vs-bench-pw")
+        secret = "bench-versionstream"
+        account_with_secret(self.versionstream, self.cluster.secrets_dir, secret, "vs")
         self.cdc = self.root / "cdc"
-        stream = spec.parse_update_stream(
+        sink_specs: list[dict[str, Any]] = [
             {
-                "apiVersion": "updatestream.io/v1alpha1",
-                "kind": "UpdateStream",
-                "metadata": {"name": STREAM},
-                "spec": {
-                    "keyspace": self.cluster.keyspace_name,
-                    "keyRanges": ["-"],
-                    "start": {"mode": "gtid", "gtid": self.positions()},
-                    "sinks": [
-                        {
-                            "type": "versionStream",
-                            "mysql": {"host": "127.0.0.1", "port": self.versionstream.port},
-                            "credentialsSecret": {"name": "bench-versionstream"},
-                        },
-                        {"type": "memcached", "servers": [self.memcached.address]},
-                        {"type": "cdcv2", "path": str(self.cdc)},
-                    ],
-                },
-            }
+                "type": "versionStream",
+                "mysql": {"host": "127.0.0.1", "port": self.versionstream.port},
+                "credentialsSecret": {"name": secret},
+            },
+            {"type": "memcached", "servers": [self.memcached.address]},
+            {"type": "cdcv2", "path": str(self.cdc)},
+        ]
+        start = {"mode": "gtid", "gtid": self.positions()}
+        stream = spec.parse_update_stream(
+            update_stream(STREAM, self.cluster.keyspace_name, start, sink_specs)
         )
         self.spark = spark_session("local[2]", "lag-bench")
         self.stack.callback(self.spark.stop)

@@ -29,6 +29,7 @@ from updatestream_jobs.sinks.mirror import MirrorSink
 
 from bench.report import machine, median, print_table, say_load, write_result
 from bench.summary import merge_summary
+from harness.accounts import account_with_secret
 from harness.sink_events import ShardLog
 from updatestream import spec
 from updatestream.binlog.events import ChangeEvent
@@ -156,10 +157,7 @@ def bench(rows: int, naive: int, rounds: int) -> dict[str, Any]:
         server.start()
         try:
             secrets = Path(tmp) / "secrets"
-            (secrets / "bench").mkdir(parents=True)
-            server.create_account("bench", "bench-pw", ["GRANT ALL PRIVILEGES ON *.* TO {user}"])
-            (secrets / "bench" / "username").write_text("bench")
-            (secrets / "bench" / "password").write_text("bench-pw")
+            account_with_secret(server, secrets, "bench", "bench")
             server.query(f"CREATE DATABASE IF NOT EXISTS {SOURCE_DB}")
             server.query(USERS)
             for round_no in range(1, rounds + 1):
