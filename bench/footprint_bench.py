@@ -42,13 +42,13 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from updatestream_cli.manifests import update_stream
 
 from bench.report import console, machine, median, print_table, say_load, write_result
 from bench.rss import PeakSampler, spark_processes
 from bench.source_bench import commit_large_transaction, prepare, with_big_table
 from bench.summary import SUMMARY, merge_summary
 from harness.kube import ensure_kube_tools, free_port, start_kube_api
-from harness.manifests import update_stream
 from harness.operator import (
     apply,
     apply_spark_application_crd,

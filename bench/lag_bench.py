@@ -53,6 +53,7 @@ from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.ledger import LedgerEntry, read_ledger
 from updatestream_cli.devcluster.memcached import MemcachedServer
 from updatestream_cli.devcluster.server import MariaDBServer
+from updatestream_cli.manifests import update_stream
 from updatestream_jobs.job import Job, spark_session
 from updatestream_jobs.sinks.base import BatchContext
 from updatestream_jobs.sinks.cdcv2 import stream_directory
@@ -62,7 +63,6 @@ from bench.report import console, machine, median, print_table, say_load, write_
 from bench.sinks_bench import DURABLE
 from bench.summary import merge_summary
 from harness.accounts import account_with_secret
-from harness.manifests import update_stream
 from updatestream import spec
 from updatestream.contract.job import JobConfig
 

@@ -19,6 +19,7 @@ from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.ledger import LedgerEntry, read_ledger
 from updatestream_cli.devcluster.schema import DATABASE
 from updatestream_cli.devcluster.server import MariaDBServer
+from updatestream_cli.manifests import update_stream
 from updatestream_jobs.job import Job, spark_session
 
 from bench.debezium_peer import Harness, debezium_properties, harness_command
@@ -28,7 +29,6 @@ from bench.peertools import driver_phases, medians, received_at, sink_phases
 from bench.report import console
 from bench.sinks_bench import DURABLE
 from harness.accounts import ALL_PRIVILEGES, account_with_secret
-from harness.manifests import update_stream
 from updatestream import spec
 from updatestream.contract.job import JobConfig
 

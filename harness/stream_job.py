@@ -22,9 +22,9 @@ import yaml
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.reshard import ReshardOptions, ReshardWorkflow, plan_reshard
 from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
+from updatestream_cli.manifests import update_stream
 
 from harness.accounts import write_secret
-from harness.manifests import update_stream
 
 CLI = str(Path(sys.executable).with_name("updatestream"))
 

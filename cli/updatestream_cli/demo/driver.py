@@ -26,7 +26,7 @@ from updatestream_operator.scrub import SCRUBBER
 from updatestream_operator.service import StreamService
 
 from updatestream.contract.progress import ProgressError, ProgressReport
-from updatestream.spec import API_VERSION
+from updatestream_cli.manifests import update_stream
 
 log = logging.getLogger(__name__)
 
@@ -37,18 +37,8 @@ def stream_manifest(
     name: str, keyspace: str, start: Mapping[str, str], sinks: list[dict[str, Any]]
 ) -> dict[str, Any]:
     """One UpdateStream over the whole keyspace (`-`), from the shards' current positions."""
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "UpdateStream",
-        "metadata": {"name": name},
-        "spec": {
-            "keyspace": keyspace,
-            "keyRanges": ["-"],
-            "start": {"mode": "gtid", "gtid": dict(start)},
-            "sinks": sinks,
-            "spark": {"launcher": "local"},
-        },
-    }
+    gtid = {"mode": "gtid", "gtid": dict(start)}
+    return update_stream(name, keyspace, gtid, sinks, spark={"launcher": "local"})
 
 
 def caught_up(report: ProgressReport, positions: Mapping[str, str], after: float) -> bool:

@@ -1,4 +1,4 @@
-"""UpdateStream manifests for the tests and benchmarks, as a user would write them."""
+"""UpdateStream manifests as a user writes them, for the demo, the tests and the benchmarks."""
 
 from __future__ import annotations
 
