@@ -15,8 +15,8 @@ from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import MariadbGtidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 from updatestream_cli.devcluster.memcached import MemcachedServer
-from updatestream_jobs.sinks.base import BatchContext
-from updatestream_jobs.sinks.memcached import MemcachedSink
+from updatestream_jobs.sinks.memcached_sink import MemcachedSink
+from updatestream_jobs.sinks.sink import BatchContext
 
 from harness.sink_events import ShardLog
 from tests.conftest import MariaDBFixture

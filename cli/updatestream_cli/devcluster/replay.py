@@ -19,7 +19,7 @@ the source binlog (or removed, when its first change inserted it). Replication t
 window transaction to the rows the source had, and logs the same row changes the source did.
 
 The start is found by a binary search over the source's binlog files by time
-(`updatestream.binlog.positions`). When the source no longer holds binlogs that old, the
+(`updatestream.binlog.start_positions`). When the source no longer holds binlogs that old, the
 window starts at the oldest position it still has, and says so.
 """
 
@@ -36,15 +36,15 @@ import pymysql
 from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+from updatestream.binlog.config import ReaderConfig, ShardEndpoint, endpoints_of
 from updatestream.binlog.errors import BinlogPurged, SourceError
-from updatestream.binlog.options import ShardEndpoint, SourceConfig, endpoints_of
-from updatestream.binlog.positions import earliest_start, find_start_by_timestamp
 from updatestream.binlog.session import (
     BinlogStream,
     ShardSession,
     connection_settings,
     server_id,
 )
+from updatestream.binlog.start_positions import earliest_start, find_start_by_timestamp
 from updatestream.core.gtid import MariaDBGTID, MariaDBPosition
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.vschema import VSchema
@@ -90,12 +90,11 @@ def window_transactions(start: MariaDBPosition, end: MariaDBPosition) -> int:
 
 def _endpoint(
     keyspace: Keyspace, secrets_dir: Path, source: str
-) -> tuple[ShardEndpoint, SourceConfig]:
+) -> tuple[ShardEndpoint, ReaderConfig]:
     shard = keyspace.spec.shard(source)
     endpoint = next(e for e in endpoints_of(keyspace) if e.shard == shard.name)
-    config = SourceConfig(
+    config = ReaderConfig(
         keyspace=keyspace.metadata.name,
-        shards=(endpoint,),
         vschema_json=json.dumps(keyspace.spec.vschema),
         secrets_dir=str(secrets_dir),
     )

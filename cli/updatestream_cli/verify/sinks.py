@@ -38,7 +38,7 @@ from updatestream.cdcv2.format import (
 )
 from updatestream.cdcv2.reader import Collection, OrderedReader
 from updatestream.core.token import EventToken, TokenError
-from updatestream.mysql import connection_arguments
+from updatestream.mysql_connections import connection_arguments
 from updatestream_cli.devcluster import schema
 from updatestream_cli.devcluster.ledger import table_state
 from updatestream_cli.verify.compare import (
