@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from updatestream_cli.devcluster.server import MariaDBServer
+from updatestream_cli.devcluster.mariadb_server import MariaDBServer
 
 from bench.peertools import CatchUp, HarnessOutput, catch_up, parse_lines
 

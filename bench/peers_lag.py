@@ -17,8 +17,8 @@ from typing import Any
 
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.ledger import LedgerEntry, read_ledger
-from updatestream_cli.devcluster.schema import DATABASE
-from updatestream_cli.devcluster.server import MariaDBServer
+from updatestream_cli.devcluster.mariadb_server import MariaDBServer
+from updatestream_cli.devcluster.sample_schema import DATABASE
 from updatestream_cli.manifests import update_stream
 from updatestream_jobs.job import Job, spark_session
 
