@@ -58,23 +58,16 @@ class StreamJob:
     process: subprocess.Popen[bytes] | None = None
     launches: int = 0
     logs: list[Path] = field(default_factory=list)
+    # in `workdir`: the status file, the checkpoint, the job's default trace file (Spark's and
+    # Python's diagnostic output) and the CDCv2 sink's folder
+    status: Path = field(init=False)
+    checkpoint: Path = field(init=False)
+    trace: Path = field(init=False)
+    cdc: Path = field(init=False)
 
-    @property
-    def status(self) -> Path:
-        return self.workdir / "status.json"
-
-    @property
-    def checkpoint(self) -> Path:
-        return self.workdir / "checkpoint"
-
-    @property
-    def trace(self) -> Path:
-        """Spark's and Python's diagnostic output (the job's default trace file)."""
-        return self.workdir / "checkpoint.log"
-
-    @property
-    def cdc(self) -> Path:
-        return self.workdir / "cdc"
+    def __post_init__(self) -> None:
+        self.status, self.checkpoint = self.workdir / "status.json", self.workdir / "checkpoint"
+        self.trace, self.cdc = self.workdir / "checkpoint.log", self.workdir / "cdc"
 
     def write_stream(self, start: dict[str, Any]) -> Path:
         sinks: list[dict[str, Any]] = [
