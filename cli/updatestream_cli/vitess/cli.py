@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from updatestream.clickopts import json_option, seconds_option
-from updatestream_cli.options import directory_option, ledger_option
+from updatestream_cli.tool_options import directory_option, ledger_option
 from updatestream_cli.vitess.cluster import DEFAULT_DIR, DEFAULT_KEYSPACE, VitessCluster
 from updatestream_cli.vitess.cluster_status import cluster_status
 from updatestream_cli.vitess.reshard import StreamStatus, VitessReshard, plan_reshard
