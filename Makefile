@@ -70,7 +70,7 @@ lint: $(STAMP) ## ruff, mypy, import-linter, the size gate, and the README's and
 	$(BIN)/python -m bench.readme_figures --check
 
 .PHONY: test
-test: system-deps mysql kube-tools image $(STAMP) lint ## everything CI checks: lint, types, layering, unit and integration tests
+test: system-deps mysql kube-tools vitess-tools image $(STAMP) lint ## everything CI checks: lint, types, layering, unit and integration tests
 	$(BIN)/pytest tests
 
 .PHONY: sync-crds
