@@ -50,6 +50,9 @@ $(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check "uv==0.13.9"
 	$(BIN)/uv pip install -q --python $(BIN)/python -c $(LOCK) -e '.[dev]'
+	@# Byte-compile once: with PYTHONDONTWRITEBYTECODE set, every Spark worker and job process
+	@# would otherwise compile pyspark, pandas and pyarrow from source at each start.
+	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib >/dev/null
 	@touch $@
 
 .PHONY: venv
@@ -71,6 +74,7 @@ lint: $(STAMP) ## ruff, mypy, import-linter, the size gate, and the README's and
 
 .PHONY: test
 test: system-deps mysql kube-tools vitess-tools image $(STAMP) lint ## everything CI checks: lint, types, layering, unit and integration tests
+	$(BIN)/python -m compileall -q -j 0 updatestream jobs operator cli harness bench tests >/dev/null
 	$(BIN)/pytest tests
 
 .PHONY: sync-crds
