@@ -325,4 +325,3 @@ def test_the_vschema_vtctldclient_prints_builds() -> None:
     vschema = VSchema.from_dict(printed, keyspace="commerce")
     assert vschema.primary_vindex("users").columns == ("id",)
     assert vschema.keyspace_id_for("users", {"id": 1}) == bytes.fromhex("166b40b44aba4bd6")
-
