@@ -33,9 +33,10 @@ from updatestream.core.gtid import (
     position_to_json,
 )
 from updatestream.core.hop_plan import canonical_shard_name
+from updatestream.core.keyrange import KeyRange
 from updatestream.core.snapshot_plan import SnapshotFilter, SnapshotRange
 from updatestream.core.token import EventToken
-from updatestream_jobs.source.arrow_rows import FIELDS, Classifier
+from updatestream_jobs.source.arrow_rows import FIELDS
 from updatestream_jobs.source.offsets import HopInfo
 from updatestream_jobs.source.options import SourceConfig
 
@@ -73,20 +74,30 @@ class ShardRange:
     def with_holdback(self, holdback: tuple[SnapshotRange, ...] | None) -> ShardRange:
         return replace(self, holdback=holdback)
 
-    def classifier(self) -> Classifier | None:
-        if self.dedup is None or self.dedup.is_empty():
-            return None
-        return RowClassifier(self.dedup)
+    def classifier(self) -> RowClassifier:
+        """The dedup rule's verdicts for this range's rows (the reverse-copy rule applies even
+        to a stream that never hopped)."""
+        return RowClassifier(self.dedup or DedupFilter({}))
 
 
 class RowClassifier:
-    """The dedup rule's verdict for one row tuple: "hop", "unknown" or None (deliver)."""
+    """Adds the dedup rule's verdict to each row of one range: "hop", "reverse", "unknown",
+    "straddle" or None (deliver).
+
+    A copied transaction is classified once. A group of source transactions that straddles a
+    hop's watermark (`DedupVerdict.STRADDLE`) is held until its last row: its rows in the
+    destination come in the source's order, so when the first rows are exactly the rows the
+    stream read of the group's delivered transactions (`DedupFilter.delivered_prefix`, by
+    keyspace id, within this shard's range), those are marked "hop" and the rest delivered;
+    otherwise every row is delivered and marked "straddle" (counted, never dropped on a guess).
+    """
 
     def __init__(self, dedup: DedupFilter) -> None:
         self.dedup = dedup
         self._by_token: dict[str, str | None] = {}
 
-    def __call__(self, row: EventRow) -> str | None:
+    def verdict(self, row: EventRow) -> str | None:
+        """The verdict of a row whose transaction needs no per-row resolution."""
         op = row[_OP]
         if op == "heartbeat" or op == HOP_MARKER:
             return None
@@ -100,6 +111,37 @@ class RowClassifier:
             verdict = self.dedup.classify(EventToken.loads(text)).value
             self._by_token[text] = None if verdict == "deliver" else verdict
         return self._by_token[text]
+
+    __call__ = verdict
+
+    def marked(self, rows: Iterator[EventRow]) -> Iterator[EventRow]:
+        """`rows` with their verdicts added as the last field."""
+        group: list[EventRow] = []
+        for row in rows:
+            if group and row[_TOKEN] != group[0][_TOKEN]:
+                yield from self._resolved(group)
+                group = []
+            verdict = self.verdict(row)
+            if verdict == "straddle":
+                group.append(row)
+            else:
+                yield (*row, verdict)
+        if group:
+            yield from self._resolved(group)
+
+    def _resolved(self, group: list[EventRow]) -> Iterator[EventRow]:
+        token = EventToken.loads(group[0][_TOKEN])
+        assert token.source is not None
+        delivered = self.dedup.delivered_prefix(token.source)
+        if delivered is not None:
+            here = KeyRange.parse(token.shard)
+            delivered = [k for k in delivered if here.contains(bytes.fromhex(k))]
+            if [row[_KSID] for row in group[: len(delivered)]] == delivered:
+                for index, row in enumerate(group):
+                    yield (*row, "hop" if index < len(delivered) else None)
+                return
+        for row in group:
+            yield (*row, "straddle")
 
 
 class Via:
@@ -184,13 +226,16 @@ def _binlog_rows(
 def read_shard_rows(
     config: SourceConfig, part: ShardRange, rows: list[EventRow] | None = None
 ) -> Iterator[EventRow]:
-    """The change events of one range as tuples: from `rows` when the driver's tail read them,
-    else from the shard (on a worker, with its own connections); the shard's last range ends
-    with its heartbeat."""
+    """The change events of one range as complete tuples (the dedup verdict last): from `rows`
+    when the driver's tail read them, else from the shard (on a worker, with its own
+    connections); the shard's last range ends with its heartbeat."""
     start = EventToken.loads(part.start)
     end = EventToken.loads(part.end)
     if part.marker:
-        yield hop_marker(config.keyspace, HopInfo.from_json(json.loads(part.marker)), start)
+        yield (
+            *hop_marker(config.keyspace, HopInfo.from_json(json.loads(part.marker)), start),
+            None,
+        )
     if not position_contains(start.position, end.position):
         found: Iterator[EventRow]
         found = iter(rows) if rows is not None else _binlog_rows(config, part, start, end)
@@ -199,9 +244,9 @@ def read_shard_rows(
         if part.holdback:
             held = SnapshotFilter(part.holdback).holds_back
             found = (r for r in found if not held(r[_TABLE], r[_KSID], r[_PK]))
-        yield from found
+        yield from part.classifier().marked(found)
     if part.heartbeat:
-        yield _ROW(heartbeat(config.keyspace, end))
+        yield (*_ROW(heartbeat(config.keyspace, end)), None)
 
 
 def read_shard_range(

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from updatestream.binlog.errors import HopGapError, SourceOptionsError
 from updatestream.binlog.session import ShardSession, connection_settings
 from updatestream.binlog.start_positions import find_start_by_timestamp
+from updatestream.binlog.vreplication import decode_position, source_fields
 from updatestream.core.dedup import DedupFilter
 from updatestream.core.gtid import GTIDParseError, GTIDPosition, parse_position, position_contains
 from updatestream.core.hop_plan import HopPlan, canonical_shard_name, plan_hop
@@ -49,7 +50,7 @@ _COVERAGE_COLUMN = (
     "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = '_vt' "
     "AND TABLE_NAME = 'vreplication' AND COLUMN_NAME = 'start_pos'"
 )
-_COVERAGE = "SELECT source_shard, start_pos FROM _vt.vreplication WHERE copy_done = 1 ORDER BY id"
+_COVERAGE = "SELECT source, start_pos FROM _vt.vreplication WHERE copy_done = 1 ORDER BY id"
 
 
 def serving_map(keyspace: Keyspace) -> ShardMap:
@@ -221,8 +222,9 @@ class Hopper:
             return {}
         found: dict[str, str] = {}
         for source, start_pos in session.query(_COVERAGE):
-            name = canonical_shard_name(_text(source))
-            found[name] = _text(start_pos)  # the newest workflow's row wins (ORDER BY id)
+            name = canonical_shard_name(source_fields(_text(source))[1])
+            position = decode_position(start_pos, session.flavor) if start_pos else None
+            found[name] = str(position) if position is not None else ""  # the newest row wins
         return found
 
     def _hop_offset(
@@ -235,7 +237,7 @@ class Hopper:
         for name, destination in plan.destinations.items():
             target = _start_second(destination.start_timestamp, changed_at) - self.lookback
             starts[name], tokens[name] = self._read_range(name, target)
-        dedup = DedupFilter.from_plan(plan)
+        dedup = DedupFilter.from_plan(plan, offset.recent)
         if offset.dedup is not None:
             dedup = offset.dedup.merged(dedup)
         hop = HopInfo(
@@ -260,7 +262,8 @@ class Hopper:
         # The snapshot goes on after the hop: its progress is kept by key range, and the hop
         # batch reads no chunks (a chunk reads its rows from the shards serving after it).
         snapshot = offset.snapshot.advance(()) if offset.snapshot is not None else None
-        return StreamOffset(tokens, str(plan.new), dedup, hop, snapshot)
+        recent = {shard: r for shard, r in offset.recent.items() if shard in tokens}
+        return StreamOffset(tokens, str(plan.new), dedup, hop, snapshot, recent)
 
 
 def _start_second(planned: int, changed_at: float | None) -> int:

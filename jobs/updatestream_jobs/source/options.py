@@ -354,7 +354,6 @@ def start_option(start: StartPosition) -> str:
         raise SourceOptionsError(str(exc)) from None
 
 
-
 DOCS_BEGIN = "<!-- source options: generated from updatestream_jobs.source.options -->"
 DOCS_END = "<!-- end of source options -->"
 

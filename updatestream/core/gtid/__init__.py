@@ -45,6 +45,7 @@ __all__ = [
     "parse_position",
     "position_contains",
     "position_from_json",
+    "position_intersection",
     "position_to_json",
     "position_union",
 ]
@@ -93,6 +94,16 @@ def position_union(a: GTIDPosition, b: GTIDPosition) -> GTIDPosition:
         return a.union(b)
     if isinstance(a, MySQLGTIDSet) and isinstance(b, MySQLGTIDSet):
         return a.union(b)
+    _same_flavor(a, b)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def position_intersection(a: GTIDPosition, b: GTIDPosition) -> GTIDPosition:
+    """The transactions in both ``a`` and ``b``; mixing flavours raises."""
+    if isinstance(a, MariaDBPosition) and isinstance(b, MariaDBPosition):
+        return a.intersection(b)
+    if isinstance(a, MySQLGTIDSet) and isinstance(b, MySQLGTIDSet):
+        return a.intersection(b)
     _same_flavor(a, b)
     raise AssertionError("unreachable")  # pragma: no cover
 
