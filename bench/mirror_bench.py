@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pymysql
-from updatestream_cli.devcluster.server import MariaDBServer
+from updatestream_cli.devcluster.mariadb_server import MariaDBServer
 from updatestream_jobs.sinks.mirror_sink import MirrorSink
 from updatestream_jobs.sinks.sink import BatchContext
 

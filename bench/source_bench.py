@@ -37,7 +37,7 @@ from typing import Any
 
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import WriteRowsEvent
-from updatestream_cli.devcluster.server import MariaDBServer
+from updatestream_cli.devcluster.mariadb_server import MariaDBServer
 from updatestream_jobs.job import spark_session
 from updatestream_jobs.source.arrow_rows import record_batches
 from updatestream_jobs.source.binlog_ranges import ShardRange, read_shard_rows

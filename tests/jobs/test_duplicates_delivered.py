@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from pymemcache.client.base import Client
-from updatestream_cli.devcluster.memcached import MemcachedServer
+from updatestream_cli.devcluster.memcached_server import MemcachedServer
 from updatestream_jobs.job import uncommitted_batches
 from updatestream_jobs.metrics import StreamMetrics
 from updatestream_jobs.progress import ProgressTracker

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 from pymemcache.client.base import Client
-from updatestream_cli.devcluster.memcached import MemcachedServer
-from updatestream_cli.devcluster.server import free_port
+from updatestream_cli.devcluster.local_server import free_port
+from updatestream_cli.devcluster.memcached_server import MemcachedServer
 from updatestream_jobs.sinks.memcached_sink import MemcachedSink
 from updatestream_jobs.sinks.sink import BatchContext, SinkError
 

@@ -8,7 +8,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from updatestream_cli.devcluster.server import free_port
+from updatestream_cli.devcluster.local_server import free_port
 from updatestream_jobs.sinks.sink import BatchContext, SinkError
 from updatestream_jobs.sinks.versionstream_sink import VersionStreamSink
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import updatestream_jobs.source.options as options_module
-from updatestream_cli.devcluster.schema import VSCHEMA
+from updatestream_cli.devcluster.sample_schema import VSCHEMA
 from updatestream_jobs.source.options import (
     OPTIONS,
     SourceConfig,

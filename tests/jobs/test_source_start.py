@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from updatestream_cli.devcluster.schema import VSCHEMA
+from updatestream_cli.devcluster.sample_schema import VSCHEMA
 from updatestream_jobs.source.binlog_ranges import ShardRange, read_shard_range
 from updatestream_jobs.source.options import SourceConfig, parse_options
 from updatestream_jobs.source.planner import BatchPlanner

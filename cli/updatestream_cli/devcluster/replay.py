@@ -49,7 +49,7 @@ from updatestream.core.gtid import MariaDBGTID, MariaDBPosition
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.vschema import VSchema
 from updatestream.spec import Keyspace
-from updatestream_cli.devcluster import schema
+from updatestream_cli.devcluster import sample_schema
 from updatestream_cli.devcluster.copy import ReplicationStart
 from updatestream_cli.devcluster.errors import ReshardError
 from updatestream_cli.devcluster.rowchanges import (
@@ -166,7 +166,7 @@ class Rewind:
     def touch(
         self, table: str, before: dict[str, Any] | None, after: dict[str, Any] | None
     ) -> None:
-        keys = schema.PRIMARY_KEYS[table]
+        keys = sample_schema.PRIMARY_KEYS[table]
         if before is not None:
             self.states.setdefault((table, tuple(before[k] for k in keys)), before)
         if after is not None:  # a row first seen in an after image did not exist before
@@ -180,7 +180,7 @@ class Rewind:
             if image is not None and ksid is not None and key_range.contains(ksid):
                 changes.append(RowChange(table, "write", image, ksid))
             else:
-                pk = dict(zip(schema.PRIMARY_KEYS[table], key, strict=True))
+                pk = dict(zip(sample_schema.PRIMARY_KEYS[table], key, strict=True))
                 changes.append(RowChange(table, "delete", pk, b""))
         changes.sort(key=lambda change: (change.table, change.op))
         return row_statements(changes)
@@ -225,7 +225,7 @@ def read_rewind(keyspace: Keyspace, secrets_dir: Path, window: ReplayWindow) -> 
                 gtid = MariaDBGTID(event.domain_id, event.server_id, event.gtid_seq_no)
                 standalone = bool(event.flags & 1)
             elif isinstance(event, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):
-                if event.schema == schema.DATABASE and event.table in schema.COLUMNS:
+                if event.schema == sample_schema.DATABASE and event.table in sample_schema.COLUMNS:
                     for row in event.rows:
                         rewind.touch(event.table, *row_images(event, row))
             elif gtid is not None and (
