@@ -7,6 +7,8 @@ import hashlib
 import json
 import subprocess
 import sys
+import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -242,26 +244,36 @@ def big_transaction(cluster: DevCluster) -> tuple[GTIDPosition, GTIDPosition, GT
 def test_reconnect_resumes_from_the_last_finished_transaction(
     cluster: DevCluster, big_transaction: tuple
 ) -> None:
+    """The dump is killed while the reader is half way through the 100k-row transaction: none
+    of its rows was handed out yet (a transaction's rows go out once it has ended), so the
+    reader reconnects from the position before it and reads it again, whole, once."""
     start, before_big, end = big_transaction
     config = config_for(cluster)
     endpoint = config.endpoint("80-")
     reader = BinlogRangeReader(
         endpoint, config.reader, start, end, RowConverter(config.reader, "80-", flavor_of(endpoint))
     )
-    keys: list[str] = []
-    killed = 0
-    for event in reader:
-        keys.append(json.loads(event.pk or "{}")["event_key"])
-        if not killed and sum(k.startswith("bulk-") for k in keys[-11:]) == 11:
-            killed = kill_binlog_dumps(cluster, "80-")
-    assert killed == 1
+    killed: list[int] = []
+
+    def kill_half_way() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            tx = reader._tx
+            if tx is not None and tx.ordinal > BIG_TX_ROWS // 2:
+                killed.append(kill_binlog_dumps(cluster, "80-"))
+                return
+            time.sleep(0.005)
+
+    killer = threading.Thread(target=kill_half_way)
+    killer.start()
+    keys = [json.loads(event.pk or "{}")["event_key"] for event in reader]
+    killer.join()
+    assert killed == [1]
     assert len(keys) == len(set(keys)) == BIG_TX_ROWS + 4
     assert keys[:3] == ["small-0", "small-1", "small-2"] and keys[-1] == "last"
     # Two connections: the second from after the last finished transaction, not from the start.
     assert len(reader.connections) == 2
     assert reader.connections[0] == str(start)
-    # Killed ~15 MB before the end of the big transaction: the reader resumes from the one
-    # before it and skips the rows it already gave out.
     assert MariaDBPosition.parse(reader.connections[1]) == before_big != start
 
 

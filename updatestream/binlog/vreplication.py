@@ -49,7 +49,14 @@ JOURNAL_TABLE = "resharding_journal"
 REVERSE_SUFFIX = "_reverse"  # Vitess names a workflow's reverse workflow so
 
 _PREFIXES = {"MySQL56": Flavor.MYSQL, "MariaDB": Flavor.MARIADB}
-_FIELD = r'(?:^|[\s{]){name}:\s*"((?:[^"\\]|\\.)*)"'
+
+
+def _field(name: str) -> re.Pattern[str]:
+    """A top-level `name:"value"` of protobuf text (the value's escapes kept)."""
+    return re.compile(r'(?:^|[\s{])' + re.escape(name) + r':\s*"((?:[^"\\]|\\.)*)"')
+
+
+_KEYSPACE, _SHARD = _field("keyspace"), _field("shard")
 
 
 class MarkerError(UpdateStreamError):
@@ -117,8 +124,8 @@ def binlog_source(keyspace: str, shard: str, key_range: str) -> str:
 def source_fields(text: str) -> tuple[str, str]:
     """(keyspace, shard) of a workflow's `source` (BinlogSource protobuf text)."""
     found = []
-    for name in ("keyspace", "shard"):
-        match = re.search(_FIELD.format(name=name), text)
+    for name, pattern in (("keyspace", _KEYSPACE), ("shard", _SHARD)):
+        match = pattern.search(text)
         if match is None:
             raise MarkerError(f"workflow source {text!r} names no {name}")
         found.append(match.group(1))

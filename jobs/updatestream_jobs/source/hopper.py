@@ -41,6 +41,7 @@ from updatestream.core.keyrange import KeyRange
 from updatestream.core.shardmap import ShardMap
 from updatestream.core.token import EventToken
 from updatestream.spec import Keyspace
+from updatestream_jobs.source.journals import Draining, Journals
 from updatestream_jobs.source.keyspace_watch import KeyspaceWatch
 from updatestream_jobs.source.offsets import HopInfo, StreamOffset
 
@@ -122,6 +123,7 @@ class Hopper:
         self.lookback = lookback
         self._clock = clock
         self._waiting: str | None = None
+        self.journals = Journals(session)
 
     def keyspace(self) -> Keyspace:
         return self.watch.current()
@@ -143,9 +145,15 @@ class Hopper:
             old = map_for_shards(keyspace, reading, self.key_range)
         new, changed_at = next_map(keyspace, old, self.key_range)
         plan = plan_hop(old, new, offset.tokens, self.key_range)
+        declared = {shard.name for shard in keyspace.spec.shards}
+        delivered = {name: token.position for name, token in offset.tokens.items()}
+        journaled = self.journals.starts(plan, delivered, declared)
+        if isinstance(journaled, Draining):
+            return None
+        if journaled is not None:
+            return self._hop_offset(offset, plan, changed_at, journaled)
         gaps = self._gaps(plan)
         if gaps:
-            declared = {shard.name for shard in keyspace.spec.shards}
             gone = [g for g in gaps if g.source not in declared]
             if gone:
                 raise _gap_error(gone, keyspace)
@@ -228,7 +236,11 @@ class Hopper:
         return found
 
     def _hop_offset(
-        self, offset: StreamOffset, plan: HopPlan, changed_at: float | None
+        self,
+        offset: StreamOffset,
+        plan: HopPlan,
+        changed_at: float | None,
+        journaled: dict[str, GTIDPosition] | None = None,
     ) -> StreamOffset:
         tokens: dict[str, EventToken] = {
             name: offset.tokens[name] for name in plan.unchanged if name in offset.tokens
@@ -236,7 +248,13 @@ class Hopper:
         starts: dict[str, EventToken] = {}
         for name, destination in plan.destinations.items():
             target = _start_second(destination.start_timestamp, changed_at) - self.lookback
-            starts[name], tokens[name] = self._read_range(name, target)
+            if journaled is not None:  # at the switch, exactly: no copy is read again
+                current, now = self._session(name).current_position()
+                second = max(0, int(changed_at or now))
+                starts[name] = EventToken(second, name, journaled[name])
+                tokens[name] = EventToken(max(now, second), name, current)
+            else:
+                starts[name], tokens[name] = self._read_range(name, target)
         dedup = DedupFilter.from_plan(plan, offset.recent)
         if offset.dedup is not None:
             dedup = offset.dedup.merged(dedup)
