@@ -53,7 +53,7 @@ _PREFIXES = {"MySQL56": Flavor.MYSQL, "MariaDB": Flavor.MARIADB}
 
 def _field(name: str) -> re.Pattern[str]:
     """A top-level `name:"value"` of protobuf text (the value's escapes kept)."""
-    return re.compile(r'(?:^|[\s{])' + re.escape(name) + r':\s*"((?:[^"\\]|\\.)*)"')
+    return re.compile(r"(?:^|[\s{])" + re.escape(name) + r':\s*"((?:[^"\\]|\\.)*)"')
 
 
 _KEYSPACE, _SHARD = _field("keyspace"), _field("shard")
