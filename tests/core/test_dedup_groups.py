@@ -45,14 +45,12 @@ def test_a_group_is_classified_by_what_the_watermark_holds(
     assert FILTER.classify(copy(first, last)) is verdict
 
 
-def test_a_straddling_group_has_its_delivered_prefix_from_the_record() -> None:
-    token = copy(9, 12)
-    assert token.source is not None
-    assert FILTER.delivered_prefix(token.source) == ["20", "30"]
-    # a record that does not reach back to the group's start cannot answer
-    short = DedupFilter({"-80": at(10)}, {}, {"-80": RecentTransactions(at(9))})
-    straddle = copy(9, 12).source
-    assert straddle is not None and short.delivered_prefix(straddle) is None
+def test_the_record_gives_the_rows_of_the_transactions_between_two_positions() -> None:
+    assert RECENT.rows_between(at(8), at(10)) == ["20", "30"]  # transactions 9 and 10
+    assert RECENT.rows_between(at(7), at(8)) == ["10", "90"]
+    # a record that does not reach back to the start, or forward to the end, cannot answer
+    assert RecentTransactions(at(9)).rows_between(at(8), at(9)) is None
+    assert RECENT.rows_between(at(8), at(11)) is None
 
 
 def test_reverse_copies_of_a_shard_not_read_yet_are_dropped() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 from updatestream_jobs.source.arrow_rows import FIELDS
-from updatestream_jobs.source.binlog_ranges import RowClassifier, Via
+from updatestream_jobs.source.copy_groups import RowClassifier, Via
 from updatestream_jobs.source.hopper import map_for_shards, next_map
 from updatestream_jobs.source.keyspace_watch import (
     FileKeyspaceWatch,
@@ -292,3 +292,20 @@ def test_a_group_straddling_the_watermark_drops_exactly_its_delivered_prefix() -
     # no record reaching back to the group's start: delivered and counted
     blind = DedupFilter({"-80": parse_position("1-1-50")})
     assert [r[-1] for r in RowClassifier(blind).marked(iter(rows))] == ["straddle"] * 5
+
+
+def test_a_retired_shard_read_from_its_copies_slices_groups_at_both_ends() -> None:
+    # the stream read -80's transactions 48 to 52; the replayed batch is (1-1-49, 1-1-51]
+    record = RecentTransactions(parse_position("1-1-47")).then(
+        [(parse_position(f"1-1-{n}"), (f"{n - 40:02x}",)) for n in range(48, 53)]
+    )
+    via = Via("-80", parse_position("1-1-49"), parse_position("1-1-51"), record)
+    via = Via.from_json(via.to_json())
+    # one group copies 48..53 (rows 08 09 0a 0b 0c, then 0d of 53 the stream never read)
+    rows = group_rows(["08", "09", "0a", "0b", "0c", "0d"], "1-1-47", "1-1-53")
+    kept = list(RowClassifier(DedupFilter({}), via).marked(iter(rows)))
+    assert [r[5] for r in kept] == ["0a", "0b"] and {r[-1] for r in kept} == {None}
+    # without a record the group's part cannot be told: all of it, counted
+    blind = Via("-80", parse_position("1-1-49"), parse_position("1-1-51"))
+    kept = list(RowClassifier(DedupFilter({}), blind).marked(iter(rows)))
+    assert [r[-1] for r in kept] == ["straddle"] * 6

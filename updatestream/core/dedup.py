@@ -15,8 +15,8 @@ delivered. A :class:`DedupFilter` holds what it takes to tell, per event:
   (`RecentTransactions`). Filtered replication may copy several source transactions in one
   destination transaction (its provenance then says where the group began, `covered_from`);
   a group that straddles the watermark has a delivered prefix, whose rows these records count
-  (`STRADDLE`, resolved per row by the reader; without a record that reaches back, the group
-  is delivered and counted).
+  (`STRADDLE`, resolved per row by the reader, `updatestream_jobs.source.copy_groups`; without
+  a record that reaches back, the group is delivered and counted).
 * A copy made by reverse replication (after a switch, from the new shards back into the old
   ones) of a shard the stream has not read yet is dropped (`DUPLICATE_REVERSE`): the stream
   reads that shard itself once it hops there.
@@ -153,17 +153,6 @@ class DedupFilter:
         if position_contains(source.covered_from, delivered):
             return DedupVerdict.DELIVER
         return DedupVerdict.STRADDLE
-
-    def delivered_prefix(self, source: SourceProvenance) -> list[str] | None:
-        """For a STRADDLE group: the keyspace ids (hex, in order) of the rows, in the stream's
-        key range, of the group's source transactions the watermark holds; None when no record
-        of the source reaches back to the group's start."""
-        name = canonical_shard_name(source.shard)
-        watermark, recent = self._watermarks.get(name), self._recent.get(name)
-        if watermark is None or recent is None or source.covered_from is None:
-            return None
-        upto = position_intersection(watermark, source.position)
-        return recent.rows_between(source.covered_from, upto)
 
     def merged(self, other: DedupFilter) -> DedupFilter:
         """This filter followed by ``other``, the filter of a later hop.

@@ -2,10 +2,10 @@
 
 A `ShardRange` says what a batch reads of one shard: the transactions after its start token up
 to its end token, with what the batch applies to them: the dedup rule after a hop (each row gets
-its verdict, `RowClassifier`), a hop marker that the range announces with a first `hop` row, the
-unfinished snapshot ranges whose binlog events it holds back, and, for a retired shard read
-from a destination, the `Via` filter that keeps only the rows copied from it. The shard's last
-range of the batch ends with its heartbeat.
+its verdict, `copy_groups.RowClassifier`), a hop marker that the range announces with a first
+`hop` row, the unfinished snapshot ranges whose binlog events it holds back, and, for a retired
+shard read from a destination, the `Via` that keeps only the rows copied from it. The shard's
+last range of the batch ends with its heartbeat.
 
 `read_shard_rows` yields the rows: from the binlog (opening its own connections: it runs on a
 Spark worker), or from the rows the driver's binlog tail already converted with the same
@@ -26,17 +26,12 @@ from updatestream.binlog.row_converter import EventRow, RowConverter, heartbeat
 from updatestream.binlog.session import ShardSession, flavor_of
 from updatestream.core.dedup import DedupFilter
 from updatestream.core.gtid import (
-    GTIDPosition,
-    parse_position,
     position_contains,
-    position_from_json,
-    position_to_json,
 )
-from updatestream.core.hop_plan import canonical_shard_name
-from updatestream.core.keyrange import KeyRange
 from updatestream.core.snapshot_plan import SnapshotFilter, SnapshotRange
 from updatestream.core.token import EventToken
 from updatestream_jobs.source.arrow_rows import FIELDS
+from updatestream_jobs.source.copy_groups import RowClassifier, Via
 from updatestream_jobs.source.offsets import HopInfo
 from updatestream_jobs.source.options import SourceConfig
 
@@ -76,119 +71,9 @@ class ShardRange:
 
     def classifier(self) -> RowClassifier:
         """The dedup rule's verdicts for this range's rows (the reverse-copy rule applies even
-        to a stream that never hopped)."""
-        return RowClassifier(self.dedup or DedupFilter({}))
-
-
-class RowClassifier:
-    """Adds the dedup rule's verdict to each row of one range: "hop", "reverse", "unknown",
-    "straddle" or None (deliver).
-
-    A copied transaction is classified once. A group of source transactions that straddles a
-    hop's watermark (`DedupVerdict.STRADDLE`) is held until its last row: its rows in the
-    destination come in the source's order, so when the first rows are exactly the rows the
-    stream read of the group's delivered transactions (`DedupFilter.delivered_prefix`, by
-    keyspace id, within this shard's range), those are marked "hop" and the rest delivered;
-    otherwise every row is delivered and marked "straddle" (counted, never dropped on a guess).
-    """
-
-    def __init__(self, dedup: DedupFilter) -> None:
-        self.dedup = dedup
-        self._by_token: dict[str, str | None] = {}
-
-    def verdict(self, row: EventRow) -> str | None:
-        """The verdict of a row whose transaction needs no per-row resolution."""
-        op = row[_OP]
-        if op == "heartbeat" or op == HOP_MARKER:
-            return None
-        if row[_SOURCE] is None:
-            until = self.dedup.overlap_until.get(row[_SHARD])
-            return "unknown" if until is not None and row[_TS] <= until else None
-        text = row[_TOKEN]  # one per transaction: classify each transaction once
-        if text not in self._by_token:
-            if len(self._by_token) > 4096:
-                self._by_token.clear()
-            verdict = self.dedup.classify(EventToken.loads(text)).value
-            self._by_token[text] = None if verdict == "deliver" else verdict
-        return self._by_token[text]
-
-    __call__ = verdict
-
-    def marked(self, rows: Iterator[EventRow]) -> Iterator[EventRow]:
-        """`rows` with their verdicts added as the last field."""
-        group: list[EventRow] = []
-        for row in rows:
-            if group and row[_TOKEN] != group[0][_TOKEN]:
-                yield from self._resolved(group)
-                group = []
-            verdict = self.verdict(row)
-            if verdict == "straddle":
-                group.append(row)
-            else:
-                yield (*row, verdict)
-        if group:
-            yield from self._resolved(group)
-
-    def _resolved(self, group: list[EventRow]) -> Iterator[EventRow]:
-        token = EventToken.loads(group[0][_TOKEN])
-        assert token.source is not None
-        delivered = self.dedup.delivered_prefix(token.source)
-        if delivered is not None:
-            here = KeyRange.parse(token.shard)
-            delivered = [k for k in delivered if here.contains(bytes.fromhex(k))]
-            if [row[_KSID] for row in group[: len(delivered)]] == delivered:
-                for index, row in enumerate(group):
-                    yield (*row, "hop" if index < len(delivered) else None)
-                return
-        for row in group:
-            yield (*row, "straddle")
-
-
-class Via:
-    """Read a retired shard's changes from one of its destinations: the rows copied from
-    `shard` whose source position is after `after` and at or before `upto`.
-
-    A batch planned before a shard was retired may have to be replayed after the shard is gone
-    (the job stopped between planning and committing it). Its changes still exist as copies
-    in the destinations' binlogs (when they reach back that far: the planner checks)."""
-
-    def __init__(self, shard: str, after: GTIDPosition, upto: GTIDPosition) -> None:
-        self.shard = shard
-        self.after = after
-        self.upto = upto
-        self._seen: dict[str, bool] = {}
-
-    def to_json(self) -> str:
-        return json.dumps(
-            {
-                "shard": self.shard,
-                "after": position_to_json(self.after),
-                "upto": position_to_json(self.upto),
-            }
-        )
-
-    @classmethod
-    def from_json(cls, text: str) -> Via:
-        data = json.loads(text)
-        return cls(
-            data["shard"],
-            position_from_json(data["after"], "via.after."),
-            position_from_json(data["upto"], "via.upto."),
-        )
-
-    def __call__(self, row: EventRow) -> bool:
-        source = row[_SOURCE]
-        if source is None or canonical_shard_name(source) != self.shard:
-            return False
-        text = row[_SOURCE_GTID]
-        if text not in self._seen:
-            if len(self._seen) > 4096:
-                self._seen.clear()
-            position = parse_position(text, self.upto.flavor)
-            self._seen[text] = position_contains(self.upto, position) and not position_contains(
-                self.after, position
-            )
-        return self._seen[text]
+        to a stream that never hopped), and its `Via` when it reads a retired shard."""
+        via = Via.from_json(self.via) if self.via else None
+        return RowClassifier(self.dedup or DedupFilter({}), via)
 
 
 def hop_marker(keyspace: str, hop: HopInfo, token: EventToken) -> EventRow:
@@ -239,12 +124,11 @@ def read_shard_rows(
     if not position_contains(start.position, end.position):
         found: Iterator[EventRow]
         found = iter(rows) if rows is not None else _binlog_rows(config, part, start, end)
-        if part.via:
-            found = filter(Via.from_json(part.via), found)
+        marked = part.classifier().marked(found)
         if part.holdback:
             held = SnapshotFilter(part.holdback).holds_back
-            found = (r for r in found if not held(r[_TABLE], r[_KSID], r[_PK]))
-        yield from part.classifier().marked(found)
+            marked = (r for r in marked if not held(r[_TABLE], r[_KSID], r[_PK]))
+        yield from marked
     if part.heartbeat:
         yield (*_ROW(heartbeat(config.keyspace, end)), None)
 
