@@ -300,3 +300,28 @@ def test_pickles_for_spark_tasks() -> None:
     assert restored == vschema
     assert restored.keyspace_id_for("users", {"id": 1}) == bytes.fromhex("166b40b44aba4bd6")
     assert restored.tables["countries"] == ()
+
+
+def test_the_vschema_vtctldclient_prints_builds() -> None:
+    """`vtctldclient GetVSchema` prints every field of Vitess's VSchema message: `column` and
+    an empty `columns`, empty types and owners, null auto_increment."""
+    printed = {
+        "sharded": True,
+        "vindexes": {"hash": {"type": "hash", "params": {}, "owner": ""}},
+        "tables": {
+            "users": {
+                "type": "",
+                "column_vindexes": [{"column": "id", "name": "hash", "columns": []}],
+                "auto_increment": None,
+                "columns": [],
+                "pinned": "",
+                "column_list_authoritative": False,
+                "source": "",
+            }
+        },
+        "require_explicit_routing": False,
+        "foreign_key_mode": 0,
+    }
+    vschema = VSchema.from_dict(printed, keyspace="commerce")
+    assert vschema.primary_vindex("users").columns == ("id",)
+    assert vschema.keyspace_id_for("users", {"id": 1}) == bytes.fromhex("166b40b44aba4bd6")

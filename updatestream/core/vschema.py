@@ -330,7 +330,10 @@ def _build_table(
 
 
 def _columns_of(entry: Mapping[str, Any], where: str) -> tuple[tuple[str, ...], str]:
-    has_column, has_columns = "column" in entry, "columns" in entry
+    # Vitess prints both fields (`vtctldclient GetVSchema`): beside a column, an empty
+    # `columns` is an absent one
+    has_column = entry.get("column") not in (None, "")
+    has_columns = "columns" in entry and not (has_column and entry["columns"] == [])
     if has_column == has_columns:
         raise VSchemaError(f"{where} must give exactly one of 'column' or 'columns'")
     if has_column:

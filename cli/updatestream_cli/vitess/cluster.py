@@ -21,13 +21,15 @@ from typing import Any
 from updatestream import spec
 from updatestream.core.keyrange import KeyRange, parse_shard_names
 from updatestream.core.shardmap import ShardMap
+from updatestream.vitess_topology import VitessTopology, resolved_keyspace
+from updatestream_cli.devcluster import sample_schema
 from updatestream_cli.devcluster.cluster import atomic_write
 from updatestream_cli.devcluster.local_server import free_port
 from updatestream_cli.vitess import manifest, provisioning, runtime
 from updatestream_cli.vitess.environment import ClusterEnv
 from updatestream_cli.vitess.errors import VitessStateError
 from updatestream_cli.vitess.tablets import Tablet, template_datadir
-from updatestream_cli.vitess.topology import Etcd
+from updatestream_cli.vitess.topo_server import Etcd
 from updatestream_cli.vitess.vtctld import Vtctld
 from updatestream_cli.vitess.vtctldclient import Vtctldclient
 from updatestream_cli.vitess.vtgate import Vtgate
@@ -188,6 +190,7 @@ class VitessCluster:
             self._timed("vtgate", lambda: self._start_vtgate(env))
             if not self.manifest_path.exists():
                 self._write_manifest(wanted)
+            self.sync_manifest()
             self.save()
 
     def _wanted_shards(self, shards: str | None) -> list[str]:
@@ -297,6 +300,18 @@ class VitessCluster:
             serving=serving,
         )
 
+    def sync_manifest(self) -> spec.Keyspace:
+        """Rewrite the Keyspace manifest from what Vitess holds now (serving shards, primary
+        tablets' endpoints, VSchema; a history entry when serving changed): the job's
+        keyspace watch follows it, so a Reshard's SwitchTraffic is what makes a stream hop."""
+        topology = VitessTopology(f"127.0.0.1:{self.vtctld.grpc_port}", self.state["cell"])
+        secret = sample_schema.secret_name(self.keyspace, "reader")
+        current = spec.load_keyspace(self.manifest_path)
+        resolved = resolved_keyspace(current, topology.view(self.keyspace), secret=secret)
+        if resolved != current:
+            atomic_write(self.manifest_path, spec.dump_keyspace(resolved))
+        return resolved
+
     def endpoints(self) -> dict[str, int]:
         """Each shard with a tablet: its mysqld port."""
         return {t.shard: t.mysql_port for t in self.tablets()}
@@ -312,12 +327,7 @@ class VitessCluster:
             tablets = [existing.get(n) or self._new_tablet(n) for n in names]
             self._start_tablets(env, tablets)
             self.elect_primaries(tablets)
-            manifest.write_manifest(
-                self.manifest_path,
-                keyspace=self.keyspace,
-                endpoints=self.endpoints(),
-                serving=self.serving_shards_recorded(),
-            )
+            self.sync_manifest()
             self.save()
         return tablets
 
@@ -333,12 +343,7 @@ class VitessCluster:
                 del self._tablets[tablet.uid]
                 retired = {"shard": tablet.shard, "uid": tablet.uid}
                 self.state.setdefault("retired", []).append(retired)
-            manifest.write_manifest(
-                self.manifest_path,
-                keyspace=self.keyspace,
-                endpoints=self.endpoints(),
-                serving=self.serving_shards_recorded(),
-            )
+            self.sync_manifest()
             self.save()
 
     # -- stopping -------------------------------------------------------------------------------

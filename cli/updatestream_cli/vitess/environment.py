@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from updatestream_cli.vitess.runtime import Runtime, ServiceUser
-from updatestream_cli.vitess.topology import Etcd
+from updatestream_cli.vitess.topo_server import Etcd
 
 # Added to the my.cnf that mysqlctl writes for every tablet. A change stream needs full row
 # images with column names (binlog_row_image and binlog_row_metadata FULL); MySQL 8.0 defaults to

@@ -20,7 +20,7 @@ from updatestream_cli.devcluster import sample_schema
 from updatestream_cli.vitess.environment import ClusterEnv
 from updatestream_cli.vitess.errors import ProcessStartError, VtctldCommandError
 from updatestream_cli.vitess.tablets import Tablet
-from updatestream_cli.vitess.topology import cell_root
+from updatestream_cli.vitess.topo_server import cell_root
 from updatestream_cli.vitess.vtctldclient import Vtctldclient
 
 

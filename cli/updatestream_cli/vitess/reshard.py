@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from updatestream.core.keyrange import KeyRange, parse_shard_names
-from updatestream_cli.vitess import manifest
 from updatestream_cli.vitess.cluster import VitessCluster
 from updatestream_cli.vitess.errors import ReshardError, VtctldCommandError
 
@@ -252,11 +251,9 @@ class VitessReshard:
         self.cluster.wait_vtgate_serving()
 
     def _record_serving(self, now: Sequence[str], before: Sequence[str]) -> None:
-        serving = self.cluster.serving_shards_recorded()
-        updated = [s for s in serving if s not in before]
-        updated += [s for s in now if s not in updated]
-        manifest.switch_serving(self.cluster.manifest_path, updated, self.cluster.endpoints())
-        self.reporter.phase("switch", f"serving shards: {', '.join(sorted(updated))}")
+        """The manifest follows what Vitess serves now (read from vtctld, not assumed)."""
+        serving = self.cluster.sync_manifest().spec.serving_shards
+        self.reporter.phase("switch", f"serving shards: {', '.join(serving)}")
 
     def complete(self) -> None:
         """`Reshard complete`, then stop the source shards' tablets and remove their data."""
