@@ -53,6 +53,9 @@ log = logging.getLogger(__name__)
 # larger one is read once per sink from the persisted batch.
 SINGLE_PASS_EVENTS = 10_000
 
+# the dedup verdicts whose events sinks never receive (they are counted by cause)
+DROPPED = frozenset({"hop", "reverse"})
+
 # how many micro-batches' phase timings a job keeps (`Job.batch_phases`)
 KEPT_BATCH_PHASES = 1000
 
@@ -183,12 +186,12 @@ class Job:
                 if count and event.after:
                     self.tracker.hop_announced(json.loads(event.after))
                 continue
-            if event.dedup == "hop":
+            if event.dedup in DROPPED:  # a copy delivered already, or read later from its shard
                 if count:
-                    self.tracker.count_duplicate("hop")
+                    self.tracker.count_duplicate(event.dedup)
                 continue
-            if event.dedup == "unknown" and count:
-                self.tracker.count_duplicate("unknown")
+            if event.dedup is not None and count:  # delivered, counted: "unknown", "straddle"
+                self.tracker.count_duplicate(event.dedup)
             yield event
 
     def write_batch(self, frame: Any, batch_id: int) -> None:

@@ -30,7 +30,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-DUPLICATE_CAUSES = ("hop", "unknown")
+# by the dedup rule's verdict: dropped ("hop", "reverse") or delivered and counted ("unknown",
+# "straddle"; see updatestream.core.dedup)
+DUPLICATE_CAUSES = ("hop", "unknown", "reverse", "straddle")
 PHASES = ("starting", "running", "hopping", "stopped", "failed")
 
 

@@ -174,7 +174,8 @@ class ProgressTracker:
         return done
 
     def count_duplicate(self, cause: str) -> None:
-        """One event classified by the hop dedup rule (`hop`: dropped, `unknown`: delivered)."""
+        """One event classified by the dedup rule (`hop`, `reverse`: dropped; `unknown`,
+        `straddle`: delivered)."""
         with self._lock:
             self.duplicates[cause] += 1
         if self.metrics is not None:

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import pymysql.cursors
 from updatestream_cli.devcluster.cluster import DevCluster
+from updatestream_cli.devcluster.copy import vreplication_rows as copy_rows
 from updatestream_cli.devcluster.ledger import pk_json
 from updatestream_cli.devcluster.verify import misplaced_rows, shard_state
 
 from tests.devcluster.binlog_reader import BinlogTransaction, read_transactions
-from updatestream.core.gtid import MariaDBPosition
+from updatestream.binlog.vreplication import decode_position, source_fields
+from updatestream.core.gtid import MariaDBGTID, MariaDBPosition
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.vschema import VSchema
 
@@ -35,33 +36,30 @@ def assert_rows_on_their_shard(cluster: DevCluster, shards: list[str]) -> None:
 def replicated_transactions(
     cluster: DevCluster, target: str, workflow: str
 ) -> list[tuple[BinlogTransaction, dict[str, Any]]]:
-    """Destination transactions written by filtered replication, with their vreplication row."""
+    """Destination transactions written by filtered replication, each with its copy marker:
+    the after image of the `_vt.vreplication` update that ends it, decoded (`pos` as plain
+    GTID text, `source_shard` from the workflow's `source`), and `before_pos`."""
     server = cluster.server(target)
     found = []
     for tx in read_transactions(server.host, server.port or 0, cluster.credentials("reader")):
         vrep = [r for r in tx.rows if r.schema == "_vt" and r.table == "vreplication"]
-        if not vrep:
+        if not vrep or vrep[-1].op != "update":
             continue
-        after = vrep[0].after
-        assert after is not None
-        decoded = {k: v.decode() if isinstance(v, bytes) else v for k, v in after.items()}
+        marker = vrep[-1]
+        assert marker.after is not None and marker.before is not None
+        decoded = {k: v.decode() if isinstance(v, bytes) else v for k, v in marker.after.items()}
         if decoded["workflow"] == workflow:
+            decoded["source_shard"] = source_fields(decoded["source"])[1]
+            decoded["pos"] = str(decode_position(decoded["pos"]))
+            decoded["before_pos"] = str(decode_position(marker.before["pos"]))
             found.append((tx, decoded))
     return found
 
 
 def vreplication_rows(cluster: DevCluster, target: str, workflow: str) -> dict[str, dict[str, Any]]:
     """The destination's `_vt.vreplication` rows of a workflow, by source shard, decoded."""
-    with (
-        cluster.connect(target, "admin") as conn,
-        conn.cursor(pymysql.cursors.DictCursor) as cur,
-    ):
-        cur.execute("SELECT * FROM `_vt`.`vreplication` WHERE workflow = %s", (workflow,))
-        rows = [
-            {k: v.decode() if isinstance(v, bytes) else v for k, v in row.items()}
-            for row in cur.fetchall()
-        ]
-    return {row["source_shard"]: row for row in rows}
+    with cluster.connect(target, "admin", autocommit=True) as conn:
+        return copy_rows(conn, workflow)
 
 
 def source_transactions_for(
@@ -91,26 +89,19 @@ def source_transactions_for(
 def assert_filtered_replication_exact(
     cluster: DevCluster, workflow: dict[str, Any], target: str, *, same_images: bool = False
 ) -> int:
-    """Every source transaction with rows for `target` after the destination's `start_pos` (the
-    copy's snapshot, or earlier with a replay window), up to the final source position, was
-    applied exactly once and in source order, first row the vreplication row, with the source
-    timestamp on every event; returns how many were checked. With `same_images`, the
-    destination's row events also equal the source's: operation, before and after images."""
-    applied: dict[str, list[BinlogTransaction]] = {}
-    order: dict[str, list[str]] = {}
-    for tx, vrep in replicated_transactions(cluster, target, workflow["name"]):
-        assert tx.rows[0].schema == "_vt" and tx.rows[0].table == "vreplication", tx.gtid
-        source_gtid = MariaDBPosition.parse(vrep["pos"])
-        ts = int(vrep["transaction_timestamp"])
-        assert tx.timestamp == ts and tx.xid_timestamp == ts
-        assert all(row.timestamp == ts for row in tx.rows)
-        if len(tx.rows) > 1:
-            (gtid,) = [g for g in source_gtid if g.domain == _domain(cluster, vrep["source_shard"])]
-            applied.setdefault(f"{vrep['source_shard']}/{gtid}", []).append(tx)
-            order.setdefault(vrep["source_shard"], []).append(str(gtid))
+    """Filtered replication marked and applied every source transaction exactly as Vitess's
+    vplayer does: each source transaction with rows for `target` after the destination's
+    `start_pos`, up to the final source position, is in exactly one destination transaction,
+    whose marker (its LAST row, the `_vt.vreplication` update) covers it (in `pos`, not in the
+    before image's `pos`) and whose rows are the covered source transactions' rows for `target`,
+    in source order; `transaction_timestamp` is the source commit second of the last covered
+    transaction, and the events carry the destination's own time (no `SET TIMESTAMP`). Returns
+    how many source transactions were checked. With `same_images`, the destination's row events
+    also equal the source's: operation, before and after images."""
     checked = 0
     vrep_rows = vreplication_rows(cluster, target, workflow["name"])
     assert set(vrep_rows) == set(workflow["copy_positions"][target])
+    copies = replicated_transactions(cluster, target, workflow["name"])
     for source, copy_pos in workflow["copy_positions"][target].items():
         start = vrep_rows[source]["start_pos"]
         assert vrep_rows[source]["copy_done"] == 1
@@ -118,30 +109,50 @@ def assert_filtered_replication_exact(
         assert MariaDBPosition.parse(copy_pos).contains(MariaDBPosition.parse(start))
         # The source is frozen: its binlog ends at the workflow's final position.
         assert cluster.server(source).gtid_position() == workflow["final_positions"][source]
-        expected_order = []
-        for stx, rows in source_transactions_for(cluster, source, target, start):
-            copies = applied.pop(f"{source}/{stx.gtid}", [])
-            if not rows:
-                assert not copies, stx.gtid
-                continue
-            assert len(copies) == 1, f"{source} {stx.gtid} applied {len(copies)} times"
-            assert copies[0].timestamp == stx.timestamp
-            expected = sorted(
-                (r.table, pk_json(r.table, r.after or r.before or {}), r.op == "delete")
-                for r in rows
-            )
-            got = sorted(
-                (r.table, pk_json(r.table, r.after or r.before or {}), r.op == "delete")
-                for r in copies[0].rows[1:]
-            )
-            assert got == expected, stx.gtid
-            if same_images:  # in any order: a multi-row DELETE runs in key order
-                assert _images(copies[0].rows[1:]) == _images(rows), stx.gtid
-            expected_order.append(stx.gtid)
-            checked += 1
-        assert order.get(source, []) == expected_order, f"{source}: applied out of source order"
-    assert not applied, f"applied transactions with no source: {sorted(applied)[:5]}"
+        domain = _domain(cluster, source)
+        expected = [
+            (stx, rows) for stx, rows in source_transactions_for(cluster, source, target, start)
+        ]
+        mine = [(tx, m) for tx, m in copies if m["source_shard"] == source]
+        checked += _check_groups(domain, expected, mine, same_images)
     return checked
+
+
+def _check_groups(
+    domain: int,
+    expected: list[tuple[BinlogTransaction, list[Any]]],
+    copies: list[tuple[BinlogTransaction, dict[str, Any]]],
+    same_images: bool,
+) -> int:
+    """The destination transactions copy the source transactions with rows, once, in order."""
+    by_seq = {MariaDBGTID.parse(stx.gtid).seq: (stx, rows) for stx, rows in expected}
+    seen: list[int] = []
+    for tx, marker in copies:
+        assert tx.rows[-1].schema == "_vt" and tx.rows[-1].table == "vreplication", tx.gtid
+        low = MariaDBPosition.parse(marker["before_pos"]).domain_seq(domain) or 0
+        high = MariaDBPosition.parse(marker["pos"]).domain_seq(domain) or 0
+        covered = [by_seq[seq] for seq in range(low + 1, high + 1) if seq in by_seq]
+        with_rows = [(stx, rows) for stx, rows in covered if rows]
+        if len(tx.rows) == 1:  # a position-only marker
+            assert not with_rows, f"{tx.gtid}: rows of {[s.gtid for s, _ in with_rows]} missing"
+            continue
+        assert covered, f"{tx.gtid} copies no source transaction after start_pos"
+        assert int(marker["transaction_timestamp"]) == covered[-1][0].timestamp
+        assert tx.timestamp >= covered[-1][0].timestamp  # the destination's own time
+        want = [r for _, rows in with_rows for r in rows]
+        assert _keys(tx.rows[:-1]) == _keys(want), tx.gtid
+        if same_images:  # in any order: a multi-row DELETE runs in key order
+            assert _images(tx.rows[:-1]) == _images(want), tx.gtid
+        seen += [MariaDBGTID.parse(stx.gtid).seq for stx, _ in with_rows]
+    wanted = sorted(MariaDBGTID.parse(stx.gtid).seq for stx, rows in expected if rows)
+    assert seen == wanted, "copied out of source order, twice, or not at all"
+    return len(seen)
+
+
+def _keys(rows: list[Any]) -> list[tuple[str, str, bool]]:
+    return sorted(
+        (r.table, pk_json(r.table, r.after or r.before or {}), r.op == "delete") for r in rows
+    )
 
 
 def _images(rows: list[Any]) -> list[tuple[str, str, str, str]]:

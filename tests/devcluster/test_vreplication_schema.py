@@ -8,6 +8,7 @@ from updatestream_cli.devcluster import sample_schema
 from updatestream_cli.devcluster.copy import upgrade_vreplication
 
 from tests.conftest import MariaDBFixture, MariaDBServerFactory
+from updatestream.binlog.vreplication import binlog_source
 
 START_POS_LINE = "  start_pos VARBINARY(10000) NOT NULL DEFAULT '',\n"
 
@@ -34,10 +35,18 @@ def test_upgrade_adds_start_pos_from_the_recorded_snapshots(
             cur.execute(f"CREATE DATABASE `{database}`")
             cur.execute(f"USE `{database}`")
             cur.execute(ddl)
-        cur.execute(
-            "INSERT INTO `_vt`.`vreplication` (id, workflow, source_shard, pos, state, copy_done) "
-            "VALUES (101, 'w', '-80', '1-1-9', 'Running', 1), (102, 'w', '80-', '2-2-3', "
-            "'Copying', 0), (201, 'other', '-80', '1-1-2', 'Stopped', 1)"
+        rows = [
+            (101, "w", "-80", "1-1-9", "Running", 1),
+            (102, "w", "80-", "2-2-3", "Copying", 0),
+            (201, "other", "-80", "1-1-2", "Stopped", 1),
+        ]
+        cur.executemany(
+            "INSERT INTO `_vt`.`vreplication` (id, workflow, source, pos, state, copy_done) "
+            "VALUES (%s, %s, %s, %s, %s, %s)",
+            [
+                (i, w, binlog_source("commerce", shard, "-"), f"MariaDB/{pos}", state, done)
+                for i, w, shard, pos, state, done in rows
+            ],
         )
     logged = fixture.server.gtid_position()
 
@@ -49,7 +58,7 @@ def test_upgrade_adds_start_pos_from_the_recorded_snapshots(
     with fixture.connect() as conn, conn.cursor() as cur:
         cur.execute("SELECT id, start_pos FROM `_vt`.`vreplication` ORDER BY id")
         assert [(i, bytes(p).decode()) for i, p in cur.fetchall()] == [
-            (101, "1-1-5"),
+            (101, "MariaDB/1-1-5"),
             (102, ""),
             (201, ""),
         ]
@@ -58,5 +67,5 @@ def test_upgrade_adds_start_pos_from_the_recorded_snapshots(
         upgrade_vreplication(conn, "w", {"-80": "1-1-7"})
     with fixture.connect() as conn, conn.cursor() as cur:
         cur.execute("SELECT start_pos FROM `_vt`.`vreplication` WHERE id = 101")
-        assert cur.fetchone() == (b"1-1-5",)
+        assert cur.fetchone() == (b"MariaDB/1-1-5",)
     assert fixture.server.gtid_position() == logged  # bookkeeping, not in the binlog

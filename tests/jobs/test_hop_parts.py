@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 from updatestream_jobs.source.arrow_rows import FIELDS
-from updatestream_jobs.source.binlog_ranges import RowClassifier, Via
+from updatestream_jobs.source.copy_groups import RowClassifier, Via
 from updatestream_jobs.source.hopper import map_for_shards, next_map
 from updatestream_jobs.source.keyspace_watch import (
     FileKeyspaceWatch,
@@ -27,6 +27,7 @@ from updatestream.binlog.events import ChangeEvent
 from updatestream.core.dedup import DedupFilter
 from updatestream.core.gtid import parse_position
 from updatestream.core.keyrange import KeyRange
+from updatestream.core.recent_rows import RecentTransactions
 from updatestream.core.shardmap import ShardMap
 from updatestream.core.token import EventToken, SourceProvenance
 from updatestream.spec import Keyspace, parse_keyspace
@@ -263,3 +264,48 @@ def test_a_retired_shard_is_read_from_its_copies_between_two_positions() -> None
     assert via(row("-40", copy_of("1-1-20")))
     assert not via(row("-40", copy_of("1-1-21")))
     assert not via(row("-40", token("-40", "3-3-12")))  # the destination's own write
+
+
+def group_rows(ksids: list[str], covered_from: str, pos: str) -> list[tuple[Any, ...]]:
+    """The rows of one destination transaction copying a group of source transactions."""
+    provenance = SourceProvenance("-80", parse_position(pos), 100, parse_position(covered_from))
+    tok = token("-40", "3-3-9", 100, provenance)
+    return [(*row("-40", tok)[:5], ksid, *row("-40", tok)[6:]) for ksid in ksids]
+
+
+def test_a_group_straddling_the_watermark_drops_exactly_its_delivered_prefix() -> None:
+    # the stream read 1-1-48 (rows 01 and 2a) and 1-1-50 (row 33; 1-1-49 had none in range)
+    recent = RecentTransactions(parse_position("1-1-47")).then(
+        [
+            (parse_position("1-1-48"), ("01", "2a", "c0")),  # c0: outside the destination -40
+            (parse_position("1-1-49"), ()),
+            (parse_position("1-1-50"), ("33",)),
+        ]
+    )
+    dedup = DedupFilter({"-80": parse_position("1-1-50")}, {}, {"-80": recent})
+    rows = group_rows(["01", "2a", "33", "05", "3f"], "1-1-47", "1-1-53")  # 48..53
+    marked = list(RowClassifier(dedup).marked(iter(rows)))
+    assert [r[-1] for r in marked] == ["hop", "hop", "hop", None, None]
+    # rows that do not match what was read: nothing is dropped on a guess
+    odd = group_rows(["01", "33", "2a", "05"], "1-1-47", "1-1-53")
+    assert [r[-1] for r in RowClassifier(dedup).marked(iter(odd))] == ["straddle"] * 4
+    # no record reaching back to the group's start: delivered and counted
+    blind = DedupFilter({"-80": parse_position("1-1-50")})
+    assert [r[-1] for r in RowClassifier(blind).marked(iter(rows))] == ["straddle"] * 5
+
+
+def test_a_retired_shard_read_from_its_copies_slices_groups_at_both_ends() -> None:
+    # the stream read -80's transactions 48 to 52; the replayed batch is (1-1-49, 1-1-51]
+    record = RecentTransactions(parse_position("1-1-47")).then(
+        [(parse_position(f"1-1-{n}"), (f"{n - 40:02x}",)) for n in range(48, 53)]
+    )
+    via = Via("-80", parse_position("1-1-49"), parse_position("1-1-51"), record)
+    via = Via.from_json(via.to_json())
+    # one group copies 48..53 (rows 08 09 0a 0b 0c, then 0d of 53 the stream never read)
+    rows = group_rows(["08", "09", "0a", "0b", "0c", "0d"], "1-1-47", "1-1-53")
+    kept = list(RowClassifier(DedupFilter({}), via).marked(iter(rows)))
+    assert [r[5] for r in kept] == ["0a", "0b"] and {r[-1] for r in kept} == {None}
+    # without a record the group's part cannot be told: all of it, counted
+    blind = Via("-80", parse_position("1-1-49"), parse_position("1-1-51"))
+    kept = list(RowClassifier(DedupFilter({}), blind).marked(iter(rows)))
+    assert [r[-1] for r in kept] == ["straddle"] * 6

@@ -22,6 +22,7 @@ from updatestream_jobs import main as job_main
 from updatestream_jobs.job import Job
 
 from updatestream import spec
+from updatestream.binlog.vreplication import binlog_source
 from updatestream.contract.job import JobConfig
 from updatestream.core.dedup import DedupFilter
 from updatestream.core.gtid import parse_position
@@ -48,17 +49,23 @@ def stream_spec(start: dict[str, Any], console: Path) -> dict[str, Any]:
 
 
 def copied_transaction(cluster: DevCluster, user_id: int, source_pos: str) -> None:
-    """A transaction as filtered replication writes it: `_vt.vreplication` first."""
+    """A transaction as filtered replication writes it: the rows, then its `_vt.vreplication`
+    position moves (the workflow's row exists already)."""
+    source = binlog_source("commerce", "-", "-80")
     with cluster.connect("-80", "admin", "commerce") as conn, conn.cursor() as cur:
+        cur.execute(
+            "INSERT IGNORE INTO _vt.vreplication (id, workflow, source, pos, state) "
+            "VALUES (1, 'split', %s, 'MariaDB/', 'Running')",
+            (source,),
+        )
         cur.execute("BEGIN")
         cur.execute(
-            "INSERT INTO _vt.vreplication (id, workflow, source_shard, pos, "
-            "transaction_timestamp, time_updated, state) VALUES (1, 'split', '-', %s, "
-            "UNIX_TIMESTAMP(), UNIX_TIMESTAMP(), 'Running') ON DUPLICATE KEY UPDATE pos = %s",
-            (source_pos, source_pos),
+            "INSERT INTO users (id, name, created_at) VALUES (%s, 'copied', NOW(6))", (user_id,)
         )
         cur.execute(
-            "INSERT INTO users (id, name, created_at) VALUES (%s, 'copied', NOW(6))", (user_id,)
+            "UPDATE _vt.vreplication SET pos = %s, transaction_timestamp = UNIX_TIMESTAMP(), "
+            "time_updated = UNIX_TIMESTAMP() WHERE id = 1",
+            (f"MariaDB/{source_pos}",),
         )
         cur.execute("COMMIT")
 

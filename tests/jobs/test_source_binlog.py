@@ -7,6 +7,8 @@ import hashlib
 import json
 import subprocess
 import sys
+import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -24,6 +26,7 @@ from updatestream.binlog.events import ChangeEvent
 from updatestream.binlog.range_reader import BinlogRangeReader
 from updatestream.binlog.row_converter import RowConverter
 from updatestream.binlog.session import flavor_of
+from updatestream.binlog.vreplication import binlog_source
 from updatestream.core.gtid import GTIDPosition, MariaDBPosition, parse_position
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.token import EventToken
@@ -147,23 +150,33 @@ def admin_execute(cluster: DevCluster, shard: str, statements: list[str]) -> str
         return str(cur.fetchone()[0])
 
 
-def test_provenance_from_the_vreplication_row(cluster: DevCluster) -> None:
+def add_workflow_row(cluster: DevCluster, shard: str, pos: str) -> None:
+    """The workflow's `_vt.vreplication` row, as a Reshard creates it on a destination."""
+    with cluster.connect(shard, "admin") as conn, conn.cursor() as cur:
+        cur.execute(
+            "INSERT INTO _vt.vreplication (id, workflow, source, pos, state) "
+            "VALUES (7, 'split', %s, %s, 'Running')",
+            (binlog_source("commerce", "-", shard), f"MariaDB/{pos}"),
+        )
+
+
+def test_provenance_from_the_marker_that_ends_a_copied_group(cluster: DevCluster) -> None:
+    """Vitess's vplayer applies the copied rows of one or more source transactions, then, as the
+    transaction's last statement, moves its `_vt.vreplication` position; no SET TIMESTAMP."""
     config = config_for(cluster)
+    add_workflow_row(cluster, "-80", "9-9-38")
     before = positions(config)["-80"]
     source_ts = 1_700_000_123
     after = admin_execute(
         cluster,
         "-80",
         [
-            f"SET TIMESTAMP = {source_ts}",
             "BEGIN",
-            "INSERT INTO _vt.vreplication (id, workflow, source_shard, pos, "
-            "transaction_timestamp, time_updated, state) VALUES (7, 'split', '-', '9-9-41', "
-            f"{source_ts}, {source_ts}, 'Running') ON DUPLICATE KEY UPDATE pos = '9-9-41'",
             "INSERT INTO commerce.users (id, name, created_at) VALUES (1, 'copied', NOW(6))",
             "UPDATE commerce.users SET visits = 3 WHERE id = 1",
+            "UPDATE _vt.vreplication SET pos = 'MariaDB/9-9-41', "
+            f"transaction_timestamp = {source_ts}, time_updated = UNIX_TIMESTAMP() WHERE id = 7",
             "COMMIT",
-            "SET TIMESTAMP = DEFAULT",
             "INSERT INTO commerce.users (id, name, created_at) VALUES (2, 'own', NOW(6))",
         ],
     )
@@ -179,6 +192,9 @@ def test_provenance_from_the_vreplication_row(cluster: DevCluster) -> None:
         assert event.source_timestamp == event.timestamp == source_ts
         token = EventToken.loads(event.token)
         assert token.source is not None and str(token.source.position) == "9-9-41"
+        # the group copies 9-9-39 .. 9-9-41: the marker's before image says where it began
+        assert token.source.covered_from is not None
+        assert str(token.source.covered_from) == "9-9-38" and not token.source.reverse
         assert token.timestamp == source_ts and token.shard == "-80"
     assert (copied.tx_index, updated.tx_index) == (0, 1)
     assert copied.keyspace_id == "166b40b44aba4bd6"
@@ -228,26 +244,36 @@ def big_transaction(cluster: DevCluster) -> tuple[GTIDPosition, GTIDPosition, GT
 def test_reconnect_resumes_from_the_last_finished_transaction(
     cluster: DevCluster, big_transaction: tuple
 ) -> None:
+    """The dump is killed while the reader is half way through the 100k-row transaction: none
+    of its rows was handed out yet (a transaction's rows go out once it has ended), so the
+    reader reconnects from the position before it and reads it again, whole, once."""
     start, before_big, end = big_transaction
     config = config_for(cluster)
     endpoint = config.endpoint("80-")
     reader = BinlogRangeReader(
         endpoint, config.reader, start, end, RowConverter(config.reader, "80-", flavor_of(endpoint))
     )
-    keys: list[str] = []
-    killed = 0
-    for event in reader:
-        keys.append(json.loads(event.pk or "{}")["event_key"])
-        if not killed and sum(k.startswith("bulk-") for k in keys[-11:]) == 11:
-            killed = kill_binlog_dumps(cluster, "80-")
-    assert killed == 1
+    killed: list[int] = []
+
+    def kill_half_way() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            tx = reader._tx
+            if tx is not None and tx.ordinal > BIG_TX_ROWS // 2:
+                killed.append(kill_binlog_dumps(cluster, "80-"))
+                return
+            time.sleep(0.005)
+
+    killer = threading.Thread(target=kill_half_way)
+    killer.start()
+    keys = [json.loads(event.pk or "{}")["event_key"] for event in reader]
+    killer.join()
+    assert killed == [1]
     assert len(keys) == len(set(keys)) == BIG_TX_ROWS + 4
     assert keys[:3] == ["small-0", "small-1", "small-2"] and keys[-1] == "last"
     # Two connections: the second from after the last finished transaction, not from the start.
     assert len(reader.connections) == 2
     assert reader.connections[0] == str(start)
-    # Killed ~15 MB before the end of the big transaction: the reader resumes from the one
-    # before it and skips the rows it already gave out.
     assert MariaDBPosition.parse(reader.connections[1]) == before_big != start
 
 

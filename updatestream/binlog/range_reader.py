@@ -6,9 +6,10 @@
 python-mysql-replication reconnects on its own after a lost connection, from the position it was
 created with, which would silently re-read the binlog. The reader never lets it: the connection
 factory it hands the library refuses a second stream connection, and the reader reconnects
-itself from the position after the last transaction it finished, skipping the rows of a
-half-read transaction it already gave out. Every GTID is also checked against that position, so
-a rewind would be an error, never a duplicate.
+itself from the position after the last transaction it finished. A transaction's rows are handed
+out only once it has ended (filtered replication's copy marker is its last statement), so a
+half-read transaction is simply read again. Every GTID is also checked against that position,
+so a rewind would be an error, never a duplicate.
 
 With `end=None` the reader follows the binlog without end (a blocking dump with server
 heartbeats, see `updatestream.binlog.tailer`): `on_finish` hears of every finished transaction
@@ -114,7 +115,6 @@ class BinlogRangeReader:
         self._converter = converter
         self._sleep = sleep
         self._tx: Transaction | None = None
-        self._resume: tuple[str, int] | None = None
         self._done = end is not None and position_contains(start, end)
         self._on_finish = on_finish
         self._follow = end is None  # a blocking dump without end
@@ -149,8 +149,8 @@ class BinlogRangeReader:
                 if self._closed:
                     return
                 reason = describe(exc)
-            if self._tx is not None:  # a half-read transaction: skip what was given out
-                self._resume = (self._tx.gtid, self._tx.ordinal)
+            if self._tx is not None:  # a half-read transaction: nothing given out, read again
+                self._tx.discard()
                 self._tx = None
             if self.transactions > finished_before:
                 failures = 0
@@ -205,9 +205,11 @@ class BinlogRangeReader:
             pymysql_wrapper=_guarded_connect([]),
         )
 
-    def _finish(self) -> None:
+    def _finish(self) -> Iterator[EventRow]:
+        """The ended transaction's rows, then the reader moves past it."""
         tx = self._tx
         assert tx is not None
+        yield from self._converter.finish(tx)
         self.position = tx.position
         self._tx = None
         self.transactions += 1
@@ -221,7 +223,6 @@ class BinlogRangeReader:
         convert = self._converter.convert
         standalone = False
         began = False
-        skip = 0
         try:
             for event in stream:
                 self.last_event = time.monotonic()
@@ -229,40 +230,42 @@ class BinlogRangeReader:
                     return
                 if isinstance(event, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):
                     if self._tx is not None:
-                        yield from convert(event, self._tx, skip)
+                        convert(event, self._tx)
                 elif isinstance(event, XidEvent):
                     if self._tx is not None:
-                        self._finish()
+                        yield from self._finish()
                 elif isinstance(event, MariadbGtidEvent | GtidEvent):
                     if self._tx is not None:  # no commit event seen: the GTID ends it
-                        self._finish()
-                    if self._done:
+                        yield from self._finish()
+                    if self._done or not self._begin(event):
                         return
-                    text, contained_in, gtid = gtid_of(event, self.flavor)
-                    if contained_in(self.position):
-                        raise BinlogReadError(
-                            f"the binlog stream of {self.endpoint.describe()} went back to "
-                            f"{text}, already read (position {self.position}); not re-reading"
-                        )
-                    if self.end is not None and not contained_in(self.end):
-                        self._done = True
-                        return
-                    self._tx = Transaction(text, advance(self.position, gtid), int(event.timestamp))
                     standalone = bool(getattr(event, "flags", 0) & 1)
                     began = False
-                    skip = 0
-                    if self._resume is not None and self._resume[0] == text:
-                        skip = self._resume[1]
-                    self._resume = None
                 elif isinstance(event, QueryEvent) and self._tx is not None:
-                    began = self._query(event, standalone, began)
+                    began, ends = self._query(event, standalone, began)
+                    if ends:
+                        yield from self._finish()
                 if self._done:
                     return
         finally:
             stream.close()
 
-    def _query(self, event: Any, standalone: bool, began: bool) -> bool:
-        """Handle a query event inside a transaction; returns whether BEGIN was seen."""
+    def _begin(self, event: Any) -> bool:
+        """A transaction starts; False when it lies beyond the end (the read is done)."""
+        text, contained_in, gtid = gtid_of(event, self.flavor)
+        if contained_in(self.position):
+            raise BinlogReadError(
+                f"the binlog stream of {self.endpoint.describe()} went back to "
+                f"{text}, already read (position {self.position}); not re-reading"
+            )
+        if self.end is not None and not contained_in(self.end):
+            self._done = True
+            return False
+        self._tx = Transaction(text, advance(self.position, gtid), int(event.timestamp))
+        return True
+
+    def _query(self, event: Any, standalone: bool, began: bool) -> tuple[bool, bool]:
+        """A query event inside a transaction: (BEGIN seen, the transaction ends here)."""
         assert self._tx is not None
         text = event.query if isinstance(event.query, str) else bytes(event.query).decode()
         statement = text.lstrip().upper()
@@ -273,9 +276,9 @@ class BinlogRangeReader:
                 "set binlog_format=ROW globally and stop sessions from overriding it"
             )
         if statement == "BEGIN":
-            return True
+            return True, False
         if statement == "COMMIT" or statement.startswith("XA COMMIT") or standalone:
-            self._finish()
-        elif not began and self._tx.ordinal == 0 and self.flavor is Flavor.MYSQL:
-            self._finish()  # a MySQL DDL: GTID, then the statement, no BEGIN
-        return began
+            return began, True
+        # a MySQL DDL: GTID, then the statement, no BEGIN
+        ends = not began and self._tx.ordinal == 0 and self.flavor is Flavor.MYSQL
+        return began, ends

@@ -2,75 +2,108 @@
 
 A `Transaction` holds what every row of one binlog transaction shares: its GTID, the shard's
 position after it, its timestamp and, for a transaction applied by filtered replication, its
-source provenance. Filtered replication updates its `_vt.vreplication` row first in each
-transaction it applies, so by the time the copied rows arrive the provenance is known.
+copy marker. Filtered replication (real Vitess's vplayer, and the development cluster's, which
+writes the same marker) updates its `_vt.vreplication` row as the LAST statement of each
+transaction it applies (`updatestream.binlog.vreplication`), so a transaction's rows are kept
+until it ends: then its Event Token, with the source provenance the marker gives, is known and
+its rows are handed out. A very large transaction's rows spill to a temporary file instead of
+memory.
 
 `RowConverter` decides per row: `_vt` and system schemas are never emitted; tables outside the
 requested list are skipped; each row's `tx_index` counts the changes to its table and primary key
-earlier in the same transaction (0 for the first). A transaction copied by filtered replication
-applies each key's changes in the source's order, so a change and its copy get the same index,
-whatever other rows the copy left out: (origin, table, key, index) names one change wherever it
-is read. The row's keyspace id comes from the table's primary vindex and decides the key-range
-filter.
+earlier in the same transaction (0 for the first). The row's keyspace id comes from the table's
+primary vindex and decides the key-range filter.
 """
 
 from __future__ import annotations
 
+import pickle
+import tempfile
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import IO, Any
 
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from updatestream.binlog.config import ReaderConfig
 from updatestream.binlog.errors import BinlogReadError, UnknownTable
 from updatestream.binlog.events import ChangeEvent, Op, encode_row
-from updatestream.core.gtid import Flavor, GTIDPosition, parse_position
+from updatestream.binlog.vreplication import (
+    VREPLICATION_TABLE,
+    VT_SCHEMA,
+    CopyMarker,
+    MarkerError,
+    read_marker,
+)
+from updatestream.core.gtid import Flavor, GTIDPosition
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.token import EventToken, SourceProvenance
 from updatestream.core.vschema import VSchema, VSchemaError
 
 EventRow = tuple[Any, ...]  # a ChangeEvent's fields, in order (`ChangeEvent(*row)`)
+# a row before its transaction ended: op, table, pk, keyspace id, before, after, tx_index
+PendingRow = tuple[str, str, str, str | None, str | None, str | None, int]
 
-VT_SCHEMA = "_vt"
-VREPLICATION_TABLE = "vreplication"
 SYSTEM_SCHEMAS = frozenset({"mysql", "information_schema", "performance_schema", "sys"})
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, bytes | bytearray):
-        return bytes(value).decode("utf-8")
-    return str(value)
+SPILL_ROWS = 20_000  # rows of one transaction kept in memory; more go to a temporary file
 
 
 class Transaction:
     """The binlog transaction being read: shared fields of its rows and the reading progress."""
 
-    __slots__ = ("_token", "gtid", "ordinal", "position", "seen", "source", "timestamp", "tx_index")
+    __slots__ = (
+        "gtid", "marker", "ordinal", "pending", "position", "seen", "spilled", "timestamp",
+        "tx_index",
+    )  # fmt: skip
 
     def __init__(self, gtid: str, position: GTIDPosition, timestamp: int) -> None:
         self.gtid = gtid  # the transaction's own GTID, e.g. "1-1-42"
-        self.position = position  # the shard's GTID position after this transaction
-        self.timestamp = timestamp  # event header timestamp (source time under SET TIMESTAMP)
-        self.source: SourceProvenance | None = None
-        self.ordinal = 0  # rows seen so far, of every table (drives the resume skip)
+        self.position = position  # the shard's position after this transaction
+        self.timestamp = timestamp  # event header timestamp: the shard's own commit time
+        self.marker: CopyMarker | None = None  # filtered replication's marker, once seen
+        self.ordinal = 0  # rows seen so far, of every table
         self.tx_index = 0  # rows of keyspace tables seen so far
         self.seen: dict[tuple[str, str], int] = {}  # (table, pk JSON) -> changes seen
-        self._token: tuple[str, str, int] | None = None
+        self.pending: list[PendingRow] = []  # rows kept until the transaction ends
+        self.spilled: IO[bytes] | None = None  # earlier pending rows, pickled in chunks
 
-    def provenance(self) -> tuple[str | None, str | None, int | None]:
-        """Source shard, GTID position and timestamp; Nones outside filtered replication."""
-        source = self.source
-        if source is None:
-            return None, None, None
-        return source.shard, str(source.position), source.timestamp
+    def keep(self, row: PendingRow) -> None:
+        self.pending.append(row)
+        if len(self.pending) >= SPILL_ROWS:
+            if self.spilled is None:
+                self.spilled = tempfile.TemporaryFile()  # noqa: SIM115 (closed by kept())
+            pickle.dump(self.pending, self.spilled, protocol=pickle.HIGHEST_PROTOCOL)
+            self.pending = []
 
-    def token(self, shard: str) -> tuple[str, str, int]:
-        """(token JSON, position text, token timestamp), computed once per transaction."""
-        if self._token is None:
-            timestamp = self.source.timestamp if self.source is not None else self.timestamp
-            token = EventToken(timestamp, shard, self.position, self.source)
-            self._token = (token.dumps(), str(self.position), timestamp)
-        return self._token
+    def kept(self) -> Iterator[PendingRow]:
+        """The rows kept, in order (the spilled ones first); the spill file is closed after."""
+        if self.spilled is not None:
+            spilled, self.spilled = self.spilled, None
+            with spilled:
+                spilled.seek(0)
+                while True:
+                    try:
+                        yield from pickle.load(spilled)
+                    except EOFError:
+                        break
+        pending, self.pending = self.pending, []
+        yield from pending
+
+    def discard(self) -> None:
+        self.pending = []
+        if self.spilled is not None:
+            self.spilled.close()
+            self.spilled = None
+
+    def token(self, shard: str) -> EventToken:
+        """The transaction's Event Token: the source's time and provenance for a copy."""
+        marker = self.marker
+        if marker is None:
+            return EventToken(self.timestamp, shard, self.position)
+        source = SourceProvenance(
+            marker.source_shard, marker.position, marker.timestamp, marker.covered_from,
+            marker.reverse,
+        )  # fmt: skip
+        return EventToken(marker.timestamp, shard, self.position, source)
 
 
 class _Route:
@@ -154,29 +187,24 @@ class RowConverter:
         self._routes[key] = route
         return route
 
-    def convert(self, event: Any, tx: Transaction, skip: int) -> Iterator[EventRow]:
-        """The events of one rows event, as tuples in `ChangeEvent` field order; rows with an
-        ordinal below `skip` were already given out."""
+    def convert(self, event: Any, tx: Transaction) -> None:
+        """Keep the rows of one rows event that the stream delivers, until the transaction
+        ends (`finish`)."""
         table = event.table
         route = self._route(event.schema, table, getattr(event, "primary_key", ()))
-        rows = event.rows
         kind = _row_kind(event)
         if not route.emit or kind is None:
             self._pass_over(event, route, tx)
             return
         op, before_key, after_key = kind
-        token, gtid, timestamp = tx.token(self.shard)
-        source_shard, source_gtid, source_timestamp = tx.provenance()
         column, vindex_map = route.column, route.map
         key_range, everything = self.key_range, self.everything
         pk_columns = route.pk or ()
         simple = pk_columns[0] if len(pk_columns) == 1 else None
         if simple is not None and not (simple.isidentifier() and simple.isascii()):
             simple = None
-        keyspace, shard = self.keyspace, self.shard
-        seen = tx.seen
-        for row in rows:
-            ordinal = tx.ordinal
+        seen, keep = tx.seen, tx.keep
+        for row in event.rows:
             tx.ordinal += 1
             tx.tx_index += 1
             before = row[before_key] if before_key else None
@@ -185,8 +213,6 @@ class RowConverter:
             pk = _pk_json(pk_columns, image, simple)
             index = seen.get((table, pk), 0)
             seen[(table, pk)] = index + 1
-            if ordinal < skip:
-                continue
             if column is not None and column in image:
                 assert vindex_map is not None
                 keyspace_id = vindex_map(image[column])
@@ -194,52 +220,55 @@ class RowConverter:
                 keyspace_id = self.vschema.keyspace_id_for(table, image)
             if not everything and (keyspace_id is None or not key_range.contains(keyspace_id)):
                 continue
+            keep(
+                (
+                    op, table, pk, None if keyspace_id is None else keyspace_id.hex(),
+                    None if before is None else encode_row(before),
+                    None if after is None else encode_row(after), index,
+                )
+            )  # fmt: skip
+
+    def finish(self, tx: Transaction) -> Iterator[EventRow]:
+        """The rows of an ended transaction as tuples in `ChangeEvent` field order, with its
+        Event Token (and the source provenance its copy marker gives)."""
+        token = tx.token(self.shard)
+        text, gtid, timestamp = token.dumps(), str(tx.position), token.timestamp
+        source = token.source
+        source_shard = source.shard if source is not None else None
+        source_gtid = str(source.position) if source is not None else None
+        source_timestamp = source.timestamp if source is not None else None
+        keyspace, shard = self.keyspace, self.shard
+        for op, table, pk, ksid, before, after, index in tx.kept():
             yield (
-                keyspace,
-                shard,
-                op,
-                table,
-                pk,
-                None if keyspace_id is None else keyspace_id.hex(),
-                None if before is None else encode_row(before),
-                None if after is None else encode_row(after),
-                token,
-                timestamp,
-                gtid,
-                index,
-                source_shard,
-                source_gtid,
-                source_timestamp,
-            )
+                keyspace, shard, op, table, pk, ksid, before, after, text, timestamp, gtid,
+                index, source_shard, source_gtid, source_timestamp,
+            )  # fmt: skip
 
     def _pass_over(self, event: Any, route: _Route, tx: Transaction) -> None:
-        """A rows event the stream does not deliver: `_vt.vreplication` gives the transaction
-        its source provenance; every row still counts in the transaction's ordinals."""
+        """A rows event the stream does not deliver: a `_vt.vreplication` update gives the
+        transaction its copy marker; every row still counts in the transaction's ordinals."""
         rows = event.rows
-        if event.schema == VT_SCHEMA and event.table == VREPLICATION_TABLE and rows:
-            self._take_provenance(event, rows[-1], tx)
+        vreplication = event.schema == VT_SCHEMA and event.table == VREPLICATION_TABLE
+        if vreplication and isinstance(event, UpdateRowsEvent) and rows:
+            self._take_marker(rows[-1], tx)
         tx.ordinal += len(rows)
         if route.pk is not None:  # a keyspace table outside the stream's tables
             tx.tx_index += len(rows)
 
-    def _take_provenance(self, event: Any, row: dict[str, Any], tx: Transaction) -> None:
-        image = row.get("after_values") if isinstance(event, UpdateRowsEvent) else None
-        if image is None:
-            image = row.get("values")
-        if not image or isinstance(event, DeleteRowsEvent):
-            return
+    def _take_marker(self, row: dict[str, Any], tx: Transaction) -> None:
         try:
-            source_shard = KeyRange.parse(_text(image["source_shard"])).name
-            position = parse_position(_text(image["pos"]), self.flavor)
-            timestamp = int(image.get("transaction_timestamp") or tx.timestamp)
-        except Exception as exc:  # a malformed row must not silently drop provenance
+            marker = read_marker(
+                row.get("before_values"), row["after_values"], self.flavor,
+                fallback_timestamp=tx.timestamp,
+            )  # fmt: skip
+        except (MarkerError, KeyError, ValueError) as exc:
             raise BinlogReadError(
-                f"shard {self.shard}: _vt.vreplication row in transaction {tx.gtid} cannot be "
-                f"read as filtered-replication provenance ({exc}); expected source_shard, pos "
-                "and transaction_timestamp columns"
+                f"shard {self.shard}: the _vt.vreplication update in transaction {tx.gtid} "
+                f"cannot be read as filtered replication's copy marker ({exc}); expected the "
+                "pos, source, workflow and transaction_timestamp columns Vitess writes"
             ) from None
-        tx.source = SourceProvenance(source_shard, position, timestamp)
-        tx._token = None
+        if marker is not None:
+            tx.marker = marker
 
 
 def heartbeat(keyspace: str, token: EventToken) -> ChangeEvent:

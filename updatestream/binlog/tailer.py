@@ -159,6 +159,24 @@ class TailBuffer:
                 out += self._kept[number - self._first].rows
             return out
 
+    def transactions_between(
+        self, start: GTIDPosition, end: GTIDPosition, max_rows: int
+    ) -> list[tuple[GTIDPosition, list[EventRow]]] | None:
+        """The transactions `(start, end]` (the position after each, its rows), in binlog
+        order; None as for `rows_between`."""
+        with self._changed:
+            if self.overflowed:
+                return None
+            first, last = self._number(start), self._number(end)
+            if first is None or last is None or last < first:
+                return None
+            if self._total_at(last) - self._total_at(first) > max_rows:
+                return None
+            return [
+                (self._kept[n - self._first].position, self._kept[n - self._first].rows)
+                for n in range(first + 1, last + 1)
+            ]
+
     def _total_at(self, number: int) -> int:
         if number < self._first:  # the base
             return self._kept[0].total - len(self._kept[0].rows) if self._kept else self._total

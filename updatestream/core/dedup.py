@@ -11,6 +11,15 @@ delivered. A :class:`DedupFilter` holds what it takes to tell, per event:
   delivered (the latest last-delivered timestamp among its sources). An event *without*
   provenance in that window cannot be decided; it is delivered (sinks are idempotent per
   event) and counted.
+* ``recent``: source shard -> the transactions the stream read last of it
+  (`RecentTransactions`). Filtered replication may copy several source transactions in one
+  destination transaction (its provenance then says where the group began, `covered_from`);
+  a group that straddles the watermark has a delivered prefix, whose rows these records count
+  (`STRADDLE`, resolved per row by the reader, `updatestream_jobs.source.copy_groups`; without
+  a record that reaches back, the group is delivered and counted).
+* A copy made by reverse replication (after a switch, from the new shards back into the old
+  ones) of a shard the stream has not read yet is dropped (`DUPLICATE_REVERSE`): the stream
+  reads that shard itself once it hops there.
 
 The filter is a small immutable value: it pickles and has a JSON form, because it is stored in
 Spark offsets and in the UpdateStream status.
@@ -30,10 +39,12 @@ from updatestream.core.gtid import (
     MySQLGTIDSet,
     position_contains,
     position_from_json,
+    position_intersection,
     position_to_json,
 )
 from updatestream.core.hop_plan import HopPlan, canonical_shard_name
-from updatestream.core.token import EventToken
+from updatestream.core.recent_rows import RecentRowsError, RecentTransactions
+from updatestream.core.token import EventToken, SourceProvenance
 
 __all__ = ["DedupFilter", "DedupFilterError", "DedupVerdict"]
 
@@ -44,6 +55,8 @@ class DedupVerdict(Enum):
     DELIVER = "deliver"
     DUPLICATE_HOP = "hop"  # a copy of a source transaction already delivered: drop and count
     OVERLAP_UNKNOWN = "unknown"  # no provenance inside an overlap window: deliver and count
+    DUPLICATE_REVERSE = "reverse"  # a reverse copy of a shard the stream reads later: drop, count
+    STRADDLE = "straddle"  # a group across the watermark: its delivered prefix is resolved per row
 
 
 class DedupFilterError(UpdateStreamError):
@@ -53,12 +66,13 @@ class DedupFilterError(UpdateStreamError):
 class DedupFilter:
     """Classifies events after one or more hops; see the module docstring for the rule."""
 
-    __slots__ = ("_overlap_until", "_watermarks")
+    __slots__ = ("_overlap_until", "_recent", "_watermarks")
 
     def __init__(
         self,
         watermarks: Mapping[str, GTIDPosition],
         overlap_until: Mapping[str, int] | None = None,
+        recent: Mapping[str, RecentTransactions] | None = None,
     ) -> None:
         marks: dict[str, GTIDPosition] = {}
         for shard, position in watermarks.items():
@@ -78,11 +92,23 @@ class DedupFilter:
             until[canonical_shard_name(shard)] = ts
         self._watermarks: Mapping[str, GTIDPosition] = MappingProxyType(dict(sorted(marks.items())))
         self._overlap_until: Mapping[str, int] = MappingProxyType(dict(sorted(until.items())))
+        kept = {canonical_shard_name(shard): found for shard, found in (recent or {}).items()}
+        self._recent: Mapping[str, RecentTransactions] = MappingProxyType(
+            dict(sorted(kept.items()))
+        )
 
     @classmethod
-    def from_plan(cls, plan: HopPlan) -> DedupFilter:
-        """The filter for the events read after ``plan``'s hop."""
-        return cls(plan.watermarks, plan.overlap_until())
+    def from_plan(
+        cls, plan: HopPlan, recent: Mapping[str, RecentTransactions] | None = None
+    ) -> DedupFilter:
+        """The filter for the events read after ``plan``'s hop; ``recent`` (per shard) what
+        the stream read last of the sources."""
+        kept = {s: r for s, r in (recent or {}).items() if s in plan.watermarks}
+        return cls(plan.watermarks, plan.overlap_until(), kept)
+
+    @property
+    def recent(self) -> Mapping[str, RecentTransactions]:
+        return self._recent
 
     @property
     def watermarks(self) -> Mapping[str, GTIDPosition]:
@@ -93,29 +119,40 @@ class DedupFilter:
         return self._overlap_until
 
     def is_empty(self) -> bool:
-        """True when the filter lets every event through as DELIVER."""
+        """True when the filter holds no hop (only its reverse-copy rule applies)."""
         return not self._watermarks and not self._overlap_until
 
     def classify(self, token: EventToken) -> DedupVerdict:
-        """DUPLICATE_HOP, OVERLAP_UNKNOWN or DELIVER for the event with ``token``.
+        """The verdict for the events of the transaction with ``token``:
 
-        * Provenance from a watermarked source, at or below the watermark: DUPLICATE_HOP.
-        * Any other provenance (above the watermark, or from another shard): DELIVER.
+        * Provenance from a watermarked source: DUPLICATE_HOP when the watermark holds the
+          copied transactions, STRADDLE when it holds only the first of a group, else DELIVER.
+        * A reverse copy of a shard without a watermark: DUPLICATE_REVERSE.
+        * Any other provenance: DELIVER.
         * No provenance, read from a shard with an overlap window, at or before its end:
-          OVERLAP_UNKNOWN.
-        * Otherwise DELIVER.
+          OVERLAP_UNKNOWN. Otherwise DELIVER.
 
         Comparing positions of different flavours raises PositionError.
         """
         if token.source is not None:
-            watermark = self._watermarks.get(canonical_shard_name(token.source.shard))
-            if watermark is not None and position_contains(watermark, token.source.position):
-                return DedupVerdict.DUPLICATE_HOP
-            return DedupVerdict.DELIVER
+            return self._classify_copy(token.source)
         until = self._overlap_until.get(canonical_shard_name(token.shard))
         if until is not None and token.timestamp <= until:
             return DedupVerdict.OVERLAP_UNKNOWN
         return DedupVerdict.DELIVER
+
+    def _classify_copy(self, source: SourceProvenance) -> DedupVerdict:
+        watermark = self._watermarks.get(canonical_shard_name(source.shard))
+        if watermark is None:
+            return DedupVerdict.DUPLICATE_REVERSE if source.reverse else DedupVerdict.DELIVER
+        if position_contains(watermark, source.position):
+            return DedupVerdict.DUPLICATE_HOP
+        if source.covered_from is None:
+            return DedupVerdict.DELIVER
+        delivered = position_intersection(watermark, source.position)
+        if position_contains(source.covered_from, delivered):
+            return DedupVerdict.DELIVER
+        return DedupVerdict.STRADDLE
 
     def merged(self, other: DedupFilter) -> DedupFilter:
         """This filter followed by ``other``, the filter of a later hop.
@@ -126,16 +163,21 @@ class DedupFilter:
         return DedupFilter(
             {**self._watermarks, **other._watermarks},
             {**self._overlap_until, **other._overlap_until},
+            {**self._recent, **other._recent},
         )
 
     def to_json(self) -> dict[str, object]:
-        """``{"watermarks": {shard: {"pos", "flavor"}}, "overlap_until": {shard: ts}}``."""
-        return {
+        """``{"watermarks": {shard: {"pos", "flavor"}}, "overlap_until": {shard: ts}}`` and,
+        when there are any, ``"recent": {shard: RecentTransactions.to_json()}``."""
+        data: dict[str, object] = {
             "watermarks": {
                 shard: position_to_json(position) for shard, position in self._watermarks.items()
             },
             "overlap_until": dict(self._overlap_until),
         }
+        if self._recent:
+            data["recent"] = {shard: found.to_json() for shard, found in self._recent.items()}
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> DedupFilter:
@@ -154,12 +196,16 @@ class DedupFilter:
                     f"integer (seconds since the epoch), got {ts!r}"
                 )
             until[str(shard)] = ts
-        return cls(marks, until)
+        return cls(marks, until, _recent_of(data.get("recent", {})))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, DedupFilter):
             return NotImplemented
-        return self._watermarks == other._watermarks and self._overlap_until == other._overlap_until
+        return (
+            self._watermarks == other._watermarks
+            and self._overlap_until == other._overlap_until
+            and self._recent == other._recent
+        )
 
     def __hash__(self) -> int:
         return hash((tuple(self._watermarks.items()), tuple(self._overlap_until.items())))
@@ -170,8 +216,14 @@ class DedupFilter:
 
     def __reduce__(
         self,
-    ) -> tuple[type[DedupFilter], tuple[dict[str, GTIDPosition], dict[str, int]]]:
-        return (DedupFilter, (dict(self._watermarks), dict(self._overlap_until)))
+    ) -> tuple[
+        type[DedupFilter],
+        tuple[dict[str, GTIDPosition], dict[str, int], dict[str, RecentTransactions]],
+    ]:
+        return (
+            DedupFilter,
+            (dict(self._watermarks), dict(self._overlap_until), dict(self._recent)),
+        )
 
 
 def _object(value: object, name: str, holding: str = "") -> Mapping[object, object]:
@@ -191,3 +243,12 @@ def _position(entry: Mapping[object, object], name: str) -> GTIDPosition:
         return position_from_json({str(k): v for k, v in entry.items()}, name + ".")
     except GTIDParseError as exc:
         raise DedupFilterError(f"dedup filter {exc}") from None
+
+
+def _recent_of(raw: object) -> dict[str, RecentTransactions]:
+    if not isinstance(raw, Mapping):
+        raise DedupFilterError(f"dedup filter field 'recent' must be an object, got {raw!r}")
+    try:
+        return {str(shard): RecentTransactions.from_json(entry) for shard, entry in raw.items()}
+    except RecentRowsError as exc:
+        raise DedupFilterError(f"dedup filter field 'recent': {exc}") from None

@@ -58,31 +58,63 @@ def _check_fields(kind: str, shard: object, position: object, timestamp: object)
 
 @dataclass(frozen=True)
 class SourceProvenance:
-    """The source-shard transaction that a filtered-replication transaction copies.
+    """The source-shard transactions that a filtered-replication transaction copies.
 
-    ``position`` is the source shard's GTID position after that transaction (the ``pos`` that
-    filtered replication records) and ``timestamp`` its source timestamp.
+    ``position`` is the source shard's GTID position after the (last) copied transaction (the
+    ``pos`` filtered replication records) and ``timestamp`` its source timestamp. Filtered
+    replication may group several source transactions into one destination transaction:
+    ``covered_from`` is then the source position before the first of them (the copied
+    transactions are those in ``position`` and not in ``covered_from``); None when the copy names
+    one transaction only. ``reverse`` marks a copy made by reverse replication (after a switch,
+    from the new shards back into the old ones).
     """
 
     shard: str
     position: GTIDPosition
     timestamp: int
+    covered_from: GTIDPosition | None = None
+    reverse: bool = False
 
     def __post_init__(self) -> None:
         _check_fields("source provenance", self.shard, self.position, self.timestamp)
+        if self.covered_from is not None and not isinstance(
+            self.covered_from, MariaDBPosition | MySQLGTIDSet
+        ):
+            raise TokenError(
+                f"source provenance covered_from must be a GTID position, got {self.covered_from!r}"
+            )
 
     def to_json(self) -> dict[str, object]:
-        return {"shard": self.shard, "ts": self.timestamp, **position_to_json(self.position)}
+        data: dict[str, object] = {
+            "shard": self.shard, "ts": self.timestamp, **position_to_json(self.position)
+        }  # fmt: skip
+        if self.covered_from is not None:
+            data["from"] = str(self.covered_from)
+        if self.reverse:
+            data["reverse"] = True
+        return data
 
     @classmethod
     def from_json(
         cls, data: Mapping[str, object], *, default_flavor: Flavor | None = None
     ) -> SourceProvenance:
         """Read the form written by :meth:`to_json`; ``flavor`` defaults to ``default_flavor``."""
+        position = _position_field(data, "source.", default_flavor)
+        covered = data.get("from")
+        if covered is not None and not isinstance(covered, str):
+            raise TokenError(
+                f"Event Token field 'source.from' must be position text, got {covered!r}"
+            )
         return cls(
             shard=_str_field(data, "shard", "source.shard"),
-            position=_position_field(data, "source.", default_flavor),
+            position=position,
             timestamp=_ts_field(data, "source.ts"),
+            covered_from=(
+                _position_field({"pos": covered}, "source.from.", position.flavor)
+                if covered is not None
+                else None
+            ),
+            reverse=bool(data.get("reverse", False)),
         )
 
 

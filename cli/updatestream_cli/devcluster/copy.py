@@ -30,6 +30,13 @@ from typing import Any
 
 import pymysql.cursors
 
+from updatestream.binlog.vreplication import (
+    binlog_source,
+    decode_position,
+    encode_position,
+    source_fields,
+)
+from updatestream.core.gtid import Flavor, parse_position
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.vschema import VSchema
 from updatestream_cli.devcluster import sample_rows as rowsql
@@ -38,13 +45,25 @@ from updatestream_cli.devcluster.errors import ReshardError
 from updatestream_cli.devcluster.local_server import Connection
 
 COPY_UPSERT = (
-    "INSERT INTO `_vt`.`vreplication` (id, workflow, source_shard, pos, start_pos, "
-    "transaction_timestamp, time_updated, state, rows_copied, copy_done) "
-    "VALUES (%s, %s, %s, %s, %s, 0, %s, %s, %s, %s) "
+    "INSERT INTO `_vt`.`vreplication` (id, workflow, source, pos, start_pos, "
+    "transaction_timestamp, time_updated, state, db_name, rows_copied, copy_done) "
+    "VALUES (%s, %s, %s, %s, %s, 0, %s, %s, %s, %s, %s) "
     "ON DUPLICATE KEY UPDATE pos = VALUES(pos), start_pos = VALUES(start_pos), "
     "time_updated = VALUES(time_updated), state = VALUES(state), "
     "rows_copied = VALUES(rows_copied), copy_done = VALUES(copy_done)"
 )
+
+
+def encoded(position: str, flavor: Flavor = Flavor.MARIADB) -> str:
+    """A GTID position as `_vt.vreplication` stores it (Vitess's encoding)."""
+    return encode_position(parse_position(position, flavor))
+
+
+def decoded(value: Any, flavor: Flavor = Flavor.MARIADB) -> str:
+    """The plain GTID position text of a `_vt.vreplication` position column ('' stays '')."""
+    if not value:
+        return ""
+    return str(decode_position(value, flavor))
 
 
 @dataclass(frozen=True)
@@ -122,26 +141,35 @@ def upgrade_vreplication(conn: Connection, workflow: str, snapshots: dict[str, s
             for statement in schema.VREPLICATION_UPGRADES:
                 cur.execute(statement)
             for source, position in snapshots.items():
-                cur.execute(
-                    "UPDATE `_vt`.`vreplication` SET start_pos = %s "
-                    "WHERE workflow = %s AND source_shard = %s AND copy_done = 1",
-                    (position, workflow, source),
-                )
+                for row_id, text in _rows_of(cur, workflow):
+                    if source_fields(text)[1] == source:
+                        cur.execute(
+                            "UPDATE `_vt`.`vreplication` SET start_pos = %s "
+                            "WHERE id = %s AND copy_done = 1",
+                            (encoded(position), row_id),
+                        )
             conn.commit()
         finally:
             cur.execute("SET SESSION sql_log_bin = 1")
 
 
+def _rows_of(cur: Any, workflow: str) -> list[tuple[int, str]]:
+    cur.execute("SELECT id, source FROM `_vt`.`vreplication` WHERE workflow = %s", (workflow,))
+    return [(int(row_id), bytes(text).decode()) for row_id, text in cur.fetchall()]
+
+
 def vreplication_rows(conn: Connection, workflow: str) -> dict[str, dict[str, Any]]:
-    """A target's `_vt.vreplication` rows of `workflow`, by source shard, bytes decoded."""
+    """A target's `_vt.vreplication` rows of `workflow`, by source shard, bytes decoded and
+    positions as plain GTID text."""
     with conn.cursor(pymysql.cursors.DictCursor) as cur:
         cur.execute("SELECT * FROM `_vt`.`vreplication` WHERE workflow = %s", (workflow,))
-        return {
-            row["source_shard"].decode(): {
-                k: (v.decode() if isinstance(v, bytes) else v) for k, v in row.items()
-            }
-            for row in cur.fetchall()
-        }
+        found = {}
+        for row in cur.fetchall():
+            values = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in row.items()}
+            values["pos"] = decoded(row["pos"])
+            values["start_pos"] = decoded(row["start_pos"])
+            found[source_fields(values["source"])[1]] = values
+        return found
 
 
 def holds_rows(conn: Connection) -> bool:
@@ -165,6 +193,7 @@ class _Batches:
     throttle: float = 0.0
     progress: Callable[[str, int], None] | None = None
     pending: dict[str, list[tuple[str, list[Any]]]] = field(default_factory=dict)
+    keyspace: str = schema.DATABASE
 
     def add(self, target: CopyTarget, table: str, values: list[Any], batch_size: int) -> None:
         batch = self.pending.setdefault(target.shard, [])
@@ -193,11 +222,12 @@ class _Batches:
         return (
             target.vrep_id,
             self.workflow,
-            self.source_shard,
-            self.start.position if done else self.snapshot,
-            self.start.position if done else "",
+            binlog_source(self.keyspace, self.source_shard, target.key_range.name),
+            encoded(self.start.position if done else self.snapshot),
+            encoded(self.start.position) if done else "",
             int(time.time()),
             "Running" if done else "Copying",
+            schema.DATABASE,
             target.rows_copied,
             1 if done else 0,
         )

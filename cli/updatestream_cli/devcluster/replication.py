@@ -1,22 +1,27 @@
 """Filtered replication: replay one source shard's transactions into the destination shards.
 
-One `FilteredReplication` thread reads the source binlog (python-mysql-replication, MariaDB GTID
-mode, blocking, with server heartbeats) from the lowest position any destination has applied
-(right after the copy that is its `start_pos`: the snapshot, or earlier with a replay window, whose
-transactions are then applied again over the copied rows), and for every source transaction:
+One `FilteredReplication` thread reads the source binlog (python-mysql-replication, GTID mode,
+blocking, with server heartbeats; MariaDB or MySQL) from the lowest position any destination has
+applied (right after the copy that is its `start_pos`: the snapshot, or earlier with a replay
+window, whose transactions are then applied again over the copied rows), and marks what it copies
+the way Vitess's vplayer does (`updatestream.binlog.vreplication`):
 
-- drops the rows a destination already has (its `_vt.vreplication.pos` contains the GTID);
-- routes each row of the sample database to the destination owning its keyspace id;
-- per destination with rows: one transaction that runs `SET TIMESTAMP = <source timestamp>`, then
-  upserts its `_vt.vreplication` row (the source position after this transaction) as the FIRST
-  statement, then applies the rows (multi-row INSERT ... ON DUPLICATE KEY UPDATE, DELETE by
-  primary key). Position and data commit together, so a restart never applies a row twice.
+- source transactions that arrive together (up to `group_max` of them, or those read within
+  `group_wait` seconds) are applied as ONE destination transaction per destination, as the
+  vplayer groups the commits of one fetch;
+- per destination with rows: its rows in the source's order (multi-row INSERT ... ON DUPLICATE
+  KEY UPDATE, DELETE by primary key), then, as the LAST statement, `UPDATE _vt.vreplication SET
+  pos=..., time_updated=..., transaction_timestamp=...`: `pos` the source's whole position after
+  the group (`MySQL56/...` or `MariaDB/...`), `transaction_timestamp` the source commit second
+  of the group's last transaction. No `SET TIMESTAMP`: the copy carries the destination's time.
+  Position and data commit together, so a restart never applies a row twice; rows a destination
+  already has (its `pos` contains the GTID) are dropped;
 - destinations without rows get a position-only transaction at most every `advance_every`
   seconds (and at once when a flush is requested, for the write cut-over).
 
-Reconnects resume from the position of the last fully processed transaction (never from the
-start of the binlog): `auto_position` is moved forward after every transaction, so the library's
-own silent reconnect resumes there too, and reconnects are counted and bounded.
+Reconnects resume from the position of the last fully processed group (never from the start of
+the binlog): `auto_position` is moved forward after every group, so the library's own silent
+reconnect resumes there too, and reconnects are counted and bounded.
 """
 
 from __future__ import annotations
@@ -32,10 +37,24 @@ from typing import Any
 
 import pymysql
 from pymysqlreplication import BinLogStreamReader
-from pymysqlreplication.event import HeartbeatLogEvent, MariadbGtidEvent, QueryEvent, XidEvent
+from pymysqlreplication.event import (
+    GtidEvent,
+    HeartbeatLogEvent,
+    MariadbGtidEvent,
+    QueryEvent,
+    XidEvent,
+)
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from updatestream.core.gtid import MariaDBGTID, MariaDBPosition
+from updatestream.binlog.session import advance, gtid_of
+from updatestream.binlog.vreplication import encode_position
+from updatestream.core.gtid import (
+    Flavor,
+    GTIDPosition,
+    MariaDBPosition,
+    MySQLGTIDSet,
+    position_contains,
+)
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.vschema import VSchema
 from updatestream.spec import Credentials
@@ -43,7 +62,6 @@ from updatestream_cli.devcluster import sample_schema as schema
 from updatestream_cli.devcluster.errors import ReshardError
 from updatestream_cli.devcluster.local_server import Connection
 from updatestream_cli.devcluster.rowchanges import (
-    TRANSACTION_EVENTS,
     RowChange,
     execute_batched,
     row_images,
@@ -52,14 +70,14 @@ from updatestream_cli.devcluster.rowchanges import (
 
 log = logging.getLogger(__name__)
 
-VREPLICATION_UPSERT = (
-    "INSERT INTO `_vt`.`vreplication` "
-    "(id, workflow, source_shard, pos, transaction_timestamp, time_updated, state) "
-    "VALUES (%s, %s, %s, %s, %s, %s, %s) ON DUPLICATE KEY UPDATE "
-    "workflow = VALUES(workflow), source_shard = VALUES(source_shard), pos = VALUES(pos), "
-    "transaction_timestamp = VALUES(transaction_timestamp), "
-    "time_updated = VALUES(time_updated), state = VALUES(state)"
+MARKER_UPDATE = (
+    "UPDATE `_vt`.`vreplication` SET pos = %s, time_updated = %s, transaction_timestamp = %s "
+    "WHERE id = %s"
 )
+_EVENTS = (
+    MariadbGtidEvent, GtidEvent, XidEvent, QueryEvent, WriteRowsEvent, UpdateRowsEvent,
+    DeleteRowsEvent, HeartbeatLogEvent,
+)  # fmt: skip
 
 
 class ReplicationError(ReshardError):
@@ -68,7 +86,8 @@ class ReplicationError(ReshardError):
 
 @dataclass
 class SourceTransaction:
-    gtid: MariaDBGTID
+    gtid: Any  # what advances a position (`updatestream.binlog.session.advance`)
+    contained_in: Callable[[GTIDPosition], bool]
     timestamp: int
     standalone: bool
     rows: list[RowChange] = field(default_factory=list)
@@ -82,13 +101,25 @@ class Destination:
     key_range: KeyRange
     vrep_id: int
     connect: Callable[[], Connection]
-    pos: MariaDBPosition
+    pos: GTIDPosition
     transaction_timestamp: int = 0
     last_write: float = 0.0
     conn: Connection | None = None
     applied_transactions: int = 0
-    snapshot: MariaDBPosition | None = None  # the copy's snapshot, to count replayed transactions
+    snapshot: GTIDPosition | None = None  # the copy's snapshot, to count replayed transactions
     replayed: int = 0  # transactions with rows applied here that the snapshot already contains
+
+
+def transactions_behind(applied: GTIDPosition, source_now: GTIDPosition) -> int:
+    """How many source transactions `applied` lacks of `source_now`."""
+    if isinstance(source_now, MariaDBPosition) and isinstance(applied, MariaDBPosition):
+        return sum(max(0, g.seq - (applied.domain_seq(g.domain) or 0)) for g in source_now)
+    assert isinstance(source_now, MySQLGTIDSet) and isinstance(applied, MySQLGTIDSet)
+
+    def size(gtids: MySQLGTIDSet) -> int:
+        return sum(end - start + 1 for spans in gtids.entries.values() for start, end in spans)
+
+    return size(source_now) - size(source_now.intersection(applied))
 
 
 class FilteredReplication:
@@ -104,35 +135,43 @@ class FilteredReplication:
         reader: Credentials,
         vschema: VSchema,
         destinations: Sequence[Destination],
+        flavor: Flavor = Flavor.MARIADB,
         heartbeat: float = 1.0,
         advance_every: float = 1.0,
         max_reconnects: int = 20,
+        group_max: int = 8,
+        group_wait: float = 0.05,
     ) -> None:
         self.workflow = workflow
         self.source_shard = source_shard
         self.host, self.port, self.reader = host, port, reader
         self.vschema = vschema
         self.destinations = list(destinations)
+        self.flavor = flavor
         self.heartbeat = heartbeat
         self.advance_every = advance_every
         self.max_reconnects = max_reconnects
+        self.group_max, self.group_wait = group_max, group_wait
         self.source_pos = self._start_position()
         self.last_timestamp = max((d.transaction_timestamp for d in self.destinations), default=0)
         self.transactions_read = 0
+        self.groups_applied = 0  # destination transactions that copied several source ones
         self.reconnects = 0
         self.error: BaseException | None = None
         self._connects = 0
+        self._group: list[SourceTransaction] = []
+        self._group_began = 0.0
         self._stop = threading.Event()
         self._flush = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stream: BinLogStreamReader | None = None
 
-    def _start_position(self) -> MariaDBPosition:
+    def _start_position(self) -> GTIDPosition:
         """The lowest destination position: every other one contains it."""
         positions = [d.pos for d in self.destinations]
         for candidate in positions:
-            if all(other.contains(candidate) for other in positions):
+            if all(position_contains(other, candidate) for other in positions):
                 return candidate
         raise ReplicationError(
             f"destinations of source shard {self.source_shard} are at incomparable positions "
@@ -169,20 +208,17 @@ class FilteredReplication:
                 "rerun the reshard to resume from _vt.vreplication"
             ) from self.error
 
-    def caught_up(self, final: MariaDBPosition) -> bool:
+    def caught_up(self, final: GTIDPosition) -> bool:
         with self._lock:
-            return all(d.pos.contains(final) for d in self.destinations)
+            return all(position_contains(d.pos, final) for d in self.destinations)
 
-    def lag(self, source_now: MariaDBPosition) -> list[dict[str, Any]]:
+    def lag(self, source_now: GTIDPosition) -> list[dict[str, Any]]:
         """Per destination: applied position, transactions and seconds behind the source."""
         report = []
         now = time.time()
         with self._lock:
             for dest in self.destinations:
-                behind = 0
-                for gtid in source_now:
-                    applied = dest.pos.domain_seq(gtid.domain) or 0
-                    behind += max(0, gtid.seq - applied)
+                behind = transactions_behind(dest.pos, source_now)
                 report.append(
                     {
                         "source": self.source_shard,
@@ -223,11 +259,11 @@ class FilteredReplication:
             },
             server_id=random.randint(100_000, 2**31 - 1),  # unique per reader, or one is kicked
             blocking=True,
-            is_mariadb=True,
+            is_mariadb=self.flavor is Flavor.MARIADB,
             auto_position=str(self.source_pos),
             slave_heartbeat=self.heartbeat,
             pymysql_wrapper=self._counting_connect,
-            only_events=[*TRANSACTION_EVENTS, HeartbeatLogEvent],
+            only_events=list(_EVENTS),
         )
 
     def _run(self) -> None:
@@ -240,6 +276,7 @@ class FilteredReplication:
             except pymysql.err.OperationalError as exc:
                 failures += 1
                 self.reconnects += 1
+                self._group = []  # read again from the last applied group
                 if failures > 5 or self.reconnects > self.max_reconnects:
                     raise ReplicationError(
                         f"source shard {self.source_shard} ({self.host}:{self.port}) keeps "
@@ -250,6 +287,7 @@ class FilteredReplication:
             finally:
                 with contextlib.suppress(Exception):
                     self._stream.close()
+        self._apply_group(self._stream)
         self._advance(force=True)
 
     def _consume(self, stream: BinLogStreamReader) -> None:
@@ -260,38 +298,56 @@ class FilteredReplication:
                 stream_connects = self._connects
             elif self._connects > stream_connects:
                 # python-mysql-replication reconnected by itself; it resumed from auto_position
-                # (our last processed transaction), but bound how often that may happen.
+                # (our last applied group), but bound how often that may happen.
                 self.reconnects += self._connects - stream_connects
                 stream_connects = self._connects
-                current = None
+                current, self._group = None, []
                 if self.reconnects > self.max_reconnects:
                     raise ReplicationError(
                         f"binlog stream from shard {self.source_shard} reconnected "
                         f"{self.reconnects} times; giving up at position {self.source_pos}"
                     )
-            if isinstance(event, MariadbGtidEvent):
-                current = SourceTransaction(
-                    MariaDBGTID(event.domain_id, event.server_id, event.gtid_seq_no),
-                    event.timestamp,
-                    bool(event.flags & 1),
-                )
-            elif isinstance(event, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):
-                if current is not None and event.schema == schema.DATABASE:
-                    current.rows += self._row_changes(event)
-            elif isinstance(event, XidEvent) or (
-                isinstance(event, QueryEvent)
-                and current is not None
-                and (current.standalone or event.query == "COMMIT")
-            ):
-                if current is not None:
-                    if isinstance(event, QueryEvent) and current.standalone:
-                        log.info("%s: statement %s not replicated", self.source_shard, current.gtid)
-                    self._complete(current)
-                    stream.auto_position = str(self.source_pos)
-                current = None
+            current = self._on_event(event, current)
+            if isinstance(event, HeartbeatLogEvent) or self._group_due():
+                self._apply_group(stream)
             self._advance(force=self._flush.is_set())
             if self._stop.is_set():
                 return
+
+    def _on_event(self, event: Any, current: SourceTransaction | None) -> SourceTransaction | None:
+        """Follow one source transaction; a finished one joins the group being gathered."""
+        if isinstance(event, MariadbGtidEvent | GtidEvent):
+            _, contained_in, gtid = gtid_of(event, self.flavor)
+            return SourceTransaction(
+                gtid, contained_in, int(event.timestamp), bool(getattr(event, "flags", 0) & 1)
+            )
+        if isinstance(event, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):
+            if current is not None and event.schema == schema.DATABASE:
+                current.rows += self._row_changes(event)
+            return current
+        ends = isinstance(event, XidEvent) or (
+            isinstance(event, QueryEvent)
+            and current is not None
+            and (current.standalone or event.query == "COMMIT")
+        )
+        if ends and current is not None:
+            if isinstance(event, QueryEvent) and current.standalone:
+                log.info("%s: a statement was not replicated", self.source_shard)
+            if not self._group:
+                self._group_began = time.monotonic()
+            self._group.append(current)
+            return None
+        return current
+
+    def _group_due(self) -> bool:
+        if not self._group:
+            return False
+        waited = time.monotonic() - self._group_began
+        return (
+            len(self._group) >= self.group_max
+            or waited >= self.group_wait
+            or (self._flush.is_set() or self._stop.is_set())
+        )
 
     def _row_changes(self, event: Any) -> list[RowChange]:
         table = event.table
@@ -317,59 +373,55 @@ class FilteredReplication:
             )
         return ksid
 
-    def _complete(self, tx: SourceTransaction) -> None:
-        after = self.source_pos.advance(tx.gtid)
+    def _apply_group(self, stream: BinLogStreamReader | None) -> None:
+        """Apply the gathered source transactions: one destination transaction each."""
+        group, self._group = self._group, []
+        if not group:
+            return
+        after = self.source_pos
+        for tx in group:
+            after = advance(after, tx.gtid)
         for dest in self.destinations:
-            if (dest.pos.domain_seq(tx.gtid.domain) or 0) >= tx.gtid.seq:
-                continue  # applied before a restart
-            rows = [r for r in tx.rows if dest.key_range.contains(r.keyspace_id)]
-            if rows:
-                self._write(dest, after, tx.timestamp, rows)
-                if dest.snapshot is not None and (
-                    (dest.snapshot.domain_seq(tx.gtid.domain) or 0) >= tx.gtid.seq
-                ):
+            rows: list[RowChange] = []
+            for tx in group:
+                if tx.contained_in(dest.pos):
+                    continue  # applied before a restart
+                mine = [r for r in tx.rows if dest.key_range.contains(r.keyspace_id)]
+                if mine and dest.snapshot is not None and tx.contained_in(dest.snapshot):
                     dest.replayed += 1
+                rows += mine
+            if rows:
+                self._write(dest, after, group[-1].timestamp, rows)
+                if len(group) > 1:
+                    self.groups_applied += 1
         with self._lock:
             self.source_pos = after
-            self.last_timestamp = tx.timestamp
-            self.transactions_read += 1
+            self.last_timestamp = group[-1].timestamp
+            self.transactions_read += len(group)
+        if stream is not None:
+            stream.auto_position = str(self.source_pos)
 
     def _advance(self, force: bool = False) -> None:
         now = time.monotonic()
         for dest in self.destinations:
-            if dest.pos.contains(self.source_pos):
+            if position_contains(dest.pos, self.source_pos):
                 continue
             if force or now - dest.last_write >= self.advance_every:
                 self._write(dest, self.source_pos, self.last_timestamp, [])
 
     def _write(
-        self, dest: Destination, pos: MariaDBPosition, timestamp: int, rows: list[RowChange]
+        self, dest: Destination, pos: GTIDPosition, timestamp: int, rows: list[RowChange]
     ) -> None:
         if dest.conn is None:
             dest.conn = dest.connect()
         conn = dest.conn
+        marker = (encode_position(pos), int(time.time()), timestamp, dest.vrep_id)
         try:
-            vreplication = (
-                dest.vrep_id,
-                self.workflow,
-                self.source_shard,
-                str(pos),
-                timestamp,
-                int(time.time()),
-                "Running",
-            )
             with conn.cursor() as cur:
-                # One destination transaction (autocommit is off): the source timestamp, the
-                # vreplication row first, then the rows, then COMMIT; sent in one round trip
-                # unless it is large.
+                # One destination transaction (autocommit is off): the rows, then the marker as
+                # its last statement, then COMMIT; one round trip unless it is large.
                 execute_batched(
-                    cur,
-                    [
-                        ("SET TIMESTAMP = %s", (timestamp,)),
-                        (VREPLICATION_UPSERT, vreplication),
-                        *row_statements(rows),
-                        ("COMMIT", None),
-                    ],
+                    cur, [*row_statements(rows), (MARKER_UPDATE, marker), ("COMMIT", None)]
                 )
         except pymysql.err.MySQLError:
             with contextlib.suppress(Exception):

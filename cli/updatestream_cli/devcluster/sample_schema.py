@@ -91,26 +91,32 @@ PRIMARY_KEYS: dict[str, tuple[str, ...]] = {
     "events": ("event_key",),
 }
 
-# One row per (workflow, source shard) on each destination shard of a reshard.
-# - source_shard: the canonical name of the source shard (`KeyRange.name`: lower-case hex,
-#   like -80 or 40-80), as the change stream reads it for provenance.
-# - pos: the source GTID position applied so far (the copy's snapshot, then moved by every
-#   replicated transaction).
-# - start_pos: the source GTID position after which this destination's binlog holds every source
+# One row per (workflow, source shard) on each destination shard of a reshard, with the columns
+# Vitess's `_vt.vreplication` has that filtered replication writes and the change stream reads:
+# - source: the workflow's BinlogSource as protobuf text (`keyspace:"commerce" shard:"-80"
+#   filter:{rules:{match:"/.*" filter:"-40"}}`), naming the source shard;
+# - pos: the source GTID position applied so far, Vitess-encoded (`MariaDB/0-1-42`,
+#   `MySQL56/<uuid>:1-42`): the copy's snapshot, then moved by every replicated transaction;
+# - transaction_timestamp: the source commit second of the last copied transaction.
+# Two columns are the development cluster's own (Vitess has neither):
+# - start_pos: the source position after which this destination's binlog holds every source
 #   transaction touching its key range, each as a replicated transaction. Written once with the
 #   row that marks copy_done (again if the copy is redone), never by replication. It is the
-#   snapshot position, or earlier with a replay window (`reshard --replay-seconds`).
+#   snapshot position, or earlier with a replay window (`reshard --replay-seconds`);
+# - copy_done: the copy phase finished.
 VREPLICATION_DDL = """
 CREATE TABLE IF NOT EXISTS vreplication (
   id INT NOT NULL,
   workflow VARBINARY(1000) NOT NULL,
-  source_shard VARBINARY(255) NOT NULL,
+  source MEDIUMBLOB NOT NULL,
   pos VARBINARY(10000) NOT NULL,
   start_pos VARBINARY(10000) NOT NULL DEFAULT '',
+  stop_pos VARBINARY(10000) DEFAULT NULL,
   transaction_timestamp BIGINT NOT NULL DEFAULT 0,
   time_updated BIGINT NOT NULL DEFAULT 0,
   state VARBINARY(100) NOT NULL,
   message VARBINARY(1000) NOT NULL DEFAULT '',
+  db_name VARBINARY(255) NOT NULL DEFAULT '',
   rows_copied BIGINT NOT NULL DEFAULT 0,
   copy_done TINYINT NOT NULL DEFAULT 0,
   PRIMARY KEY (id)

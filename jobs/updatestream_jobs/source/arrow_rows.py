@@ -1,19 +1,18 @@
 """Change-event rows as Arrow record batches: what every partition of the source hands Spark.
 
 The binlog library produces rows as tuples in `ChangeEvent` field order without the last field,
-the dedup verdict; `record_batches` groups them into record batches of the source's schema with
-the verdict of each row added.
+the dedup verdict (`FIELDS`); the source adds each row's verdict (`binlog_ranges`) and
+`record_batches` groups the complete rows into record batches of the source's schema.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
 
 from updatestream.binlog.events import SPARK_SCHEMA_DDL, ChangeEvent
-from updatestream.binlog.row_converter import EventRow
 
 ALL_FIELDS = tuple(ChangeEvent.__dataclass_fields__)
 FIELDS = ALL_FIELDS[:-1]  # what a reader's row tuples hold; the dedup verdict is added last
@@ -28,31 +27,28 @@ ARROW_SCHEMA = pa.schema(
 _MAX_BATCH_BYTES = 8 * 1024 * 1024
 _BEFORE, _AFTER = FIELDS.index("before"), FIELDS.index("after")
 
-Classifier = Callable[[EventRow], str | None]
+FullRow = tuple[Any, ...]  # every ChangeEvent field, the dedup verdict last
 
 
-def _batch(rows: list[tuple[Any, ...]], classify: Classifier | None = None) -> pa.RecordBatch:
+def _batch(rows: list[FullRow]) -> pa.RecordBatch:
     # Lists, not tuples: pyarrow converts a tuple of strings ~300 times slower.
-    columns = [list(c) for c in zip(*rows, strict=True)] if rows else [[] for _ in FIELDS]
-    columns.append([classify(row) for row in rows] if classify else [None] * len(rows))
+    columns = [list(c) for c in zip(*rows, strict=True)] if rows else [[] for _ in ALL_FIELDS]
     return pa.RecordBatch.from_arrays(
         [pa.array(column, type=f.type) for column, f in zip(columns, ARROW_SCHEMA, strict=True)],
         schema=ARROW_SCHEMA,
     )
 
 
-def record_batches(
-    rows: Iterator[EventRow], max_rows: int, classify: Classifier | None = None
-) -> Iterator[pa.RecordBatch]:
-    """Group event rows into Arrow record batches of at most `max_rows` rows (and ~8 MB),
-    with the dedup verdict of each row from `classify` (none without it)."""
-    batch: list[EventRow] = []
+def record_batches(rows: Iterator[FullRow], max_rows: int) -> Iterator[pa.RecordBatch]:
+    """Group complete event rows (verdict included) into Arrow record batches of at most
+    `max_rows` rows (and ~8 MB)."""
+    batch: list[FullRow] = []
     size = 0
     for row in rows:
         batch.append(row)
         size += len(row[_AFTER] or "") + len(row[_BEFORE] or "") + 256
         if len(batch) >= max_rows or size >= _MAX_BATCH_BYTES:
-            yield _batch(batch, classify)
+            yield _batch(batch)
             batch, size = [], 0
     if batch:
-        yield _batch(batch, classify)
+        yield _batch(batch)

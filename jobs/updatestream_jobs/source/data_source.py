@@ -41,6 +41,7 @@ from pyspark.sql.types import StructType
 
 from updatestream.binlog.events import SPARK_SCHEMA_DDL
 from updatestream.core.gtid import position_contains
+from updatestream.core.recent_rows import RecentTransactions
 from updatestream.core.start import Start
 from updatestream.core.token import EventToken
 from updatestream_jobs.source.hopper import Hopper
@@ -129,7 +130,8 @@ class UpdateStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         tokens = dict(offset.tokens)
         for shard, token in self._planner.current(ask).items():
             tokens[shard] = self._end_of(shard, offset.tokens[shard], token, snapshotting, tails)
-        return dataclasses.replace(offset, tokens=tokens)
+        recent = _recent_after(offset, tokens, tails)
+        return dataclasses.replace(offset, tokens=tokens, recent=recent)
 
     def _end_of(
         self,
@@ -189,6 +191,27 @@ class UpdateStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         if self._tails is not None:
             self._tails.stop()
         self._planner.close()
+
+
+def _recent_after(
+    offset: StreamOffset, ends: dict[str, EventToken], tails: Tails | None
+) -> dict[str, RecentTransactions]:
+    """Each shard's record of what it read last (`RecentTransactions`), through its end token:
+    the record of `offset` followed by the transactions the tail holds up to the end; a shard
+    whose range the tail does not hold starts a new, empty record at its end."""
+    if tails is None:
+        return {}
+    recent = dict(offset.recent)
+    for shard, end in ends.items():
+        start = offset.tokens[shard]
+        if start.position == end.position and shard in recent:
+            continue
+        known = recent.get(shard)
+        if known is None or known.position != start.position:
+            known = RecentTransactions(start.position)
+        read = tails.read_between(shard, start.position, end.position)
+        recent[shard] = known.then(read) if read is not None else RecentTransactions(end.position)
+    return recent
 
 
 class UpdateStreamBatchReader(DataSourceReader):

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from updatestream.binlog.errors import HopGapError, SourceOptionsError
 from updatestream.binlog.session import ShardSession, connection_settings
 from updatestream.binlog.start_positions import find_start_by_timestamp
+from updatestream.binlog.vreplication import decode_position, source_fields
 from updatestream.core.dedup import DedupFilter
 from updatestream.core.gtid import GTIDParseError, GTIDPosition, parse_position, position_contains
 from updatestream.core.hop_plan import HopPlan, canonical_shard_name, plan_hop
@@ -40,6 +41,7 @@ from updatestream.core.keyrange import KeyRange
 from updatestream.core.shardmap import ShardMap
 from updatestream.core.token import EventToken
 from updatestream.spec import Keyspace
+from updatestream_jobs.source.journals import Draining, Journals
 from updatestream_jobs.source.keyspace_watch import KeyspaceWatch
 from updatestream_jobs.source.offsets import HopInfo, StreamOffset
 
@@ -49,7 +51,7 @@ _COVERAGE_COLUMN = (
     "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = '_vt' "
     "AND TABLE_NAME = 'vreplication' AND COLUMN_NAME = 'start_pos'"
 )
-_COVERAGE = "SELECT source_shard, start_pos FROM _vt.vreplication WHERE copy_done = 1 ORDER BY id"
+_COVERAGE = "SELECT source, start_pos FROM _vt.vreplication WHERE copy_done = 1 ORDER BY id"
 
 
 def serving_map(keyspace: Keyspace) -> ShardMap:
@@ -121,6 +123,7 @@ class Hopper:
         self.lookback = lookback
         self._clock = clock
         self._waiting: str | None = None
+        self.journals = Journals(session)
 
     def keyspace(self) -> Keyspace:
         return self.watch.current()
@@ -142,9 +145,15 @@ class Hopper:
             old = map_for_shards(keyspace, reading, self.key_range)
         new, changed_at = next_map(keyspace, old, self.key_range)
         plan = plan_hop(old, new, offset.tokens, self.key_range)
+        declared = {shard.name for shard in keyspace.spec.shards}
+        delivered = {name: token.position for name, token in offset.tokens.items()}
+        journaled = self.journals.starts(plan, delivered, declared)
+        if isinstance(journaled, Draining):
+            return None
+        if journaled is not None:
+            return self._hop_offset(offset, plan, changed_at, journaled)
         gaps = self._gaps(plan)
         if gaps:
-            declared = {shard.name for shard in keyspace.spec.shards}
             gone = [g for g in gaps if g.source not in declared]
             if gone:
                 raise _gap_error(gone, keyspace)
@@ -221,12 +230,17 @@ class Hopper:
             return {}
         found: dict[str, str] = {}
         for source, start_pos in session.query(_COVERAGE):
-            name = canonical_shard_name(_text(source))
-            found[name] = _text(start_pos)  # the newest workflow's row wins (ORDER BY id)
+            name = canonical_shard_name(source_fields(_text(source))[1])
+            position = decode_position(start_pos, session.flavor) if start_pos else None
+            found[name] = str(position) if position is not None else ""  # the newest row wins
         return found
 
     def _hop_offset(
-        self, offset: StreamOffset, plan: HopPlan, changed_at: float | None
+        self,
+        offset: StreamOffset,
+        plan: HopPlan,
+        changed_at: float | None,
+        journaled: dict[str, GTIDPosition] | None = None,
     ) -> StreamOffset:
         tokens: dict[str, EventToken] = {
             name: offset.tokens[name] for name in plan.unchanged if name in offset.tokens
@@ -234,8 +248,14 @@ class Hopper:
         starts: dict[str, EventToken] = {}
         for name, destination in plan.destinations.items():
             target = _start_second(destination.start_timestamp, changed_at) - self.lookback
-            starts[name], tokens[name] = self._read_range(name, target)
-        dedup = DedupFilter.from_plan(plan)
+            if journaled is not None:  # at the switch, exactly: no copy is read again
+                current, now = self._session(name).current_position()
+                second = max(0, int(changed_at or now))
+                starts[name] = EventToken(second, name, journaled[name])
+                tokens[name] = EventToken(max(now, second), name, current)
+            else:
+                starts[name], tokens[name] = self._read_range(name, target)
+        dedup = DedupFilter.from_plan(plan, offset.recent)
         if offset.dedup is not None:
             dedup = offset.dedup.merged(dedup)
         hop = HopInfo(
@@ -260,7 +280,8 @@ class Hopper:
         # The snapshot goes on after the hop: its progress is kept by key range, and the hop
         # batch reads no chunks (a chunk reads its rows from the shards serving after it).
         snapshot = offset.snapshot.advance(()) if offset.snapshot is not None else None
-        return StreamOffset(tokens, str(plan.new), dedup, hop, snapshot)
+        recent = {shard: r for shard, r in offset.recent.items() if shard in tokens}
+        return StreamOffset(tokens, str(plan.new), dedup, hop, snapshot, recent)
 
 
 def _start_second(planned: int, changed_at: float | None) -> int:

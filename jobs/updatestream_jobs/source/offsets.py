@@ -10,7 +10,10 @@ the rest, so an offset written before hops existed still reads:
 * `_hop`: the latest hop: its number, the maps and shards before and after, when the serving
   map changed and when the stream noticed, the watermarks, and where each destination shard
   starts. The batch whose end offset carries a new hop number is the hop batch: it reads each
-  destination from its start token.
+  destination from its start token;
+* `_recent`: per shard, the last transactions read of it with their rows' keyspace ids
+  (`RecentTransactions`), up to its token: what a later hop needs to split a grouped copy
+  that straddles its watermark.
 
 Because the hop lives in the offsets, a job killed during a hop replays the hop batch exactly
 from its checkpoint, with the same starts and the same dedup rule.
@@ -24,6 +27,7 @@ from typing import Any
 
 from updatestream.binlog.errors import SourceOptionsError
 from updatestream.core.dedup import DedupFilter, DedupFilterError
+from updatestream.core.recent_rows import RecentRowsError, RecentTransactions
 from updatestream.core.snapshot_plan import SnapshotState, SnapshotStateError
 from updatestream.core.token import EventToken, TokenError
 
@@ -31,6 +35,7 @@ MAP_KEY = "_map"
 DEDUP_KEY = "_dedup"
 HOP_KEY = "_hop"
 SNAPSHOT_KEY = "_snapshot"
+RECENT_KEY = "_recent"
 
 
 def is_shard_key(key: str) -> bool:
@@ -94,6 +99,7 @@ class StreamOffset:
     dedup: DedupFilter | None = None
     hop: HopInfo | None = None
     snapshot: SnapshotState | None = None
+    recent: Mapping[str, RecentTransactions] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {shard: token.to_json() for shard, token in self.tokens.items()}
@@ -105,6 +111,8 @@ class StreamOffset:
             data[HOP_KEY] = self.hop.to_json()
         if self.snapshot is not None:
             data[SNAPSHOT_KEY] = self.snapshot.to_json()
+        if self.recent:
+            data[RECENT_KEY] = {shard: r.to_json() for shard, r in sorted(self.recent.items())}
         return data
 
     @classmethod
@@ -132,7 +140,7 @@ class StreamOffset:
                 snapshot = SnapshotState.from_json(data[SNAPSHOT_KEY])
             except SnapshotStateError as exc:
                 raise SourceOptionsError(str(exc)) from None
-        return cls(tokens, str(raw_map) if raw_map else None, dedup, hop, snapshot)
+        return cls(tokens, str(raw_map) if raw_map else None, dedup, hop, snapshot, _recent(data))
 
     def new_hop(self, previous: StreamOffset) -> HopInfo | None:
         """The hop this offset ends, when the batch from `previous` to it is a hop batch."""
@@ -146,3 +154,11 @@ class StreamOffset:
 def tokens_of(offset: Mapping[str, Any]) -> dict[str, Any]:
     """The shard -> token JSON part of an offset (what progress reports show per shard)."""
     return {key: value for key, value in offset.items() if is_shard_key(key)}
+
+
+def _recent(data: Mapping[str, Any]) -> dict[str, RecentTransactions]:
+    raw = data.get(RECENT_KEY) or {}
+    try:
+        return {str(shard): RecentTransactions.from_json(entry) for shard, entry in raw.items()}
+    except (RecentRowsError, AttributeError) as exc:
+        raise SourceOptionsError(f"offset field '_recent' is malformed: {exc}") from None

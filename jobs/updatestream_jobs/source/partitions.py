@@ -43,9 +43,7 @@ class BinlogRangePartition(SourcePartition):
         return f"BinlogRangePartition({self.range!r})"
 
     def read(self, config: SourceConfig) -> Iterator[pa.RecordBatch]:
-        part = self.range
-        rows = read_shard_rows(config, part)
-        return record_batches(rows, config.arrow_batch_rows, part.classifier())
+        return record_batches(read_shard_rows(config, self.range), config.arrow_batch_rows)
 
 
 class HeldRowsPartition(SourcePartition):
@@ -68,8 +66,6 @@ class HeldRowsPartition(SourcePartition):
 
     def read(self, config: SourceConfig) -> Iterator[pa.RecordBatch]:
         return itertools.chain.from_iterable(
-            record_batches(
-                read_shard_rows(config, part, rows), config.arrow_batch_rows, part.classifier()
-            )
+            record_batches(read_shard_rows(config, part, rows), config.arrow_batch_rows)
             for part, rows in self.held
         )

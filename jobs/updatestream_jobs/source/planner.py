@@ -28,11 +28,13 @@ from updatestream.binlog.start_positions import (
 from updatestream.core.dedup import DedupFilter
 from updatestream.core.gtid import position_contains
 from updatestream.core.keyrange import KeyRange
+from updatestream.core.recent_rows import RecentTransactions
 from updatestream.core.snapshot_plan import SnapshotRange
 from updatestream.core.start import Start
 from updatestream.core.token import EventToken
 from updatestream.spec import Keyspace
-from updatestream_jobs.source.binlog_ranges import ShardRange, Via
+from updatestream_jobs.source.binlog_ranges import ShardRange
+from updatestream_jobs.source.copy_groups import Via
 from updatestream_jobs.source.hopper import Hopper, map_for_shards, serving_map
 from updatestream_jobs.source.offsets import HopInfo, StreamOffset
 from updatestream_jobs.source.options import SourceConfig
@@ -245,7 +247,10 @@ class BatchPlanner:
                 f"{end_token.position}; its binlog history changed (restored or reset?)"
             )
         if hopper is not None and batch.declared is not None and shard not in batch.declared:
-            return self._via_destinations(hopper, shard, start_token, end_token, batch.dedup)
+            record = batch.finish.recent.get(shard)
+            return self._via_destinations(
+                hopper, shard, start_token, end_token, batch.dedup, record
+            )
         rows = tails.rows(shard, start_token, end_token) if tails is not None else None
         endpoint = self.endpoint(shard)
         if rows is not None:
@@ -289,8 +294,9 @@ class BatchPlanner:
         start: EventToken,
         end: EventToken,
         dedup: DedupFilter | None,
+        record: RecentTransactions | None,
     ) -> list[Planned]:
-        via = Via(shard, start.position, end.position).to_json()
+        via = Via(shard, start.position, end.position, record).to_json()
         pieces: list[Planned] = []
         for destination, first, last in hopper.retired_range(shard, start, end):
             endpoint = self.endpoint(destination)

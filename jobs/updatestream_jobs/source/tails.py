@@ -34,9 +34,12 @@ from updatestream.binlog.row_converter import EventRow
 from updatestream.binlog.tailer import ShardTailer
 from updatestream.core.gtid import GTIDPosition
 from updatestream.core.token import EventToken
+from updatestream_jobs.source.arrow_rows import FIELDS
 from updatestream_jobs.source.options import SourceConfig
 
 log = logging.getLogger(__name__)
+
+_KSID = FIELDS.index("keyspace_id")
 
 # A followed shard whose server sent nothing, not even a heartbeat, for this long is asked
 # for its position again, whatever its tail says.
@@ -119,6 +122,21 @@ class Tails:
         else:
             self.inlined += 1
         return rows
+
+    def read_between(
+        self, shard: str, start: GTIDPosition, end: GTIDPosition
+    ) -> list[tuple[GTIDPosition, tuple[str, ...]]] | None:
+        """The transactions `(start, end]` the shard's tail holds: the position after each and
+        its rows' keyspace ids (what `RecentTransactions` records); None when it does not hold
+        the range exactly."""
+        tailer = self._live(shard)
+        if tailer is None:
+            return None
+        tailer.buffer.wait_for(end, self.config.tail_wait_ms / 1000)
+        found = tailer.buffer.transactions_between(start, end, self.config.tail_buffer_rows)
+        if found is None:
+            return None
+        return [(position, tuple(row[_KSID] or "" for row in rows)) for position, rows in found]
 
     def follow(self, ends: Mapping[str, EventToken]) -> None:
         """Tails for exactly the shards of `ends`; a shard without a working tail (or whose

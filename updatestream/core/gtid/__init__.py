@@ -45,6 +45,7 @@ __all__ = [
     "parse_position",
     "position_contains",
     "position_from_json",
+    "position_intersection",
     "position_to_json",
     "position_union",
 ]
@@ -92,6 +93,16 @@ def _of_one_flavor(a: GTIDPosition, b: GTIDPosition, method: str) -> Any:
     """``a.<method>(b)`` when both positions are of one flavour; otherwise PositionError."""
     _same_flavor(a, b)
     return getattr(a, method)(b)
+
+
+def position_intersection(a: GTIDPosition, b: GTIDPosition) -> GTIDPosition:
+    """The transactions in both ``a`` and ``b``; mixing flavours raises."""
+    if isinstance(a, MariaDBPosition) and isinstance(b, MariaDBPosition):
+        return a.intersection(b)
+    if isinstance(a, MySQLGTIDSet) and isinstance(b, MySQLGTIDSet):
+        return a.intersection(b)
+    _same_flavor(a, b)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def compare_positions(a: GTIDPosition, b: GTIDPosition) -> Comparison:

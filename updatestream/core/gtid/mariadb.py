@@ -131,6 +131,17 @@ class MariaDBPosition(_Position):
                 merged[domain] = gtid
         return MariaDBPosition(merged.values())
 
+    def intersection(self, other: MariaDBPosition) -> MariaDBPosition:
+        """Per domain present in both, the GTID with the lower sequence number: the
+        transactions both positions include."""
+        _same_flavor(self, other)
+        common = []
+        for domain, gtid in self._entries.items():
+            theirs = other._entries.get(domain)
+            if theirs is not None:
+                common.append(gtid if gtid.seq <= theirs.seq else theirs)
+        return MariaDBPosition(common)
+
     def advance(self, gtid: MariaDBGTID) -> MariaDBPosition:
         """The position after the transaction ``gtid``: its domain now ends at ``gtid``."""
         merged = dict(self._entries)

@@ -148,6 +148,17 @@ class MySQLGTIDSet(_Position):
             combined.setdefault(sid, []).extend(intervals)
         return MySQLGTIDSet(combined)
 
+    def intersection(self, other: MySQLGTIDSet) -> MySQLGTIDSet:
+        """Every GTID in both sets."""
+        _same_flavor(self, other)
+        common: dict[str, list[Interval]] = {}
+        for sid, mine in self._entries.items():
+            for start, end in mine:
+                for low, high in other._entries.get(sid, ()):
+                    if max(start, low) <= min(end, high):
+                        common.setdefault(sid, []).append((max(start, low), min(end, high)))
+        return MySQLGTIDSet(common)
+
     def add(self, uuid: str, seq: int) -> MySQLGTIDSet:
         """This set plus the single GTID ``uuid:seq`` (the position after that transaction)."""
         combined: dict[str, list[Interval]] = {sid: list(iv) for sid, iv in self._entries.items()}
