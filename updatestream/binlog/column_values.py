@@ -11,6 +11,8 @@ binlog's images are compared byte for byte, and sinks write them back). The cano
   `CAST(.. AS DOUBLE)` instead); canonical is the shortest decimal that is the same
   single-precision value (`1.1`, `1.2345679`).
 - `BINARY(n)`: the binlog drops trailing zero bytes, SELECT gives all n; canonical is all n.
+- an empty binary value (`BINARY`, `VARBINARY`, `BLOB`): python-mysql-replication gives `""`,
+  SELECT `b""`; canonical is bytes.
 - MySQL `JSON`: binary in the binlog, the server's text from SELECT; canonical is that text
   (`updatestream.binlog.mysql_json`).
 
@@ -52,11 +54,17 @@ def bit_value(value: Any) -> Any:
 
 def _padded(length: int) -> Callable[[Any], Any]:
     def pad(value: Any) -> Any:
+        value = empty_bytes(value)
         if isinstance(value, bytes) and len(value) < length:
             return value.ljust(length, b"\0")
         return value
 
     return pad
+
+
+def empty_bytes(value: Any) -> Any:
+    """An empty binary value as bytes (the library decodes an empty one to `""`)."""
+    return b"" if value == "" else value
 
 
 def binlog_fixes(columns: Sequence[Any]) -> tuple[Fix, ...]:
@@ -70,6 +78,8 @@ def binlog_fixes(columns: Sequence[Any]) -> tuple[Fix, ...]:
             fixes.append((column.name, float32_value))
         elif kind == FIELD_TYPE.STRING and _is_binary(column):
             fixes.append((column.name, _padded(int(column.max_length))))
+        elif kind in (FIELD_TYPE.VARCHAR, FIELD_TYPE.BLOB) and _is_binary(column):
+            fixes.append((column.name, empty_bytes))
     return tuple(fixes)
 
 
