@@ -54,7 +54,10 @@ def test_values_back_to_sql() -> None:
     assert to_sql(blob, "blob") == b"\x00\x01"
     assert to_sql(["a", "c"], "set") == "a,c"
     assert to_sql("2024-01-02T03:04:05.000006", "datetime") == "2024-01-02 03:04:05.000006"
-    assert to_sql({"k": 1}, "json") == '{"k": 1}' and to_sql("x", "json") == '"x"'
+    # a JSON column arrives as the document's text on both flavors (MySQL's binary JSON is
+    # written out as the server's text by the reader): passed as it is
+    assert to_sql('{"k": 1}', "json") == '{"k": 1}' and to_sql('"x"', "json") == '"x"'
+    assert to_sql({"k": 1}, "json") == '{"k": 1}'  # a decoded value, from an older reader
     assert to_sql('{"k": 1}', "longtext") == '{"k": 1}'  # MariaDB JSON arrives as its text
     assert to_sql("12.50", "decimal") == "12.50" and to_sql(None, "int") is None
     assert to_sql(True, "tinyint") == 1

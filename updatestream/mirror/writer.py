@@ -28,7 +28,7 @@ from pymysql.converters import escape_string
 
 from updatestream.binlog.events import encode_value
 from updatestream.mirror.changes import Change, Collapsed, key_of
-from updatestream.mirror.order import Order, Verdict, classify, update_assignments
+from updatestream.mirror.order import ROW_ALIAS, Order, Verdict, classify, update_assignments
 from updatestream.mirror.schema import (
     INTERNAL_PREFIX,
     MirrorSchemaError,
@@ -91,6 +91,11 @@ class MirrorWriter:
         if self._conn is None:
             self._conn = self.connect()
         return self._conn
+
+    @property
+    def row_alias(self) -> str | None:
+        """How the upsert names the incoming row: MySQL's row alias, MariaDB's ``VALUES()``."""
+        return None if "mariadb" in str(self.conn.get_server_info()).lower() else ROW_ALIAS
 
     def close(self) -> None:
         if self._conn is not None:
@@ -261,8 +266,13 @@ class MirrorWriter:
     ) -> None:
         names = [*data, *PROVENANCE, "_us_idx", "_us_seq", "_us_shard", "_us_ts"]
         listed = ", ".join(f"`{n}`" for n in names)
-        head = f"INSERT INTO `{self.database}`.`{self.mirror_name(table)}` ({listed}) VALUES "
-        tail = f" ON DUPLICATE KEY UPDATE {update_assignments([*data, *PROVENANCE])}"
+        mirror = self.mirror_name(table)
+        head = f"INSERT INTO `{self.database}`.`{mirror}` ({listed}) VALUES "
+        alias = self.row_alias
+        assignments = update_assignments([*data, *PROVENANCE], alias, mirror if alias else None)
+        tail = f" ON DUPLICATE KEY UPDATE {assignments}"
+        if alias:
+            tail = f" AS `{alias}`" + tail
         types = [_data_type(schema, c) for c in data]
         literal = _Literals(self.conn)
         with self.conn.cursor() as cur:
