@@ -119,5 +119,5 @@ def test_mysql_cluster_on_another_address_takes_traffic_and_checks_clean(tmp_pat
         assert "OK: the serving shards hold exactly the ledger's rows" in check.stderr
     finally:
         down = _cli("down", "--dir", directory)
-    assert "stopped -80, 80-" in down.stderr
+    assert "stopped -40, -80, 40-80, 80-" in down.stderr
     assert not any(pid_alive(pid) for pid in pids.values() if pid)
