@@ -94,9 +94,14 @@ class MirrorWriter:
         return self._conn
 
     @property
+    def flavor(self) -> str:
+        """The mirror server's flavor, from its version string."""
+        return "mariadb" if "mariadb" in str(self.conn.get_server_info()).lower() else "mysql"
+
+    @property
     def row_alias(self) -> str | None:
         """How the upsert names the incoming row: MySQL's row alias, MariaDB's ``VALUES()``."""
-        return None if "mariadb" in str(self.conn.get_server_info()).lower() else ROW_ALIAS
+        return None if self.flavor == "mariadb" else ROW_ALIAS
 
     def close(self) -> None:
         if self._conn is not None:
@@ -140,13 +145,13 @@ class MirrorWriter:
         with self.conn.cursor() as cur:
             found = read_table(cur, self.database, mirror)
             if found is None:
-                cur.execute(create_table_sql(self.database, mirror, source))
+                cur.execute(create_table_sql(self.database, mirror, source, self.flavor))
                 cur.execute(view_sql(self.database, mirror, source.names))
                 return source
             current = source_columns(found)
             added = differences(current, source, where)
             if added:
-                cur.execute(add_columns_sql(self.database, mirror, added))
+                cur.execute(add_columns_sql(self.database, mirror, added, self.flavor))
                 current = TableSchema(
                     current.name, current.columns + tuple(added), source.primary_key
                 )
