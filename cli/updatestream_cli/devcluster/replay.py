@@ -235,17 +235,7 @@ def read_rewind(keyspace: Keyspace, secrets_dir: Path, window: ReplayWindow) -> 
                 if event.schema == sample_schema.DATABASE and event.table in sample_schema.COLUMNS:
                     for row in event.rows:
                         rewind.touch(event.table, *row_images(event, row))
-            elif gtid is not None and (
-                isinstance(event, XidEvent)
-                or (
-                    isinstance(event, QueryEvent)
-                    and (
-                        standalone
-                        or event.query == "COMMIT"
-                        or (flavor is Flavor.MYSQL and not began)  # a MySQL DDL statement
-                    )
-                )
-            ):
+            elif gtid is not None and _ends(event, standalone, began, flavor):
                 position = advance(position, gtid)
                 gtid = None
                 if position_contains(position, end):
@@ -253,6 +243,15 @@ def read_rewind(keyspace: Keyspace, secrets_dir: Path, window: ReplayWindow) -> 
     finally:
         stream.close()
     return rewind
+
+
+def _ends(event: Any, standalone: bool, began: bool, flavor: Flavor) -> bool:
+    """Whether `event` ends the transaction being read (MySQL logs a DDL without BEGIN)."""
+    if isinstance(event, XidEvent):
+        return True
+    if not isinstance(event, QueryEvent):
+        return False
+    return standalone or event.query == "COMMIT" or (flavor is Flavor.MYSQL and not began)
 
 
 def replication_start(

@@ -1,18 +1,17 @@
 """Vitess-style resharding of a development cluster: split or merge shards on real servers.
 
-Phases, each recorded in the workflow state file `D/workflows/<name>.json` (and the data-bearing
-progress in each destination's `_vt.vreplication`, committed with the data):
+Phases, recorded in `D/workflows/<name>.json` (and progress in each destination's
+`_vt.vreplication`, committed with the data), on MariaDB and MySQL 8 shards alike:
 
 1. create   - start the destination shards (new servers, new server/domain ids, same schema);
 2. copy     - consistent snapshot of each source into its destinations (see `copy`);
 3. replicate- filtered replication from each destination's start position (the snapshot, or
               earlier with a replay window, see `replay`) until caught up (see `replication`);
-4. switch   - reads switch (recorded), then writes: sources `read_only=ON`, wait until every
-              destination applied the source's final position, rewrite the manifest's
-              servingShards and shardMapHistory atomically, stop replication (see `cutover`).
+4. switch   - reads (recorded), then writes: freeze the sources, wait until every destination
+              applied their final positions, switch the manifest, stop (see `cutover`).
 
-A rerun after a crash (kill -9 in any phase) resumes: a destination whose copy did not finish is
-emptied and copied again; replication resumes from each destination's `_vt.vreplication.pos`.
+A rerun after a crash (kill -9 in any phase) resumes: an unfinished copy is redone; replication
+resumes from each destination's `_vt.vreplication.pos`.
 """
 
 from __future__ import annotations
