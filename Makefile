@@ -121,19 +121,24 @@ bench-footprint: kube-tools $(STAMP) ## peak RSS: operator with 100 streams, job
 	$(BIN)/python -m bench.footprint_bench
 
 # The Debezium harness for bench-peers: a Maven project in the repository, built from Maven
-# Central into the cache directory, one build per hash of its pom and sources.
+# Central into the cache directory, one build per hash of its pom and sources and per flavor:
+# Debezium's MariaDB connector (3.5.0.Final, the newest served) and its MySQL connector.
 DEBEZIUM_SRC := bench/peers/debezium
 DEBEZIUM_KEY := $(shell cat $(DEBEZIUM_SRC)/pom.xml $$(find $(DEBEZIUM_SRC)/src -type f | sort) | sha256sum | cut -c1-16)
-DEBEZIUM_DIR := $(CACHE_DIR)/debezium/$(DEBEZIUM_KEY)
+DEBEZIUM_DIR := $(CACHE_DIR)/debezium/$(DEBEZIUM_KEY)-mariadb
+DEBEZIUM_MYSQL_DIR := $(CACHE_DIR)/debezium/$(DEBEZIUM_KEY)-mysql
+DEBEZIUM_MARIADB_CONNECTOR := -Ddebezium.connector=debezium-connector-mariadb -Ddebezium.version=3.5.0.Final
+DEBEZIUM_MYSQL_CONNECTOR := -Ddebezium.connector=debezium-connector-mysql -Ddebezium.version=3.6.1.Final
 
 .PHONY: debezium-peer
-debezium-peer: ## build the Debezium embedded-engine harness for bench-peers (cached by input hash)
+debezium-peer: ## build the Debezium embedded-engine harness for bench-peers, MariaDB and MySQL connectors (cached by input hash)
 	@command -v mvn >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends maven
-	@test -f $(DEBEZIUM_DIR)/.built || { mvn -q -B -f $(DEBEZIUM_SRC)/pom.xml -Dpeer.build.dir=$(DEBEZIUM_DIR) package && touch $(DEBEZIUM_DIR)/.built; }
+	@test -f $(DEBEZIUM_DIR)/.built || { mvn -q -B -f $(DEBEZIUM_SRC)/pom.xml $(DEBEZIUM_MARIADB_CONNECTOR) -Dpeer.build.dir=$(DEBEZIUM_DIR) package && touch $(DEBEZIUM_DIR)/.built; }
+	@test -f $(DEBEZIUM_MYSQL_DIR)/.built || { mvn -q -B -f $(DEBEZIUM_SRC)/pom.xml $(DEBEZIUM_MYSQL_CONNECTOR) -Dpeer.build.dir=$(DEBEZIUM_MYSQL_DIR) package && touch $(DEBEZIUM_MYSQL_DIR)/.built; }
 
 .PHONY: bench-peers
-bench-peers: system-deps $(STAMP) debezium-peer ## catch-up rows/s and lag at fixed rates: our source and job vs Debezium, into bench/results
-	$(BIN)/python -m bench.peers_bench --debezium-dir $(DEBEZIUM_DIR) $(PEERS_ARGS)
+bench-peers: system-deps mysql $(STAMP) debezium-peer ## catch-up rows/s and lag at fixed rates: our source and job vs Debezium, on MariaDB and MySQL shards, into bench/results
+	$(BIN)/python -m bench.peers_bench --debezium-dir $(DEBEZIUM_DIR) --debezium-mysql-dir $(DEBEZIUM_MYSQL_DIR) $(PEERS_ARGS)
 
 .PHONY: bench-scaling
 bench-scaling: $(STAMP) ## source rows/s with 1, 2 and 4 shards, into bench/results

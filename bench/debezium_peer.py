@@ -1,7 +1,8 @@
 """The Debezium peer: its embedded engine in a small Java harness, driven from Python.
 
-The harness (`bench/peers/debezium`, built by `make debezium-peer` into the cache directory)
-runs Debezium 2.6's MySQL connector with its MariaDB adapter (`connector.adapter=mariadb`),
+The harness (`bench/peers/debezium`, built by `make debezium-peer` into the cache directory,
+once per connector) runs each flavor's own Debezium connector: the MariaDB connector 3.5.0
+(the newest the package registry serves) on MariaDB, the MySQL connector 3.6.1 on MySQL 8, with
 offsets and schema history in memory, and prints one JSON line per row change
 (`bench.peertools` parses them). `bench-peers` and `bench-snapshot` start it from here.
 """
@@ -17,12 +18,28 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from updatestream_cli.devcluster.mariadb_server import MariaDBServer
+from updatestream_cli.devcluster.local_server import LocalServer
 
 from bench.peertools import CatchUp, HarnessOutput, catch_up, parse_lines
 
 HARNESS_CLASS = "io.updatestream.bench.DebeziumPeer"
-DEBEZIUM = "2.6.2.Final, embedded engine, MySQL connector with connector.adapter=mariadb"
+# per flavor: what the report names, and the connector's own properties
+DEBEZIUM = {
+    "mariadb": "3.5.0.Final, embedded engine, MariaDB connector",
+    "mysql": "3.6.1.Final, embedded engine, MySQL connector",
+}
+_CONNECTOR = {
+    "mariadb": {
+        "connector.class": "io.debezium.connector.mariadb.MariaDbConnector",
+        "database.ssl.mode": "disable",
+    },
+    "mysql": {
+        "connector.class": "io.debezium.connector.mysql.MySqlConnector",
+        "database.ssl.mode": "disabled",
+        # MySQL 8's caching_sha2_password without TLS: the driver takes the server's RSA key
+        "driver.allowPublicKeyRetrieval": "true",
+    },
+}
 
 
 def debezium_properties(
@@ -33,16 +50,13 @@ def debezium_properties(
     server_id: int,
     snapshot_mode: str,
     poll_interval_ms: int | None = None,
+    flavor: str = "mariadb",
 ) -> dict[str, str]:
-    """The engine's and the connector's properties: one MariaDB on 127.0.0.1, memory offsets
-    and schema history, row changes of `database` only."""
+    """The engine's and the connector's properties: one server of `flavor` on 127.0.0.1, memory
+    offsets and schema history, row changes of `database` only."""
     props = {
         "name": f"peer-{server_id}",
-        "connector.class": "io.debezium.connector.mysql.MySqlConnector",
-        "connector.adapter": "mariadb",
-        "database.protocol": "jdbc:mariadb",
-        "database.jdbc.driver": "org.mariadb.jdbc.Driver",
-        "database.ssl.mode": "disabled",
+        **_CONNECTOR[flavor],
         "database.hostname": "127.0.0.1",
         "database.port": str(port),
         "database.user": user,
@@ -114,9 +128,11 @@ class Harness:
 
 
 def debezium_catch_up(
-    build_dir: Path, server: MariaDBServer, user: str, password: str, rows: int, log: Path
+    build_dir: Path, server: LocalServer, user: str, password: str, rows: int, log: Path
 ) -> CatchUp:
-    props = debezium_properties(int(server.port or 0), user, password, "bench", 5400, "never")
+    props = debezium_properties(
+        int(server.port or 0), user, password, "bench", 5400, "never", flavor=server.flavor
+    )
     with log.open("ab") as err:
         done = subprocess.run(
             harness_command(build_dir, props, rows), stdout=subprocess.PIPE, stderr=err,

@@ -136,6 +136,14 @@ def lag_rounds(r: Result) -> str:
 
 
 def peers(r: Result) -> str:
+    """MariaDB's section, then MySQL 8's when the run had one."""
+    parts = [peers_flavor(r, "MariaDB", r["rows"], r["rounds"])]
+    if "mysql" in r:
+        parts.append(peers_flavor(r["mysql"], "MySQL 8", r["rows"], r["rounds"]))
+    return "\n\n".join(parts)
+
+
+def peers_flavor(r: Result, flavor: str, rows_count: int, rounds: int) -> str:
     catch = r["catch_up"]
     keys = ["debezium_first_to_last_rows_per_s", "debezium_with_engine_start_rows_per_s",
             "debezium_with_jvm_start_rows_per_s", "source_rows_per_s", "plain_reader_rows_per_s",
@@ -143,12 +151,12 @@ def peers(r: Result) -> str:
     catch_rows = [
         [key.removesuffix("_rows_per_s"), catch["median"][key],
          listed(round_[key] for round_ in catch["rounds"])]
-        for key in keys
+        for key in keys if catch["median"].get(key) is not None
     ]  # fmt: skip
     seen = [r["load_average_before"], r["load_average_between"], r["load_average_after"]]
-    head = (f"Debezium {r['debezium']}. {r['rows']:,} rows, {r['rounds']} rounds; load average "
-            f"(1 min) {loads(seen)} (start, after the catch-up, end). `source_vs_debezium_ratio` "
-            f"{shown(r['source_vs_debezium_ratio'])}.")  # fmt: skip
+    head = (f"**{flavor}**: Debezium {r['debezium']}. {rows_count:,} rows, {rounds} rounds; load "
+            f"average (1 min) {loads(seen)} (start, after the catch-up, end). "
+            f"`source_vs_debezium_ratio` {shown(r['source_vs_debezium_ratio'])}.")  # fmt: skip
     rows = []
     for rate, figures in r["lag"]["median"].items():
         for system in ("debezium_default", "debezium_poll10", "job_console", "job_versionstream"):

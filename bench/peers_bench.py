@@ -1,14 +1,16 @@
-"""Our source and job side by side with Debezium, on one real MariaDB each.
+"""Our source and job side by side with Debezium, on a real MariaDB and on a real MySQL 8.
 
 Debezium runs as its embedded engine in a small Java harness (`bench/peers/debezium`, built by
-`make bench-peers` into the cache directory): Debezium 2.6's MySQL connector with its MariaDB
-adapter (`connector.adapter=mariadb`), offsets and schema history in memory. The harness
-prints when each row change reached it (see `bench.peertools`).
+`make bench-peers` into the cache directory), with each flavor's own connector: Debezium's
+MariaDB connector 3.5.0 on MariaDB, its MySQL connector 3.6.1 on MySQL, offsets and schema
+history in memory. The harness prints when each row change reached it (see `bench.peertools`).
+Everything below runs once per flavor (`--flavors`), MariaDB first.
 
 1. Catch-up (rows/s from an existing binlog): one local MariaDB with a binlog of ``--rows``
    row inserts in 100-row transactions (`bench.source_bench.prepare`). Each round runs, in
    turn: Debezium (`snapshot.mode=never`: it reads the binlog from its start), the plain
-   python-mysql-replication read, `mariadb-binlog`, and our source through Spark into the
+   python-mysql-replication read, `mariadb-binlog` (MariaDB only), and our source through Spark
+   into the
    no-op sink (bench-source's functions). Debezium's figure is its first to its last row
    change received (JVM start and connector start excluded); it is also given counting the
    engine's start (from the harness's `main`) and counting the JVM's start.
@@ -27,9 +29,10 @@ prints when each row change reached it (see `bench.peertools`).
    write them.
 
 Every figure is the median over ``--rounds`` rounds. Writes `bench/results/peers.json` (every
-round, load averages before and after) and merges `debezium_lag_p99_s` (at the 50% rate,
-default settings) and `source_vs_debezium_ratio` (our source through Spark / Debezium first
-to last) into `bench/results/summary.json`. Run with ``make bench-peers``.
+round, load averages before and after; MariaDB's at the top, MySQL's under `mysql`) and merges
+`debezium_lag_p99_s` (at the 50% rate, default settings) and `source_vs_debezium_ratio` (our
+source through Spark / Debezium first to last), and the same with `_mysql`, into
+`bench/results/summary.json`. Run with ``make bench-peers``.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from updatestream_cli.devcluster.local_server import ServerFlavor
 from updatestream_jobs.job import spark_session
 
 from bench import source_bench
@@ -68,9 +72,9 @@ def timed_rate(count: Callable[[], int], expected: int, label: str) -> float:
 
 
 def catch_up_rounds(
-    build_dir: Path, root: Path, rows: int, rounds: int
+    build_dir: Path, root: Path, rows: int, rounds: int, flavor: ServerFlavor = "mariadb"
 ) -> list[dict[str, float | None]]:
-    server, options, _start, _end = source_bench.prepare(root, rows)
+    server, options, _start, _end = source_bench.prepare(root, rows, flavor)
     password = (root / "secrets" / source_bench.READER_SECRET / "password").read_text()
     out: list[dict[str, float | None]] = []
     try:
@@ -94,7 +98,9 @@ def catch_up_rounds(
                     ),
                     "mariadb_binlog_rows_per_s": timed_rate(
                         lambda: source_bench.mariadb_binlog(server, password), rows, "tool"
-                    ),
+                    )
+                    if flavor == "mariadb"
+                    else None,
                     "source_rows_per_s": timed_rate(
                         lambda: source_bench.noop_write(spark, options, rows), rows, "source"
                     ),
@@ -122,8 +128,20 @@ def bench_lag_half_rate(path: Path = RESULTS / "lag.json") -> int | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--debezium-dir", type=Path, required=True,
-                        help="the harness's build: debezium-peer.jar and lib/")  # fmt: skip
+    parser.add_argument(
+        "--debezium-dir",
+        type=Path,
+        required=True,
+        help="the MariaDB connector's harness build: debezium-peer.jar, lib/",
+    )
+    parser.add_argument(
+        "--debezium-mysql-dir", type=Path, default=None, help="the MySQL connector's harness build"
+    )
+    parser.add_argument(
+        "--flavors",
+        default="mariadb,mysql",
+        help="the servers to run on, in turn (mysql needs --debezium-mysql-dir)",
+    )
     parser.add_argument("--rows", type=int, default=200_000, help="rows in the catch-up binlog")
     parser.add_argument("--rounds", type=int, default=3, help="report the median round")
     parser.add_argument(
@@ -139,34 +157,49 @@ def main() -> None:
         rates = [int(r) for r in args.rates.split(",")]
     else:
         rates = sorted({DEFAULT_RATE, *([half] if half else [])})
-    load_before = say_load()
+    builds = {"mariadb": args.debezium_dir, "mysql": args.debezium_mysql_dir}
+    runs: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="peers-bench-") as tmp:
-        root = Path(tmp)
-        (root / "catch-up").mkdir()
-        catch = catch_up_rounds(args.debezium_dir, root / "catch-up", args.rows, args.rounds)
-        load_between = say_load()
-        lag: dict[str, dict[str, list[dict[str, Any]]]] = {}
-        if not args.skip_lag:
-            (root / "lag").mkdir()
-            rig = LagRig(root / "lag", args.debezium_dir, args.trigger_seconds)
-            try:
-                lag = lag_rounds(rig, rates, args.rounds, args.duration, args.warmup_seconds)
-            finally:
-                rig.close()
-    load_after = say_load()
-    report(args, rates, half, catch, lag, [load_before, load_between, load_after])
+        for flavor in args.flavors.split(","):
+            if builds.get(flavor) is None:
+                raise SystemExit(f"--flavors {flavor}: give --debezium-{flavor}-dir")
+            console.print(f"[bold]{flavor}[/]: Debezium {DEBEZIUM[flavor]}")
+            runs[flavor] = run_flavor(args, flavor, builds[flavor], rates, Path(tmp) / flavor)
+    report(args, rates, half, runs)
+
+
+def run_flavor(
+    args: argparse.Namespace, flavor: Any, build_dir: Path, rates: list[int], root: Path
+) -> dict[str, Any]:
+    """Catch-up and lag rounds on servers of `flavor`, with the load averages around them."""
+    loads = [say_load()]
+    (root / "catch-up").mkdir(parents=True)
+    catch = catch_up_rounds(build_dir, root / "catch-up", args.rows, args.rounds, flavor)
+    loads.append(say_load())
+    lag: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    if not args.skip_lag:
+        (root / "lag").mkdir()
+        rig = LagRig(root / "lag", build_dir, args.trigger_seconds, flavor)
+        try:
+            lag = lag_rounds(rig, rates, args.rounds, args.duration, args.warmup_seconds)
+        finally:
+            rig.close()
+    loads.append(say_load())
+    return {"catch": catch, "lag": lag, "loads": loads}
 
 
 def print_tables(
     args: argparse.Namespace,
+    flavor: str,
     catch_median: dict[str, float | None],
     lag_median: dict[str, dict[str, Any]],
 ) -> None:
     print_table(
-        f"Catch-up over a {args.rows:,}-row binlog, rows/s, median of {args.rounds} rounds",
+        f"{flavor}: catch-up over a {args.rows:,}-row binlog, rows/s, median of {args.rounds} "
+        "rounds",
         ["reader", "rows/s"],
         [[k.removesuffix("_rows_per_s"), v] for k, v in catch_median.items()
-         if k.endswith("_rows_per_s")],
+         if k.endswith("_rows_per_s") and v is not None],
     )  # fmt: skip
     rows = []
     for rate, figures in lag_median.items():
@@ -175,58 +208,66 @@ def print_tables(
             rows.append([rate, system, f["p50_s"], f["p99_s"], f["max_s"]])
     if rows:
         print_table(
-            f"End-to-end lag (s), single-row commits, median of {args.rounds} rounds of "
-            f"{args.duration:.0f}s; job trigger {args.trigger_seconds}s",
+            f"{flavor}: end-to-end lag (s), single-row commits, median of {args.rounds} rounds "
+            f"of {args.duration:.0f}s; job trigger {args.trigger_seconds}s",
             ["rows/s", "system", "p50", "p99", "max"],
             rows,
         )
 
 
-def report(
-    args: argparse.Namespace,
-    rates: list[int],
-    half: int | None,
-    catch: list[dict[str, float | None]],
-    lag: dict[str, dict[str, list[dict[str, Any]]]],
-    loads: list[list[float]],
-) -> None:
+def section(
+    args: argparse.Namespace, rates: list[int], half: int | None, flavor: str, run: dict[str, Any]
+) -> dict[str, Any]:
+    """One flavor's part of peers.json (and its two summary figures)."""
+    catch, lag, loads = run["catch"], run["lag"], run["loads"]
     catch_median = medians(catch)
     lag_median = {rate: lag_medians(runs) for rate, runs in lag.items()}
-    print_tables(args, catch_median, lag_median)
+    print_tables(args, flavor, catch_median, lag_median)
     source_ratio = ratio(catch_median["source_rows_per_s"],
                          catch_median["debezium_first_to_last_rows_per_s"])  # fmt: skip
     summary_rate = str(half) if half and str(half) in lag_median else None
     if summary_rate is None and lag_median:
         summary_rate = str(rates[-1])
     dbz_p99 = lag_median[summary_rate]["debezium_default"]["p99_s"] if summary_rate else None
-    write_result(
-        "peers",
-        {
-            "machine": machine(),
-            "load_average_before": loads[0],
-            "load_average_between": loads[1],
-            "load_average_after": loads[2],
-            "debezium": DEBEZIUM,
-            "rows": args.rows,
-            "rounds": args.rounds,
-            "catch_up": {"rounds": catch, "median": catch_median},
-            "lag": {
-                "rates": rates,
-                "bench_lag_50pct_rate": half,
-                "seconds_per_run": args.duration,
-                "trigger_seconds": args.trigger_seconds,
-                "job_sink_order": list(SINK_LABELS),
-                "runs": lag,
-                "median": lag_median,
-            },
-            "source_vs_debezium_ratio": source_ratio,
-            "debezium_lag_p99_s": dbz_p99,
-            "debezium_lag_p99_rate": int(summary_rate) if summary_rate else None,
+    return {
+        "load_average_before": loads[0],
+        "load_average_between": loads[1],
+        "load_average_after": loads[2],
+        "debezium": DEBEZIUM[flavor],
+        "catch_up": {"rounds": catch, "median": catch_median},
+        "lag": {
+            "rates": rates,
+            "bench_lag_50pct_rate": half,
+            "seconds_per_run": args.duration,
+            "trigger_seconds": args.trigger_seconds,
+            "job_sink_order": list(SINK_LABELS),
+            "runs": lag,
+            "median": lag_median,
         },
-    )
-    summary: dict[str, Any] = {"source_vs_debezium_ratio": source_ratio}
-    if dbz_p99 is not None:
-        summary["debezium_lag_p99_s"] = dbz_p99
+        "source_vs_debezium_ratio": source_ratio,
+        "debezium_lag_p99_s": dbz_p99,
+        "debezium_lag_p99_rate": int(summary_rate) if summary_rate else None,
+    }
+
+
+def report(
+    args: argparse.Namespace,
+    rates: list[int],
+    half: int | None,
+    runs: dict[str, dict[str, Any]],
+) -> None:
+    sections = {flavor: section(args, rates, half, flavor, run) for flavor, run in runs.items()}
+    first = sections.get("mariadb") or next(iter(sections.values()))
+    result = {"machine": machine(), "rows": args.rows, "rounds": args.rounds, **first}
+    if "mysql" in sections and first is not sections["mysql"]:
+        result["mysql"] = sections["mysql"]
+    write_result("peers", result)
+    summary: dict[str, Any] = {}
+    for flavor, part in sections.items():
+        suffix = "_mysql" if flavor == "mysql" else ""
+        summary[f"source_vs_debezium_ratio{suffix}"] = part["source_vs_debezium_ratio"]
+        if part["debezium_lag_p99_s"] is not None:
+            summary[f"debezium_lag_p99_s{suffix}"] = part["debezium_lag_p99_s"]
     merge_summary(summary)
     console.print(json.dumps(summary))
 

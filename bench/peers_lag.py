@@ -1,8 +1,9 @@
 """`bench-peers`' lag part: our job and Debezium at fixed write rates on one shard.
 
-A one-shard development cluster (`-`), a durable Version Stream server and one Spark session
-(`LagRig`); per round and rate, Debezium at its default poll interval, Debezium at 10 ms and
-our job, each warmed up first; lags are joined with the traffic generator's ledger.
+A one-shard development cluster (`-`) of MariaDB or MySQL 8, a durable Version Stream server of
+the same flavor and one Spark session (`LagRig`); per round and rate, Debezium at its default
+poll interval, Debezium at 10 ms and our job, each warmed up first; lags are joined with the
+traffic generator's ledger.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from typing import Any
 
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.ledger import LedgerEntry, read_ledger
+from updatestream_cli.devcluster.local_server import LocalServer, ServerFlavor
 from updatestream_cli.devcluster.mariadb_server import MariaDBServer
+from updatestream_cli.devcluster.mysql_server import MySQLServer
 from updatestream_cli.devcluster.sample_schema import DATABASE
 from updatestream_cli.manifests import update_stream
 from updatestream_jobs.job import Job, spark_session
@@ -41,10 +44,13 @@ VS_SECRET = "bench-versionstream"
 class LagRig:
     """A one-shard development cluster, a durable Version Stream server and Spark."""
 
-    def __init__(self, root: Path, build_dir: Path, trigger: float) -> None:
+    def __init__(
+        self, root: Path, build_dir: Path, trigger: float, flavor: ServerFlavor = "mariadb"
+    ) -> None:
         self.root = root
         self.build_dir = build_dir
         self.trigger = trigger
+        self.flavor = flavor
         self.seq = 0
         self.stack = contextlib.ExitStack()
         try:
@@ -54,13 +60,14 @@ class LagRig:
             raise
 
     def _start(self) -> None:
-        self.cluster = DevCluster(self.root / "cluster")
+        self.cluster = DevCluster(self.root / "cluster", flavor=self.flavor)
         self.stack.callback(self.cluster.down)
         self.cluster.up(SHARD)
         self.shard = self.cluster.server(SHARD)
         self.dbz_password = secrets.token_urlsafe(16)
         self.shard.create_account("dbz", self.dbz_password, [ALL_PRIVILEGES])
-        self.versionstream = MariaDBServer(
+        kind = MySQLServer if self.flavor == "mysql" else MariaDBServer
+        self.versionstream: LocalServer = kind(
             base_dir=self.root / "versionstream", server_id=4242, extra_args=DURABLE
         )
         self.stack.callback(self.versionstream.stop)
@@ -98,6 +105,7 @@ class LagRig:
             5400 + self.seq,
             "no_data",
             poll_ms,
+            flavor=self.flavor,
         )
         harness = Harness(harness_command(self.build_dir, props, None), self.root / "debezium.log")
         try:

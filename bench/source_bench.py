@@ -37,7 +37,10 @@ from typing import Any
 
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import WriteRowsEvent
+from updatestream_cli.devcluster.local_server import LocalServer, ServerFlavor
 from updatestream_cli.devcluster.mariadb_server import MariaDBServer
+from updatestream_cli.devcluster.mysql_server import MySQLServer
+from updatestream_cli.devcluster.sample_schema import READER_GRANTS
 from updatestream_jobs.job import spark_session
 from updatestream_jobs.source.arrow_rows import record_batches
 from updatestream_jobs.source.binlog_ranges import ShardRange, read_shard_rows
@@ -55,15 +58,19 @@ TX_ROWS = 100
 READER_SECRET = "bench-reader"
 
 
-def prepare(root: Path, rows: int) -> tuple[MariaDBServer, dict[str, str], str, str]:
-    """Start a server and write the binlog; returns (server, source options, start, end)."""
-    server = MariaDBServer(base_dir=root / "shard", server_id=1)
+def prepare(
+    root: Path, rows: int, flavor: ServerFlavor = "mariadb"
+) -> tuple[LocalServer, dict[str, str], str, str]:
+    """Start a server of `flavor` and write the binlog; returns (server, source options, start,
+    end)."""
+    kind = MySQLServer if flavor == "mysql" else MariaDBServer
+    server: LocalServer = kind(base_dir=root / "shard", server_id=1)
     server.start()
     try:
         password = secrets.token_urlsafe(16)
         start, end = fill_shard(server, password, 0, rows)
         options = bounded_options(
-            bench_keyspace({"-": server.port}),
+            bench_keyspace({"-": server.port}, flavor),
             write_secret(root, password),
             {"-": start},
             {"-": end},
@@ -74,28 +81,33 @@ def prepare(root: Path, rows: int) -> tuple[MariaDBServer, dict[str, str], str, 
     return server, options, start, end
 
 
-def fill_shard(server: MariaDBServer, password: str, first_id: int, rows: int) -> tuple[str, str]:
+def fill_shard(server: LocalServer, password: str, first_id: int, rows: int) -> tuple[str, str]:
     """The reader user, database `bench` and table `items` on `server`, then `rows` rows (ids
     from `first_id + 1`) in transactions of 100; returns the GTID positions before and after."""
-    server.create_account(
-        "bench", password, ["GRANT REPLICATION SLAVE, BINLOG MONITOR, SELECT ON *.* TO {user}"]
-    )
+    server.create_account("bench", password, [READER_GRANTS[server.flavor]])
     with server.root_connect() as conn, conn.cursor() as cur:
         cur.execute("CREATE DATABASE bench")
         cur.execute(
             "CREATE TABLE bench.items (id BIGINT PRIMARY KEY, qty INT NOT NULL, "
             "sku VARCHAR(16) NOT NULL)"
         )
-        cur.execute("SELECT @@gtid_binlog_pos")
-        start = str(cur.fetchone()[0])
+        start = server.gtid_position()
         for first in range(first_id, first_id + rows, TX_ROWS):
-            cur.execute(
-                "INSERT INTO bench.items SELECT seq, seq % 100, CONCAT('sku-', seq % 997) "
-                f"FROM bench.seq_{first + 1}_to_{first + TX_ROWS}"
-            )
-        cur.execute("SELECT @@gtid_binlog_pos")
-        end = str(cur.fetchone()[0])
+            cur.execute(_insert_sql(server.flavor, first + 1, first + TX_ROWS))
+            conn.commit()
+        end = server.gtid_position()
     return start, end
+
+
+def _insert_sql(flavor: str, low: int, high: int) -> str:
+    """One INSERT of the ids `low..high` (MariaDB's sequence engine; MySQL has none)."""
+    values = "SELECT seq, seq % 100, CONCAT('sku-', seq % 997)"
+    if flavor == "mariadb":
+        return f"INSERT INTO bench.items {values} FROM bench.seq_{low}_to_{high}"
+    return (
+        f"INSERT INTO bench.items WITH RECURSIVE ids (seq) AS (SELECT {low} UNION ALL "
+        f"SELECT seq + 1 FROM ids WHERE seq < {high}) {values} FROM ids"
+    )
 
 
 def write_secret(root: Path, password: str) -> Path:
@@ -104,8 +116,9 @@ def write_secret(root: Path, password: str) -> Path:
     return root / "secrets"
 
 
-def bench_keyspace(ports: dict[str, int]) -> dict[str, Any]:
-    """Keyspace `bench`: the given shards (name -> port on 127.0.0.1), `items` hashed on id."""
+def bench_keyspace(ports: dict[str, int], flavor: str = "mariadb") -> dict[str, Any]:
+    """Keyspace `bench`: the given shards (name -> port on 127.0.0.1, of `flavor`), `items`
+    hashed on id."""
     return {
         "apiVersion": "updatestream.io/v1alpha1",
         "kind": "Keyspace",
@@ -116,6 +129,7 @@ def bench_keyspace(ports: dict[str, int]) -> dict[str, Any]:
                     "name": name,
                     "mysql": {"host": "127.0.0.1", "port": port},
                     "credentialsSecret": {"name": READER_SECRET},
+                    "flavor": flavor,
                 }
                 for name, port in ports.items()
             ],
@@ -154,7 +168,7 @@ def timed(count: Callable[[], int], expected: int, rounds: int, label: str) -> f
     return statistics.median(rates)
 
 
-def plain_reader(server: MariaDBServer, password: str) -> int:
+def plain_reader(server: LocalServer, password: str) -> int:
     """python-mysql-replication over the whole binlog (file-positioned: its MariaDB GTID
     request is malformed and gets reset, see the source's session module)."""
     first = server.binlog_files()[0][0]
@@ -183,7 +197,7 @@ def plain_reader(server: MariaDBServer, password: str) -> int:
     return rows
 
 
-def mariadb_binlog(server: MariaDBServer, password: str) -> int:
+def mariadb_binlog(server: LocalServer, password: str) -> int:
     files = [name for name, _ in server.binlog_files()]
     command = [
         "mariadb-binlog", "--read-from-remote-server", "--host=127.0.0.1",
@@ -217,7 +231,7 @@ def noop_write(spark: Any, options: dict[str, str], rows: int) -> int:
     return rows  # the warm-up counted them
 
 
-def commit_large_transaction(server: MariaDBServer) -> tuple[str, str]:
+def commit_large_transaction(server: LocalServer) -> tuple[str, str]:
     """One 100k-row transaction into a new table `bench.big`; the GTID positions around it."""
     with server.root_connect() as conn, conn.cursor() as cur:
         cur.execute("CREATE TABLE bench.big (id BIGINT PRIMARY KEY, note VARCHAR(120))")
@@ -238,7 +252,7 @@ def with_big_table(keyspace_json: str) -> str:
     return json.dumps(keyspace)
 
 
-def large_transaction(server: MariaDBServer, spark: Any, options: dict[str, str]) -> float:
+def large_transaction(server: LocalServer, spark: Any, options: dict[str, str]) -> float:
     """Peak RSS of the Spark Python worker reading one 100k-row transaction (polled)."""
     start, end = commit_large_transaction(server)
     big = {

@@ -8,9 +8,8 @@ Reads in blocking mode up to the server's GTID position taken first, and stops t
 - MySQL 8: the end is `@@GLOBAL.gtid_executed` (one server UUID on a development shard). The
   library cannot send an empty GTID set, so "the whole binlog" is a file dump from the first
   binlog file (the development servers never purge theirs). JSON columns come from the binlog
-  in MySQL's binary form, which python-mysql-replication decodes to objects with bytes keys
-  and bytes strings; `sample_json_text` turns the sample schema's JSON values back into the
-  text MySQL gives back for them.
+  in MySQL's binary form; with `updatestream.binlog.mysql_json` installed (as the binlog
+  source does) python-mysql-replication hands them over as the text MySQL gives back for them.
 """
 
 from __future__ import annotations
@@ -24,10 +23,12 @@ import pymysql
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
-from updatestream_cli.devcluster import sample_rows, sample_schema
 
+from updatestream.binlog import mysql_json
 from updatestream.core.gtid import MySQLGTIDSet
 from updatestream.spec import Credentials
+
+mysql_json.install()
 
 _reader_ids = itertools.count(random.randint(10_000, 1_000_000))  # distinct per reader
 
@@ -48,27 +49,6 @@ class BinlogTransaction:
     timestamp: int  # of the GTID event
     rows: list[BinlogRow] = field(default_factory=list)
     xid_timestamp: int | None = None
-
-
-def _decoded(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return value.decode("utf-8")
-    if isinstance(value, dict):
-        return {_decoded(k): _decoded(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_decoded(v) for v in value]
-    return value
-
-
-def sample_json_text(schema: str, table: str, image: dict[str, Any] | None) -> None:
-    """Replace, in place, the MySQL binlog's decoded JSON values of a sample table's row image
-    with the text MySQL gives back for them (the sample's JSON holds objects, lists, strings and
-    integers only)."""
-    if image is None or schema != sample_schema.DATABASE:
-        return
-    for column in sample_schema.JSON_COLUMNS.get(table, ()):
-        if image.get(column) is not None:
-            image[column] = sample_rows.json_text(_decoded(image[column]))
 
 
 def _end(conn: pymysql.connections.Connection, flavor: str) -> set[str]:
@@ -178,7 +158,4 @@ def _add_rows(tx: BinlogTransaction, event: Any, flavor: str) -> None:
             op, before, after = "update", row["before_values"], row["after_values"]
         else:
             op, before, after = "delete", row["values"], None
-        if flavor == "mysql":
-            sample_json_text(event.schema, event.table, before)
-            sample_json_text(event.schema, event.table, after)
         tx.rows.append(BinlogRow(event.schema, event.table, op, before, after, event.timestamp))

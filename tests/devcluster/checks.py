@@ -14,7 +14,14 @@ from updatestream_cli.devcluster.verify import misplaced_rows, shard_state
 
 from tests.devcluster.binlog_reader import BinlogTransaction, read_transactions
 from updatestream.binlog.vreplication import decode_position, source_fields
-from updatestream.core.gtid import MariaDBGTID, MariaDBPosition
+from updatestream.core.gtid import (
+    Flavor,
+    MariaDBGTID,
+    MariaDBPosition,
+    MySQLGTIDSet,
+    parse_position,
+    position_contains,
+)
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.vschema import VSchema
 
@@ -41,7 +48,8 @@ def replicated_transactions(
     GTID text, `source_shard` from the workflow's `source`), and `before_pos`."""
     server = cluster.server(target)
     found = []
-    for tx in read_transactions(server.host, server.port or 0, cluster.credentials("reader")):
+    reader = cluster.credentials("reader")
+    for tx in read_transactions(server.host, server.port or 0, reader, "", cluster.flavor):
         vrep = [r for r in tx.rows if r.schema == "_vt" and r.table == "vreplication"]
         if not vrep or vrep[-1].op != "update":
             continue
@@ -59,7 +67,7 @@ def replicated_transactions(
 def vreplication_rows(cluster: DevCluster, target: str, workflow: str) -> dict[str, dict[str, Any]]:
     """The destination's `_vt.vreplication` rows of a workflow, by source shard, decoded."""
     with cluster.connect(target, "admin", autocommit=True) as conn:
-        return copy_rows(conn, workflow)
+        return copy_rows(conn, workflow, Flavor(cluster.flavor))
 
 
 def source_transactions_for(
@@ -72,7 +80,7 @@ def source_transactions_for(
     server = cluster.server(source)
     found = []
     for stx in read_transactions(
-        server.host, server.port or 0, cluster.credentials("reader"), start=start
+        server.host, server.port or 0, cluster.credentials("reader"), start, cluster.flavor
     ):
         rows = [
             r
@@ -106,31 +114,32 @@ def assert_filtered_replication_exact(
         start = vrep_rows[source]["start_pos"]
         assert vrep_rows[source]["copy_done"] == 1
         # start_pos is at or before the copy's snapshot.
-        assert MariaDBPosition.parse(copy_pos).contains(MariaDBPosition.parse(start))
+        flavor = Flavor(cluster.flavor)
+        assert position_contains(parse_position(copy_pos, flavor), parse_position(start, flavor))
         # The source is frozen: its binlog ends at the workflow's final position.
         assert cluster.server(source).gtid_position() == workflow["final_positions"][source]
-        domain = _domain(cluster, source)
+        lane = _lane(cluster, source)
         expected = [
             (stx, rows) for stx, rows in source_transactions_for(cluster, source, target, start)
         ]
         mine = [(tx, m) for tx, m in copies if m["source_shard"] == source]
-        checked += _check_groups(domain, expected, mine, same_images)
+        checked += _check_groups(lane, expected, mine, same_images)
     return checked
 
 
 def _check_groups(
-    domain: int,
+    lane: int | str,
     expected: list[tuple[BinlogTransaction, list[Any]]],
     copies: list[tuple[BinlogTransaction, dict[str, Any]]],
     same_images: bool,
 ) -> int:
     """The destination transactions copy the source transactions with rows, once, in order."""
-    by_seq = {MariaDBGTID.parse(stx.gtid).seq: (stx, rows) for stx, rows in expected}
+    by_seq = {seq_of(stx.gtid): (stx, rows) for stx, rows in expected}
     seen: list[int] = []
     for tx, marker in copies:
         assert tx.rows[-1].schema == "_vt" and tx.rows[-1].table == "vreplication", tx.gtid
-        low = MariaDBPosition.parse(marker["before_pos"]).domain_seq(domain) or 0
-        high = MariaDBPosition.parse(marker["pos"]).domain_seq(domain) or 0
+        low = upto(marker["before_pos"], lane)
+        high = upto(marker["pos"], lane)
         covered = [by_seq[seq] for seq in range(low + 1, high + 1) if seq in by_seq]
         with_rows = [(stx, rows) for stx, rows in covered if rows]
         if len(tx.rows) == 1:  # a position-only marker
@@ -143,8 +152,8 @@ def _check_groups(
         assert _keys(tx.rows[:-1]) == _keys(want), tx.gtid
         if same_images:  # in any order: a multi-row DELETE runs in key order
             assert _images(tx.rows[:-1]) == _images(want), tx.gtid
-        seen += [MariaDBGTID.parse(stx.gtid).seq for stx, _ in with_rows]
-    wanted = sorted(MariaDBGTID.parse(stx.gtid).seq for stx, rows in expected if rows)
+        seen += [seq_of(stx.gtid) for stx, _ in with_rows]
+    wanted = sorted(seq_of(stx.gtid) for stx, rows in expected if rows)
     assert seen == wanted, "copied out of source order, twice, or not at all"
     return len(seen)
 
@@ -162,5 +171,24 @@ def _images(rows: list[Any]) -> list[tuple[str, str, str, str]]:
     )
 
 
-def _domain(cluster: DevCluster, shard: str) -> int:
-    return int(cluster.server(shard).domain_id or 0)
+def _lane(cluster: DevCluster, shard: str) -> int | str:
+    """Where a shard's own GTIDs count up: its MariaDB domain, or its MySQL server UUID."""
+    server = cluster.server(shard)
+    if cluster.flavor == "mysql":
+        return str(server.variable("server_uuid"))
+    return int(server.domain_id or 0)
+
+
+def seq_of(gtid: str) -> int:
+    """A single GTID's number in its lane (`1-1-42` and `uuid:42` give 42)."""
+    if ":" in gtid:
+        return int(gtid.rpartition(":")[2])
+    return MariaDBGTID.parse(gtid).seq
+
+
+def upto(position: str, lane: int | str) -> int:
+    """The highest number of `lane` a position holds (its transactions there are 1..N)."""
+    if isinstance(lane, str):
+        spans = MySQLGTIDSet.parse(position).entries.get(lane, ())
+        return max((end for _, end in spans), default=0)
+    return MariaDBPosition.parse(position).domain_seq(lane) or 0

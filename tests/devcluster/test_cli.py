@@ -73,7 +73,7 @@ def test_up_is_idempotent_status_reports_down_stops(tmp_path: Path) -> None:
 def test_mysql_cluster_on_another_address_takes_traffic_and_checks_clean(tmp_path: Path) -> None:
     """`up --flavor mysql --host 127.0.0.2`: MySQL 8 shards listening on that address only, a
     manifest naming it and the flavor, accounts that accept other hosts; traffic with a ledger
-    and `check` as on MariaDB; an existing cluster keeps its flavor; reshard is refused."""
+    and `check` as on MariaDB; an existing cluster keeps its flavor; a split on that address."""
     directory = str(tmp_path / "dc")
     ledger = tmp_path / "ledger.jsonl"
     pids: dict[str, int | None] = {}
@@ -110,10 +110,14 @@ def test_mysql_cluster_on_another_address_takes_traffic_and_checks_clean(tmp_pat
 
         again = _cli("up", "--flavor", "mariadb", "--dir", directory, check=False)
         assert again.returncode != 0 and "was made with --flavor mysql" in again.stderr
-        split = _cli("reshard", "--from=-80", "--to=-40,40-80", "--dir", directory, check=False)
-        assert split.returncode != 0 and "not yet MySQL" in split.stderr
-        assert cluster.keyspace().spec.serving_shards == ["-80", "80-"]
+        split = _cli("reshard", "--from=-80", "--to=-40,40-80", "--dir", directory)
+        assert "serving shards now: -40,40-80,80-" in split.stderr
+        keyspace = cluster.keyspace()
+        assert keyspace.spec.serving_shards == ["-40", "40-80", "80-"]
+        assert {s.mysql.host for s in keyspace.spec.shards} == {"127.0.0.2"}
+        check = _cli("check", "--ledger", str(ledger), "--dir", directory)
+        assert "OK: the serving shards hold exactly the ledger's rows" in check.stderr
     finally:
         down = _cli("down", "--dir", directory)
-    assert "stopped -80, 80-" in down.stderr
+    assert "stopped -40, -80, 40-80, 80-" in down.stderr
     assert not any(pid_alive(pid) for pid in pids.values() if pid)

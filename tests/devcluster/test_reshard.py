@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.ledger import LedgerWriter, final_state, read_ledger
+from updatestream_cli.devcluster.local_server import FLAVORS
 from updatestream_cli.devcluster.reshard import ReshardOptions, ReshardWorkflow, plan_reshard
 from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 
@@ -17,11 +18,14 @@ from tests.devcluster.checks import (
     assert_filtered_replication_exact,
     assert_rows_on_their_shard,
     replicated_transactions,
+    seq_of,
     shard_state,
     source_transactions_for,
+    upto,
     vreplication_rows,
 )
-from updatestream.core.gtid import MariaDBGTID, MariaDBPosition
+
+pytestmark = pytest.mark.parametrize("flavor", FLAVORS, indirect=True, scope="module")
 
 
 @pytest.fixture(scope="module")
@@ -53,18 +57,20 @@ def _assert_starts_at_snapshot(cluster: DevCluster, state: dict[str, Any], targe
     for source, snapshot in state["copy_positions"][target].items():
         assert rows[source]["start_pos"] == snapshot == state["start_positions"][target][source]
         first = next(
-            MariaDBGTID.parse(stx.gtid)
+            stx.gtid
             for stx, owned in source_transactions_for(cluster, source, target, snapshot)
             if owned
         )
+        lane: int | str = (
+            first.rpartition(":")[0] if ":" in first else int(first.split("-")[0])
+        )  # the MySQL server UUID or the MariaDB domain
         before, after = next(
-            (MariaDBPosition.parse(vrep["before_pos"]), MariaDBPosition.parse(vrep["pos"]))
+            (vrep["before_pos"], vrep["pos"])
             for tx, vrep in replicated_transactions(cluster, target, state["name"])
             if len(tx.rows) > 1 and vrep["source_shard"] == source
         )
         # the first copy with rows here covers that transaction (in a group, maybe not alone)
-        assert (before.domain_seq(first.domain) or 0) < first.seq
-        assert (after.domain_seq(first.domain) or 0) >= first.seq
+        assert upto(before, lane) < seq_of(first) <= upto(after, lane)
 
 
 def _reshard_under_traffic(

@@ -9,6 +9,7 @@ from updatestream_cli.devcluster.copy import upgrade_vreplication
 
 from tests.conftest import MariaDBFixture, MariaDBServerFactory
 from updatestream.binlog.vreplication import binlog_source
+from updatestream.core.gtid import Flavor
 
 START_POS_LINE = "  start_pos VARBINARY(10000) NOT NULL DEFAULT '',\n"
 
@@ -51,7 +52,7 @@ def test_upgrade_adds_start_pos_from_the_recorded_snapshots(
     logged = fixture.server.gtid_position()
 
     with fixture.connect() as conn:
-        upgrade_vreplication(conn, "w", {"-80": "1-1-5", "80-": "2-2-1"})
+        upgrade_vreplication(conn, "w", {"-80": "1-1-5", "80-": "2-2-1"}, Flavor.MARIADB)
     assert _columns(fixture, "_vt") == _columns(fixture, "vt_fresh")
     # The finished copy started replication at its snapshot; an unfinished one has no start
     # yet, and rows of other workflows are not this workflow's to fill.
@@ -64,7 +65,7 @@ def test_upgrade_adds_start_pos_from_the_recorded_snapshots(
         ]
 
     with fixture.connect() as conn:  # the column exists now: nothing changes
-        upgrade_vreplication(conn, "w", {"-80": "1-1-7"})
+        upgrade_vreplication(conn, "w", {"-80": "1-1-7"}, Flavor.MARIADB)
     with fixture.connect() as conn, conn.cursor() as cur:
         cur.execute("SELECT start_pos FROM `_vt`.`vreplication` WHERE id = 101")
         assert cur.fetchone() == (b"MariaDB/1-1-5",)

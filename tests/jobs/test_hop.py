@@ -3,8 +3,12 @@ query, drops the overlap's duplicates exactly, and loses nothing — checked wit
 against the traffic ledger, for a live split followed by a live merge under ~500 writes/s and
 for a job killed right after the sinks wrote the hop batch.
 
-Everything is real: mariadbd shards of a development cluster, the Vitess-style reshard workflow,
-`updatestream run` (Spark local mode) into a Version Stream on its own MariaDB and CDCv2 files.
+Everything is real: MariaDB or MySQL 8 shards of a development cluster, the Vitess-style reshard
+workflow, `updatestream run` (Spark local mode) into a Version Stream on its own MariaDB or MySQL
+and CDCv2 files. The live split and merge, the kill during the hop and the stream stopped across
+a split whose source is then retired run on both flavors of shards (the Version Stream on the
+shards' flavor for the first, on the other for the second); the other cases depend on the hop
+planning only, which is the same for both, and run on MariaDB.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from updatestream_cli.devcluster.cluster import DevCluster
+from updatestream_cli.devcluster.local_server import FLAVORS
 from updatestream_cli.devcluster.reshard import ReshardOptions
 from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 from updatestream_jobs.job import FAULT_EXIT_AFTER_HOP_WRITE
@@ -25,10 +30,21 @@ from tests.conftest import MariaDBFixture
 
 
 @pytest.fixture
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
-    """A cluster of each test's own: every test reshards it."""
-    with DevCluster(tmp_path_factory.mktemp("hop-cluster")).running("-80,80-") as dev:
+def cluster(tmp_path_factory: pytest.TempPathFactory, flavor: str) -> Iterator[DevCluster]:
+    """A cluster of each test's own (of the test's `flavor`): every test reshards it."""
+    directory = tmp_path_factory.mktemp(f"hop-cluster-{flavor}")
+    with DevCluster(directory, flavor=flavor).running("-80,80-") as dev:  # type: ignore[arg-type]
         yield dev
+
+
+def sink_server(request: pytest.FixtureRequest, flavor: str) -> MariaDBFixture:
+    """The session's server of `flavor`, for the Version Stream."""
+    server: MariaDBFixture = request.getfixturevalue(f"{flavor}_server")
+    return server
+
+
+def other(flavor: str) -> str:
+    return "mariadb" if flavor == "mysql" else "mysql"
 
 
 def stream_job(
@@ -59,10 +75,11 @@ def assert_clean(
         assert isinstance(dropped, dict) and dropped.get("hop", 0) > 0, (sink, report)
 
 
+@pytest.mark.parametrize("flavor", FLAVORS)
 def test_live_split_then_merge_hops_in_the_query_without_loss_or_duplicates(
-    cluster: DevCluster, mariadb_server: MariaDBFixture, tmp_path: Path
+    cluster: DevCluster, request: pytest.FixtureRequest, flavor: str, tmp_path: Path
 ) -> None:
-    job = stream_job(cluster, mariadb_server, tmp_path, "us_hop_live")
+    job = stream_job(cluster, sink_server(request, flavor), tmp_path, "us_hop_live")
     ledger = tmp_path / "ledger.jsonl"
     traffic = traffic_generator(cluster, ledger, TrafficOptions(rate=500, seed=11))
     job.start()
@@ -96,11 +113,13 @@ def test_live_split_then_merge_hops_in_the_query_without_loss_or_duplicates(
     assert_clean(job.verify(ledger), committed_at_least=stats.rows // 2)
 
 
+@pytest.mark.parametrize("flavor", FLAVORS)
 def test_a_job_killed_after_writing_the_hop_batch_replays_the_hop_from_its_checkpoint(
-    cluster: DevCluster, mariadb_server: MariaDBFixture, tmp_path: Path
+    cluster: DevCluster, request: pytest.FixtureRequest, flavor: str, tmp_path: Path
 ) -> None:
     """Also a key range that is not shard-aligned: 40-c0 reads -80 and 80-, then -80, 80-c0."""
-    job = stream_job(cluster, mariadb_server, tmp_path, "us_hop_kill", key_range="40-c0")
+    server = sink_server(request, other(flavor))
+    job = stream_job(cluster, server, tmp_path, "us_hop_kill", key_range="40-c0")
     ledger = tmp_path / "ledger.jsonl"
     traffic = traffic_generator(cluster, ledger, TrafficOptions(rate=300, seed=12))
     job.start(env={FAULT_EXIT_AFTER_HOP_WRITE: "1"})
@@ -206,10 +225,11 @@ def test_a_stream_stopped_before_a_split_resumes_through_the_old_shard_still_run
     assert "hop deferred" in job.trace.read_text()
 
 
+@pytest.mark.parametrize("flavor", FLAVORS)
 def test_a_stream_stopped_before_a_split_resumes_after_the_old_shard_was_retired(
-    cluster: DevCluster, mariadb_server: MariaDBFixture, tmp_path: Path
+    cluster: DevCluster, request: pytest.FixtureRequest, flavor: str, tmp_path: Path
 ) -> None:
-    job = stream_job(cluster, mariadb_server, tmp_path, "us_hop_retired")
+    job = stream_job(cluster, sink_server(request, flavor), tmp_path, "us_hop_retired")
     ledger = tmp_path / "ledger.jsonl"
     # Filtered replication replays the last 60 s of -80 into the destinations, so their
     # binlogs reach back before the stopped stream's position on -80.

@@ -1,6 +1,7 @@
 """A crash between the sink write and the checkpoint commit delivers nothing twice.
 
-`updatestream run` runs as a subprocess against its own two-shard cluster with traffic, writing to
+`updatestream run` runs as a subprocess against its own two-shard cluster (MariaDB, then MySQL 8)
+with traffic, writing to
 the Version Stream sink (MariaDB) and the CDCv2 sink. The fault-injection variable makes it exit
 with status 137 right after both sinks wrote batch 1, before Spark commits that batch. Restarted
 from the same checkpoint (without the variable, `--available-now`), Spark replays batch 1 and
@@ -19,8 +20,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from updatestream_cli.devcluster.cluster import DevCluster
+from updatestream_cli.devcluster.local_server import FLAVORS
 from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 from updatestream_jobs.job import FAULT_EXIT_AFTER_SINK_WRITE
 
@@ -32,6 +35,7 @@ from updatestream.core.token import EventToken
 SHARDS = ("-80", "80-")
 CLI = str(Path(sys.executable).with_name("updatestream"))
 DATABASE = "us_crash"
+pytestmark = pytest.mark.parametrize("flavor", FLAVORS, indirect=True, scope="module")
 
 
 def read_status(path: Path) -> dict[str, Any]:

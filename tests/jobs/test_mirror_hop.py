@@ -1,5 +1,6 @@
 """The mirror through a live split: a running job (Spark local mode) hops from -80 to
--40,40-80 under traffic, and the mirror ends equal to the serving shards, row by row."""
+-40,40-80 under traffic, and the mirror ends equal to the serving shards, row by row (MariaDB
+shards into a MySQL 8 mirror, and MySQL 8 shards into a MariaDB mirror)."""
 
 from __future__ import annotations
 
@@ -11,21 +12,23 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 from updatestream_cli.devcluster.cluster import DevCluster
+from updatestream_cli.devcluster.local_server import FLAVORS
 from updatestream_cli.devcluster.reshard import ReshardOptions
 from updatestream_cli.devcluster.traffic import TrafficOptions
 from updatestream_cli.verify.mirror_check import verify_mirror
 from updatestream_jobs.job import Job
 
 from harness.stream_job import completed_hops, read_status, reshard, sink_secret, traffic_generator
-from tests.conftest import MariaDBServerFactory
+from tests.conftest import ServerFactory
 from tests.jobs.test_mirror_job import SECRET, target
 from updatestream import spec
 from updatestream.contract.job import JobConfig
 
 
 @pytest.fixture
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
-    with DevCluster(tmp_path_factory.mktemp("mirror-hop")).running("-80,80-") as dev:
+def cluster(tmp_path_factory: pytest.TempPathFactory, flavor: str) -> Iterator[DevCluster]:
+    directory = tmp_path_factory.mktemp(f"mirror-hop-{flavor}")
+    with DevCluster(directory, flavor=flavor).running("-80,80-") as dev:  # type: ignore[arg-type]
         yield dev
 
 
@@ -40,13 +43,19 @@ def wait_for(job: Job, status: Path, what: str, done: Any, timeout: float = 240)
         time.sleep(0.5)
 
 
+@pytest.mark.parametrize("flavor", FLAVORS)
 def test_the_mirror_follows_a_live_split(
     spark: Any,
     cluster: DevCluster,
-    mariadb_server_factory: MariaDBServerFactory,
+    request: pytest.FixtureRequest,
+    flavor: str,
     tmp_path: Path,
 ) -> None:
-    mirror = mariadb_server_factory.start("mirror-hop")
+    """MariaDB shards into a mirror on MySQL 8, and MySQL 8 shards into a mirror on MariaDB:
+    the mirror's server is chosen apart from the shards'."""
+    mirror_flavor = "mariadb" if flavor == "mysql" else "mysql"
+    factory: ServerFactory = request.getfixturevalue(f"{mirror_flavor}_server_factory")
+    mirror = factory.start(f"mirror-hop-{mirror_flavor}")
     sink_secret(cluster, SECRET, mirror.admin.username, mirror.admin.password)
     stream = spec.parse_update_stream(
         {

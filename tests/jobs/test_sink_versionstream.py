@@ -1,4 +1,5 @@
-"""The Version Stream sink against a real MariaDB: gapless, in order, at most once."""
+"""The Version Stream sink against a real MariaDB and a real MySQL 8 (InnoDB, REPEATABLE READ,
+gap locks: seed 002's own target): gapless, in order, at most once."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from updatestream_cli.devcluster.local_server import free_port
+from updatestream_cli.devcluster.local_server import FLAVORS, free_port
 from updatestream_jobs.sinks.sink import BatchContext, SinkError
 from updatestream_jobs.sinks.versionstream_sink import VersionStreamSink
 
@@ -17,15 +18,23 @@ from tests.conftest import MariaDBFixture
 from updatestream import spec
 from updatestream.binlog.events import ChangeEvent
 
+
+@pytest.fixture(scope="module", params=FLAVORS)
+def vs_server(request: pytest.FixtureRequest) -> MariaDBFixture:
+    """The Version Stream's server: the session's MariaDB, or its MySQL 8."""
+    fixture: MariaDBFixture = request.getfixturevalue(f"{request.param}_server")
+    return fixture
+
+
 DATABASE = "us_vstest"
 
 
 @pytest.fixture(scope="module")
-def secrets_dir(tmp_path_factory: pytest.TempPathFactory, mariadb_server: MariaDBFixture) -> Path:
+def secrets_dir(tmp_path_factory: pytest.TempPathFactory, vs_server: MariaDBFixture) -> Path:
     root = tmp_path_factory.mktemp("secrets")
     (root / "vs").mkdir()
-    (root / "vs" / "username").write_text(mariadb_server.admin.username + "\n")
-    (root / "vs" / "password").write_text(mariadb_server.admin.password + "\n")
+    (root / "vs" / "username").write_text(vs_server.admin.username + "\n")
+    (root / "vs" / "password").write_text(vs_server.admin.password + "\n")
     return root
 
 
@@ -83,13 +92,13 @@ def expected_states(work_events: list[ChangeEvent]) -> dict[str, object]:
 
 
 def test_batches_append_gapless_ordered_versions_once(
-    mariadb_server: MariaDBFixture, secrets_dir: Path
+    vs_server: MariaDBFixture, secrets_dir: Path
 ) -> None:
-    table, sink = open_sink(mariadb_server, secrets_dir)
+    table, sink = open_sink(vs_server, secrets_dir)
     work = two_shard_workload()
     results = [sink.write_batch(b, BatchContext("s", "-", i)) for i, b in enumerate(work.batches)]
     sink.close()
-    versions = rows(mariadb_server, table)
+    versions = rows(vs_server, table)
     assert [v for v, _, _ in versions] == list(range(len(work.unique)))
     assert sum(r.written for r in results) == len(work.unique)
     assert results[-1].skipped == work.duplicates == 2  # the hop copy appended nothing
@@ -101,48 +110,48 @@ def test_batches_append_gapless_ordered_versions_once(
     assert by_entity['users:{"id":3}'][-2:] == [None, {"id": 3, "name": "user3-again", "visits": 0}]
 
 
-def test_replayed_batch_appends_nothing(mariadb_server: MariaDBFixture, secrets_dir: Path) -> None:
-    table, sink = open_sink(mariadb_server, secrets_dir)
+def test_replayed_batch_appends_nothing(vs_server: MariaDBFixture, secrets_dir: Path) -> None:
+    table, sink = open_sink(vs_server, secrets_dir)
     work = two_shard_workload()
     for i, batch in enumerate(work.batches):
         first = sink.write_batch(batch, BatchContext("s", "-", i))
-        before = rows(mariadb_server, table)
+        before = rows(vs_server, table)
         again = sink.write_batch(batch, BatchContext("s", "-", i))
-        assert rows(mariadb_server, table) == before
+        assert rows(vs_server, table) == before
         assert again.written == 0
         assert again.skipped == first.written + first.skipped
     sink.close()
 
 
 def test_rows_of_one_source_transaction_copied_to_two_destinations_are_both_appended(
-    mariadb_server: MariaDBFixture, secrets_dir: Path
+    vs_server: MariaDBFixture, secrets_dir: Path
 ) -> None:
     # after a split each destination numbers its copy of the source transaction's rows from 0,
     # so only table and key tell the two copies apart.
     copies = split_transaction().copies
     assert [e.tx_index for e in copies["-40"]] == [0]
     assert [e.tx_index for e in copies["40-80"]] == [0]
-    table, sink = open_sink(mariadb_server, secrets_dir)
+    table, sink = open_sink(vs_server, secrets_dir)
     result = sink.write_batch(copies["-40"] + copies["40-80"], BatchContext("s", "-", 0))
     sink.close()
     assert result.written == 2
-    assert [entity for _, entity, _ in rows(mariadb_server, table)] == [
+    assert [entity for _, entity, _ in rows(vs_server, table)] == [
         'users:{"id":2}',
         'users:{"id":3}',
     ]
 
 
 def test_key_change_writes_a_tombstone_for_the_old_key(
-    mariadb_server: MariaDBFixture, secrets_dir: Path
+    vs_server: MariaDBFixture, secrets_dir: Path
 ) -> None:
-    table, sink = open_sink(mariadb_server, secrets_dir)
+    table, sink = open_sink(vs_server, secrets_dir)
     log = ShardLog("-80", 1)
     row = {"id": 1, "name": "a", "visits": 0}
     events = log.transaction(10, [("insert", "users", None, row)])
     events += log.transaction(11, [("update", "users", row, {**row, "id": 2})])
     sink.write_batch(events, BatchContext("s", "-", 0))
     sink.close()
-    assert [(v, e, d is None) for v, e, d in rows(mariadb_server, table)] == [
+    assert [(v, e, d is None) for v, e, d in rows(vs_server, table)] == [
         (0, 'users:{"id":1}', False),
         (1, 'users:{"id":1}', True),
         (2, 'users:{"id":2}', False),
@@ -150,14 +159,14 @@ def test_key_change_writes_a_tombstone_for_the_old_key(
 
 
 def test_two_jobs_appending_concurrently_share_one_gapless_stream(
-    mariadb_server: MariaDBFixture, secrets_dir: Path
+    vs_server: MariaDBFixture, secrets_dir: Path
 ) -> None:
     table = new_table()
-    make_sink(mariadb_server, secrets_dir, table).open()
+    make_sink(vs_server, secrets_dir, table).open()
     errors: list[BaseException] = []
 
     def job(shard: str, domain: int) -> None:
-        sink = make_sink(mariadb_server, secrets_dir, table, stream=7)
+        sink = make_sink(vs_server, secrets_dir, table, stream=7)
         log = ShardLog(shard, domain)
         try:
             for batch_id in range(20):
@@ -178,7 +187,7 @@ def test_two_jobs_appending_concurrently_share_one_gapless_stream(
     for t in threads:
         t.join()
     assert not errors
-    versions = rows(mariadb_server, table, stream=7)
+    versions = rows(vs_server, table, stream=7)
     assert [v for v, _, _ in versions] == list(range(2 * 20 * 25))
     for name in ("-80", "80-"):  # each job's versions keep its own order
         mine = [json.loads(str(d))["id"] for _, _, d in versions if f'"{name}"' in str(d)]
@@ -186,24 +195,24 @@ def test_two_jobs_appending_concurrently_share_one_gapless_stream(
 
 
 def test_unreachable_server_raises_sink_error_naming_sink_and_address(
-    mariadb_server: MariaDBFixture, secrets_dir: Path
+    vs_server: MariaDBFixture, secrets_dir: Path
 ) -> None:
     port = free_port()
-    sink = make_sink(mariadb_server, secrets_dir, new_table(), port=port)
+    sink = make_sink(vs_server, secrets_dir, new_table(), port=port)
     work = two_shard_workload()
     with pytest.raises(SinkError) as err:
         sink.write_batch(work.batches[0], BatchContext("s", "-", 3))
     message = str(err.value)
     assert f"versionstream(127.0.0.1:{port}/{DATABASE}." in message
     assert "batch 3" in message
-    assert mariadb_server.admin.password not in message
+    assert vs_server.admin.password not in message
     with pytest.raises(SinkError, match=f"127.0.0.1:{port}"):
         sink.open()
 
 
 def test_missing_secret_is_reported_without_contacting_the_server(
-    mariadb_server: MariaDBFixture, tmp_path: Path
+    vs_server: MariaDBFixture, tmp_path: Path
 ) -> None:
-    sink = make_sink(mariadb_server, tmp_path, new_table())
+    sink = make_sink(vs_server, tmp_path, new_table())
     with pytest.raises(SinkError, match=r"versionstream\(.*Secret 'vs' has no readable key"):
         sink.open()

@@ -10,7 +10,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from updatestream_cli.devcluster.cluster import DevCluster
+from updatestream_cli.devcluster.local_server import FLAVORS
 from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 
 from tests.jobs.snapshot_support import (
@@ -72,9 +74,16 @@ def test_snapshot_then_stream_under_traffic(
     assert {"addBatch", "walCommit", "commitOffsets", "latestOffset"} <= set(last["sparkSeconds"])
 
 
+@pytest.mark.parametrize("flavor", FLAVORS, indirect=True, scope="module")
 def test_an_added_column_during_the_snapshot_fails_nothing_and_appears_after_it(
     spark: Any, cluster: DevCluster, tmp_path: Path
 ) -> None:
+    """On both flavors (MySQL logs the ALTER without BEGIN, and its rows before and after it
+    with the table's columns of the moment)."""
+    if sum(len(v) for v in _users(cluster).values()) < 20_000:  # a cluster of this test only
+        loader = traffic(cluster, tmp_path, 5, rate=0)
+        loader.preload(40_000, batch=2000)
+        loader.close()
     console = tmp_path / "events.jsonl"
     job = snapshot_job(
         cluster, tmp_path, console, name="alter", tables=("users",),
@@ -100,6 +109,15 @@ def test_an_added_column_during_the_snapshot_fails_nothing_and_appears_after_it(
     assert sum(1 for row in renamed if row["nickname"]) == 100  # 50 rows on each shard
     assert delivered.duplicates == 0 and max(delivered.snapshot_keys.values()) == 1
     assert snapshot["chunksDone"] > 2
+
+
+def _users(cluster: DevCluster) -> dict[str, list[Any]]:
+    found = {}
+    for shard in cluster.serving_map().names:
+        with cluster.connect(shard, "admin", "commerce") as conn, conn.cursor() as cur:
+            cur.execute("SELECT id FROM users")
+            found[shard] = list(cur.fetchall())
+    return found
 
 
 def test_an_unaligned_key_range_snapshots_only_its_rows(

@@ -1,6 +1,6 @@
-"""Snapshot chunks against real shards (no Spark): a row read by the snapshot encodes to exactly
-the text the binlog's image of it encodes to, on the columnar path and on the row path; a chunk
-read after changes equals the table at the position it is read as of."""
+"""Snapshot chunks against real shards (no Spark), on MariaDB and on MySQL 8: a row read by the
+snapshot encodes to exactly the text the binlog's image of it encodes to, on the columnar path and
+on the row path; a chunk read after changes equals the table at the position it is read as of."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from updatestream_cli.devcluster.cluster import DevCluster
+from updatestream_cli.devcluster.local_server import FLAVORS
 from updatestream_cli.devcluster.traffic import TrafficOptions
 
 from harness.stream_job import traffic_generator
@@ -25,6 +26,7 @@ from updatestream.snapshot.chunks import ChunkReader
 from updatestream.snapshot.tables import chunk_upper, describe_table, last_key
 
 TABLES = ("users", "orders", "events")
+pytestmark = pytest.mark.parametrize("flavor", FLAVORS, indirect=True, scope="module")
 
 AWKWARD = [
     ("users", "INSERT INTO users (id, name, email, balance, visits, status, flags, profile, "
@@ -83,7 +85,7 @@ def binlog_state(config: Any, start: Any, end: Any, shard: str) -> dict[tuple[st
 def snapshot_state(config: Any, shard: str, at: EventToken) -> dict[tuple[str, str], str]:
     endpoint = config.endpoint(shard)
     state: dict[tuple[str, str], str] = {}
-    with ShardSession(endpoint, config) as session:
+    with ShardSession(endpoint, config.reader) as session:
         for table in TABLES:
             info = describe_table(session, "commerce", table)
             last = last_key(session, info)
@@ -91,7 +93,7 @@ def snapshot_state(config: Any, shard: str, at: EventToken) -> dict[tuple[str, s
             while last is not None and (frontier is None or frontier < last):
                 upto = chunk_upper(session, info, frontier, 700, last)
                 chunk = Chunk(f"t:{table}", "-", table, frontier, upto)
-                for row in ChunkReader(config, endpoint, chunk, at).rows():
+                for row in ChunkReader(config.reader, endpoint, chunk, at).rows():
                     assert row[2] == "snapshot" and row[8] == at.dumps()
                     assert (row[3], row[4]) not in state
                     state[(row[3], row[4])] = row[7]
@@ -119,7 +121,7 @@ def test_a_snapshot_row_encodes_exactly_like_its_binlog_image(
 
 def test_every_sample_table_takes_the_columnar_path(loaded: dict[str, Any]) -> None:
     config = loaded["config"]
-    with ShardSession(config.endpoint("-80"), config) as session:
+    with ShardSession(config.endpoint("-80"), config.reader) as session:
         for table in TABLES:
             info = describe_table(session, "commerce", table)
             vschema = VSchema.from_json(config.vschema_json)
@@ -163,8 +165,8 @@ def test_a_chunk_read_with_a_wrong_password_is_a_typed_error_without_it(
     (secrets / "wrong").mkdir(parents=True)
     (secrets / "wrong" / "username").write_text("app_user_that_does_not_exist")
     (secrets / "wrong" / "password").write_text("Sup3r-Secret-Pw")
-    config = dataclasses.replace(loaded["config"], secrets_dir=str(secrets))
-    endpoint = dataclasses.replace(config.endpoint("-80"), secret="wrong")
+    config = dataclasses.replace(loaded["config"].reader, secrets_dir=str(secrets))
+    endpoint = dataclasses.replace(loaded["config"].endpoint("-80"), secret="wrong")
     with pytest.raises(ShardUnreachable) as caught:
         columns.fetch(endpoint, config, "SELECT 1")
     message = str(caught.value)

@@ -1,6 +1,7 @@
-"""The snapshot survives what a running job meets: kill -9 at three moments, and a split of a
-shard halfway through (`updatestream run` as a subprocess into a Version Stream and CDCv2
-files, under traffic; `updatestream verify --table-state` compares each sink with the shards)."""
+"""The snapshot survives what a running job meets, on MariaDB and on MySQL 8 shards: kill -9 at
+three moments, and a split of a shard halfway through (`updatestream run` as a subprocess into
+a Version Stream and CDCv2 files, under traffic; `updatestream verify --table-state` compares
+each sink with the shards)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 import pymysql
 import pytest
 from updatestream_cli.devcluster.cluster import DevCluster
+from updatestream_cli.devcluster.local_server import FLAVORS
 from updatestream_cli.devcluster.reshard import ReshardOptions
 from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 
@@ -23,9 +25,10 @@ OVERLAP = ReshardOptions(min_replicate_seconds=5)
 
 
 @pytest.fixture
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
-    """A cluster of each test's own: the tests kill jobs and reshard."""
-    with DevCluster(tmp_path_factory.mktemp("snapshot-cluster")).running("-80,80-") as dev:
+def cluster(tmp_path_factory: pytest.TempPathFactory, flavor: str) -> Iterator[DevCluster]:
+    """A cluster of each test's own (MariaDB or MySQL): the tests kill jobs and reshard."""
+    directory = tmp_path_factory.mktemp(f"snapshot-cluster-{flavor}")
+    with DevCluster(directory, flavor=flavor).running("-80,80-") as dev:  # type: ignore[arg-type]
         yield dev
 
 
@@ -100,6 +103,7 @@ def assert_states_equal(job: StreamJob) -> None:
         assert report["shard_rows"] >= PRELOAD * 0.9, (sink, report)
 
 
+@pytest.mark.parametrize("flavor", FLAVORS)
 def test_kill_9_at_three_moments_of_the_snapshot_resumes_at_the_first_unfinished_chunk(
     cluster: DevCluster, mariadb_server: MariaDBFixture, tmp_path: Path
 ) -> None:
@@ -137,6 +141,7 @@ def test_kill_9_at_three_moments_of_the_snapshot_resumes_at_the_first_unfinished
     assert [k["chunksDone"] for k in killed_at] == sorted(k["chunksDone"] for k in killed_at)
 
 
+@pytest.mark.parametrize("flavor", FLAVORS)
 def test_a_split_halfway_through_the_snapshot_reads_the_rest_from_the_destinations(
     cluster: DevCluster, mariadb_server: MariaDBFixture, tmp_path: Path
 ) -> None:

@@ -24,8 +24,11 @@ from updatestream.core.token import EventToken
 FILES = 8
 
 
-def single_shard_options(server: MariaDBFixture, folder: Path) -> dict[str, str]:
-    """Options for a one-shard keyspace `-` on `server`, with its admin user as the Secret."""
+def single_shard_options(
+    server: MariaDBFixture, folder: Path, flavor: str = "mariadb"
+) -> dict[str, str]:
+    """Options for a one-shard keyspace `-` on `server` (of `flavor`), with its admin user as
+    the Secret."""
     secret = folder / "secrets" / "shard-admin"
     secret.mkdir(parents=True, exist_ok=True)
     (secret / "username").write_text(server.admin.username)
@@ -40,6 +43,7 @@ def single_shard_options(server: MariaDBFixture, folder: Path) -> dict[str, str]
                     "name": "-",
                     "mysql": {"host": server.host, "port": server.port},
                     "credentialsSecret": {"name": "shard-admin"},
+                    "flavor": flavor,
                 }
             ],
             "servingShards": ["-"],

@@ -11,6 +11,7 @@ from typing import Any
 
 import pymysql
 import pytest
+from updatestream_cli.devcluster.local_server import FLAVORS
 
 from tests.conftest import MariaDBFixture
 from updatestream.versionstream import (
@@ -25,9 +26,16 @@ from updatestream.versionstream import (
 DATABASE = "us_vsrepo"
 
 
+@pytest.fixture(scope="module", params=FLAVORS)
+def vs_server(request: pytest.FixtureRequest) -> MariaDBFixture:
+    """The Version Stream's server: the session's MariaDB, or its MySQL 8."""
+    fixture: MariaDBFixture = request.getfixturevalue(f"{request.param}_server")
+    return fixture
+
+
 @pytest.fixture
-def repo(mariadb_server: MariaDBFixture) -> Iterator[VersionStreamRepository]:
-    repository = make_repo(mariadb_server, f"r_{uuid.uuid4().hex[:10]}")
+def repo(vs_server: MariaDBFixture) -> Iterator[VersionStreamRepository]:
+    repository = make_repo(vs_server, f"r_{uuid.uuid4().hex[:10]}")
     repository.create_table()
     yield repository
     repository.close()
@@ -65,9 +73,9 @@ def test_fetch_last_new_versions_and_data(repo: VersionStreamRepository) -> None
 
 
 def test_streams_in_one_table_have_their_own_versions(
-    mariadb_server: MariaDBFixture, repo: VersionStreamRepository
+    vs_server: MariaDBFixture, repo: VersionStreamRepository
 ) -> None:
-    other = make_repo(mariadb_server, repo.table.split(".")[-1].strip("`"), stream=5)
+    other = make_repo(vs_server, repo.table.split(".")[-1].strip("`"), stream=5)
     put(repo, "a", 1)
     assert put(other, "a", 2) == 0
     assert put(repo, "a", 3) == 1
@@ -92,7 +100,7 @@ def test_naive_single_row_appends_are_gapless_too(repo: VersionStreamRepository)
 
 
 def test_concurrent_appenders_on_an_empty_stream_stay_gapless(
-    mariadb_server: MariaDBFixture, repo: VersionStreamRepository
+    vs_server: MariaDBFixture, repo: VersionStreamRepository
 ) -> None:
     errors: list[BaseException] = []
 

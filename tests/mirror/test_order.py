@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import re
 
-from updatestream.mirror.mirror_tables import comparable, default_literal
+from updatestream.mirror.mirror_tables import comparable, default_literal, portable_collation
 from updatestream.mirror.order import (
     Order,
     Verdict,
@@ -54,7 +54,10 @@ def test_values_back_to_sql() -> None:
     assert to_sql(blob, "blob") == b"\x00\x01"
     assert to_sql(["a", "c"], "set") == "a,c"
     assert to_sql("2024-01-02T03:04:05.000006", "datetime") == "2024-01-02 03:04:05.000006"
-    assert to_sql({"k": 1}, "json") == '{"k": 1}' and to_sql("x", "json") == '"x"'
+    # a JSON column arrives as the document's text on both flavors (MySQL's binary JSON is
+    # written out as the server's text by the reader): passed as it is
+    assert to_sql('{"k": 1}', "json") == '{"k": 1}' and to_sql('"x"', "json") == '"x"'
+    assert to_sql({"k": 1}, "json") == '{"k": 1}'  # a decoded value, from an older reader
     assert to_sql('{"k": 1}', "longtext") == '{"k": 1}'  # MariaDB JSON arrives as its text
     assert to_sql("12.50", "decimal") == "12.50" and to_sql(None, "int") is None
     assert to_sql(True, "tinyint") == 1
@@ -87,3 +90,14 @@ def test_a_shard_name_on_a_new_server_is_another_lineage() -> None:
     assert classify(Order(105, old_server, 12, 0), stored) is Verdict.OLDER
     assert lineage("80-", "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-42").startswith("80-/3e11fa47")
     assert len(lineage("-80", ",".join(f"{d}-{d}-1" for d in range(40)))) <= 64
+
+
+def test_collations_are_ones_the_mirror_server_has() -> None:
+    """MySQL 8's default collation on a MariaDB mirror, and MariaDB's Unicode 14 ones on a
+    MySQL mirror: the same accent and case rules under the name the server knows."""
+    assert portable_collation("utf8mb4_0900_ai_ci", "mariadb") == "utf8mb4_uca1400_ai_ci"
+    assert portable_collation("utf8mb4_0900_as_cs", "mariadb") == "utf8mb4_uca1400_as_cs"
+    assert portable_collation("utf8mb4_0900_bin", "mariadb") == "utf8mb4_bin"
+    assert portable_collation("utf8mb4_uca1400_ai_ci", "mysql") == "utf8mb4_0900_ai_ci"
+    assert portable_collation("utf8mb4_general_ci", "mysql") == "utf8mb4_general_ci"
+    assert portable_collation("utf8mb4_0900_ai_ci", "mysql") == "utf8mb4_0900_ai_ci"

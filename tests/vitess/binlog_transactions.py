@@ -3,8 +3,8 @@
 Reads from the first binlog file up to the end position the server reports when the read
 starts (`SHOW MASTER STATUS`), in blocking mode, and stops there. Unlike the development
 cluster's reader it keeps every transaction (also those without rows, like DDL) and the
-statements other than BEGIN; the sample tables' JSON values are turned into MySQL's text the same
-way (`sample_json_text`), so ledger digests compare.
+statements other than BEGIN; JSON values arrive as MySQL's text (`updatestream.binlog.mysql_json`,
+installed as the binlog source installs it), so ledger digests compare.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import GtidEvent, QueryEvent, RotateEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from tests.devcluster.binlog_reader import sample_json_text
+from updatestream.binlog import mysql_json
 from updatestream.spec import Credentials
 
+mysql_json.install()
 _reader_ids = itertools.count(random.randint(10_000, 1_000_000))  # distinct per reader
 _ROW_EVENTS = {WriteRowsEvent: "insert", UpdateRowsEvent: "update", DeleteRowsEvent: "delete"}
 
@@ -113,6 +114,4 @@ def _add_rows(tx: BinlogTransaction, event: Any) -> None:
             before, after = None, row["values"]
         else:
             before, after = row["values"], None
-        sample_json_text(event.schema, event.table, before)
-        sample_json_text(event.schema, event.table, after)
         tx.rows.append(BinlogRow(event.schema, event.table, op, before, after, event.timestamp))

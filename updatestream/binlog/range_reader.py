@@ -29,10 +29,16 @@ from pymysqlreplication.event import (
     GtidEvent,
     HeartbeatLogEvent,
     MariadbGtidEvent,
+    NotImplementedEvent,
     QueryEvent,
     XidEvent,
 )
-from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+from pymysqlreplication.row_event import (
+    DeleteRowsEvent,
+    PartialUpdateRowsEvent,
+    UpdateRowsEvent,
+    WriteRowsEvent,
+)
 
 from updatestream.binlog.config import ReaderConfig, ShardEndpoint
 from updatestream.binlog.errors import (
@@ -70,7 +76,11 @@ _STREAM_EVENTS = [
     WriteRowsEvent,
     UpdateRowsEvent,
     DeleteRowsEvent,
+    # never skipped in silence: both would otherwise read as a transaction without rows
+    PartialUpdateRowsEvent,
+    NotImplementedEvent,
 ]
+TRANSACTION_PAYLOAD_EVENT = 40  # MySQL: a compressed transaction (binlog_transaction_compression)
 _DML_PREFIXES = ("INSERT", "UPDATE", "DELETE", "REPLACE", "LOAD DATA")
 
 
@@ -186,11 +196,6 @@ class BinlogRangeReader:
     def _open(self) -> BinlogStream:
         if self._settings is None:
             self._settings = connection_settings(self.endpoint, self._config)
-        if self.flavor is Flavor.MYSQL and self.position.is_empty():
-            raise BinlogReadError(
-                f"{self.endpoint.describe()}: a MySQL stream cannot start from the empty GTID "
-                "set; start from earliest or a position"
-            )
         self.connections.append(str(self.position))
         # following: the server's heartbeats give the loop a turn while the shard is idle
         return BinlogStream(
@@ -201,6 +206,7 @@ class BinlogRangeReader:
             auto_position=str(self.position),
             is_mariadb=self.flavor is Flavor.MARIADB,
             only_events=[*_STREAM_EVENTS, HeartbeatLogEvent] if self._follow else _STREAM_EVENTS,
+            filter_non_implemented_events=False,
             enable_logging=False,
             pymysql_wrapper=_guarded_connect([]),
         )
@@ -228,7 +234,9 @@ class BinlogRangeReader:
                 self.last_event = time.monotonic()
                 if self._closed:
                     return
-                if isinstance(event, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):
+                if isinstance(event, PartialUpdateRowsEvent | NotImplementedEvent):
+                    self._refuse_event(event)
+                elif isinstance(event, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):
                     if self._tx is not None:
                         convert(event, self._tx)
                 elif isinstance(event, XidEvent):
@@ -249,6 +257,24 @@ class BinlogRangeReader:
                     return
         finally:
             stream.close()
+
+    def _refuse_event(self, event: Any) -> None:
+        """A compressed transaction or a partial JSON update: its rows cannot be read, so the
+        read stops with what to set, rather than take the transaction for an empty one."""
+        gtid = self._tx.gtid if self._tx is not None else "?"
+        where = f"transaction {gtid} on {self.endpoint.describe()}"
+        if isinstance(event, PartialUpdateRowsEvent):
+            raise BinlogSettingsError(
+                f"{where} logs a JSON update as a partial update (binlog_row_value_options="
+                "PARTIAL_JSON), which holds a diff, not the document; set "
+                "binlog_row_value_options='' globally and stop sessions from setting it"
+            )
+        if event.event_type == TRANSACTION_PAYLOAD_EVENT:
+            raise BinlogSettingsError(
+                f"{where} is compressed (a Transaction_payload event: "
+                "binlog_transaction_compression=ON), which the reader cannot decode; set "
+                "binlog_transaction_compression=OFF globally and stop sessions from setting it"
+            )
 
     def _begin(self, event: Any) -> bool:
         """A transaction starts; False when it lies beyond the end (the read is done)."""

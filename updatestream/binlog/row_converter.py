@@ -24,6 +24,7 @@ from typing import IO, Any
 
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+from updatestream.binlog.column_values import apply_fixes, binlog_fixes
 from updatestream.binlog.config import ReaderConfig
 from updatestream.binlog.errors import BinlogReadError, UnknownTable
 from updatestream.binlog.events import ChangeEvent, Op, encode_row
@@ -204,11 +205,15 @@ class RowConverter:
         if simple is not None and not (simple.isidentifier() and simple.isascii()):
             simple = None
         seen, keep = tx.seen, tx.keep
+        fixes = binlog_fixes(event.columns)
         for row in event.rows:
             tx.ordinal += 1
             tx.tx_index += 1
             before = row[before_key] if before_key else None
             after = row[after_key] if after_key else None
+            if fixes:
+                apply_fixes(before, fixes)
+                apply_fixes(after, fixes)
             image: dict[str, Any] = after if after is not None else before  # type: ignore[assignment]
             pk = _pk_json(pk_columns, image, simple)
             index = seen.get((table, pk), 0)

@@ -19,6 +19,7 @@ import pymysql
 from pymysql.constants.COMMAND import COM_BINLOG_DUMP
 from pymysqlreplication import BinLogStreamReader
 
+from updatestream.binlog import mysql_json
 from updatestream.binlog.config import ReaderConfig, RetryPolicy, ShardEndpoint
 from updatestream.binlog.errors import BinlogSettingsError, ShardUnreachable
 from updatestream.core.gtid import (
@@ -33,14 +34,31 @@ from updatestream.core.gtid import (
 from updatestream.mysql_connections import connection_arguments
 from updatestream.spec import MySQLEndpoint, SecretRef
 
-# (variable, required value, server flag to set)
+mysql_json.install()  # MySQL JSON columns arrive as the server's text (see the module)
+
+# (variable, required value, server flag to set): both flavors
 REQUIRED_SETTINGS = (
     ("log_bin", "ON", "--log-bin"),
     ("binlog_format", "ROW", "binlog_format=ROW"),
     ("binlog_row_image", "FULL", "binlog_row_image=FULL"),
     ("binlog_row_metadata", "FULL", "binlog_row_metadata=FULL"),
 )
+# MySQL 8 only: positions are GTID sets, so GTIDs must be on; a compressed transaction
+# (Transaction_payload) or a partial JSON update would reach the reader as no rows at all
+MYSQL_REQUIRED_SETTINGS = (
+    ("enforce_gtid_consistency", "ON", "enforce_gtid_consistency=ON"),  # gtid_mode=ON needs it
+    ("gtid_mode", "ON", "gtid_mode=ON"),
+    ("binlog_transaction_compression", "OFF", "binlog_transaction_compression=OFF"),
+    ("binlog_row_value_options", "", "binlog_row_value_options='' (no PARTIAL_JSON)"),
+)
+# variables a server may lack (older MySQL 8.0 releases): absent is as good as the default
+_OPTIONAL = {"binlog_transaction_compression": "OFF", "binlog_row_value_options": ""}
 _FATAL_CODES = {1045, 1227, 1236, 1044}  # access denied, missing privilege, binlog refused
+# what the replication user needs on each flavor
+GRANTS = {
+    Flavor.MARIADB: "REPLICATION SLAVE, BINLOG MONITOR, SELECT",
+    Flavor.MYSQL: "REPLICATION SLAVE, REPLICATION CLIENT, SELECT",
+}
 
 
 def flavor_of(endpoint: ShardEndpoint) -> Flavor:
@@ -132,7 +150,7 @@ class ShardSession:
                     raise ShardUnreachable(
                         f"cannot query {self.endpoint.describe()}: {describe(exc)}; check the "
                         f"replication user in Secret {self.endpoint.secret!r} and its grants "
-                        "(REPLICATION SLAVE, BINLOG MONITOR, SELECT)"
+                        f"({GRANTS[self.flavor]})"
                     ) from None
                 attempt += 1
                 if attempt > self._retry.max_retries:
@@ -144,15 +162,19 @@ class ShardSession:
 
     def check_settings(self) -> None:
         """Refuse a server whose binlog cannot give full row changes."""
-        names = tuple(name for name, _, _ in REQUIRED_SETTINGS)
+        required: tuple[tuple[str, str, str], ...] = REQUIRED_SETTINGS
+        if self.flavor is Flavor.MYSQL:
+            required += MYSQL_REQUIRED_SETTINGS
+        names = tuple(name for name, _, _ in required)
         marks = ", ".join(["%s"] * len(names))
         rows = self.query(f"SHOW GLOBAL VARIABLES WHERE Variable_name IN ({marks})", names)
         values = {str(name).lower(): str(value).upper() for name, value in rows}
-        for name, required, fix in REQUIRED_SETTINGS:
-            actual = values.get(name, "(not supported by this server)")
-            if actual != required:
+        for name, wanted, fix in required:
+            actual = values.get(name, _OPTIONAL.get(name, "(not supported by this server)"))
+            if actual != wanted:
+                shown = actual or "''"
                 raise BinlogSettingsError(
-                    f"{name} is {actual} on {self.endpoint.describe()}; set {fix}"
+                    f"{name} is {shown} on {self.endpoint.describe()}; set {fix}"
                 )
 
     def current_position(self) -> tuple[GTIDPosition, int]:
@@ -247,14 +269,33 @@ def server_id() -> int:
     return random.randint(1_000_000_000, 4_000_000_000)
 
 
+class _EmptyGTIDSet(list[str]):
+    """The empty MySQL GTID set, as a start the library sends: it takes an empty start for "no
+    GTID start" (a file dump), but encodes an empty list as a GTID set with no UUIDs, which
+    the server accepts in `COM_BINLOG_DUMP_GTID` (everything it holds, unless some was
+    purged: then error 1236)."""
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __str__(self) -> str:
+        return ""
+
+
 class BinlogStream(BinLogStreamReader):  # type: ignore[misc]
-    """python-mysql-replication's stream with a well-formed MariaDB GTID dump request.
+    """python-mysql-replication's stream with a well-formed MariaDB GTID dump request, and a
+    MySQL GTID dump that can start from the empty set.
 
     The library's MariaDB `COM_BINLOG_DUMP` packet declares 14 payload bytes and sends 15; the
     stray byte waits in the server's socket buffer until the dump thread next reads from the
     client, and the server then resets the connection mid-stream. This override sends the same
     request (start from `@slave_connect_state`, strict GTID mode) with the right length.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if not kwargs.get("is_mariadb") and kwargs.get("auto_position") == "":
+            kwargs["auto_position"] = _EmptyGTIDSet()
+        super().__init__(*args, **kwargs)
 
     def _BinLogStreamReader__set_mariadb_settings(self) -> bytes:
         cursor = self._stream_connection.cursor()

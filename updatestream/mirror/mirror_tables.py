@@ -60,12 +60,13 @@ class Column:
     collation: str | None = None
     default: str | None = None  # information_schema's COLUMN_DEFAULT (MariaDB: an SQL literal)
 
-    def ddl(self, *, nullable: bool, with_default: bool = False) -> str:
+    def ddl(self, *, nullable: bool, with_default: bool = False, flavor: str = "") -> str:
+        """The column's definition on a mirror server of `flavor` ("" when it does not matter)."""
         text = f"`{self.name}` {self.column_type}"
         if self.charset:
             text += f" CHARACTER SET {self.charset}"
         if self.collation:
-            text += f" COLLATE {self.collation}"
+            text += f" COLLATE {portable_collation(self.collation, flavor)}"
         text += " NULL" if nullable else " NOT NULL"
         if with_default and self.default is not None and self.default.upper() != "NULL":
             text += f" DEFAULT {self.default}"
@@ -84,6 +85,21 @@ class TableSchema:
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(c.name for c in self.columns)
+
+
+def portable_collation(collation: str, flavor: str) -> str:
+    """A collation the mirror's server has: MySQL 8's Unicode 9 collations (`utf8mb4_0900_ai_ci`,
+    its default) as MariaDB's Unicode 14 ones (`utf8mb4_uca1400_ai_ci`, MariaDB 10.10 and
+    later), and back; the same accent and case rules, so keys that are equal stay equal."""
+    if flavor == "mariadb" and "_0900_" in collation:
+        return (
+            "utf8mb4_bin"
+            if collation.endswith("_0900_bin")
+            else collation.replace("_0900_", "_uca1400_")
+        )
+    if flavor == "mysql" and "_uca1400_" in collation:
+        return collation.replace("_uca1400_", "_0900_")
+    return collation
 
 
 _COLUMNS_SQL = (
@@ -182,8 +198,12 @@ class SourceSchemas:
         )
 
 
-def create_table_sql(database: str, mirror: str, source: TableSchema) -> str:
-    columns = [c.ddl(nullable=c.name not in source.primary_key) for c in source.columns]
+def create_table_sql(
+    database: str, mirror: str, source: TableSchema, flavor: str = "mariadb"
+) -> str:
+    columns = [
+        c.ddl(nullable=c.name not in source.primary_key, flavor=flavor) for c in source.columns
+    ]
     primary = ", ".join(f"`{c}`" for c in source.primary_key)
     body = ",\n  ".join([*columns, *TOKEN_DDL, f"PRIMARY KEY ({primary})"])
     return (
@@ -236,8 +256,12 @@ def differences(mirror: TableSchema, source: TableSchema, where: str) -> list[Co
     return [c for c in source.columns if mirror.column(c.name) is None]
 
 
-def add_columns_sql(database: str, mirror: str, columns: Sequence[Column]) -> str:
+def add_columns_sql(
+    database: str, mirror: str, columns: Sequence[Column], flavor: str = "mariadb"
+) -> str:
     """ADD COLUMN with the source's default: rows the source filled with it when it added the
     column (no row events) get it in the mirror too."""
-    added = ", ".join(f"ADD COLUMN {c.ddl(nullable=True, with_default=True)}" for c in columns)
+    added = ", ".join(
+        f"ADD COLUMN {c.ddl(nullable=True, with_default=True, flavor=flavor)}" for c in columns
+    )
     return f"ALTER TABLE `{database}`.`{mirror}` {added}"

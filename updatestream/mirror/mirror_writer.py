@@ -41,7 +41,7 @@ from updatestream.mirror.mirror_tables import (
     source_columns,
     view_sql,
 )
-from updatestream.mirror.order import Order, Verdict, classify, update_assignments
+from updatestream.mirror.order import ROW_ALIAS, Order, Verdict, classify, update_assignments
 from updatestream.mirror.values import to_sql
 
 Connect = Callable[[], Any]
@@ -93,6 +93,16 @@ class MirrorWriter:
             self._conn = self.connect()
         return self._conn
 
+    @property
+    def flavor(self) -> str:
+        """The mirror server's flavor, from its version string."""
+        return "mariadb" if "mariadb" in str(self.conn.get_server_info()).lower() else "mysql"
+
+    @property
+    def row_alias(self) -> str | None:
+        """How the upsert names the incoming row: MySQL's row alias, MariaDB's ``VALUES()``."""
+        return None if self.flavor == "mariadb" else ROW_ALIAS
+
     def close(self) -> None:
         if self._conn is not None:
             with contextlib.suppress(Exception):  # a broken connection is closed all the same
@@ -135,13 +145,13 @@ class MirrorWriter:
         with self.conn.cursor() as cur:
             found = read_table(cur, self.database, mirror)
             if found is None:
-                cur.execute(create_table_sql(self.database, mirror, source))
+                cur.execute(create_table_sql(self.database, mirror, source, self.flavor))
                 cur.execute(view_sql(self.database, mirror, source.names))
                 return source
             current = source_columns(found)
             added = differences(current, source, where)
             if added:
-                cur.execute(add_columns_sql(self.database, mirror, added))
+                cur.execute(add_columns_sql(self.database, mirror, added, self.flavor))
                 current = TableSchema(
                     current.name, current.columns + tuple(added), source.primary_key
                 )
@@ -262,8 +272,13 @@ class MirrorWriter:
     ) -> None:
         names = [*data, *TOKEN_COLUMNS]
         listed = ", ".join(f"`{n}`" for n in names)
-        head = f"INSERT INTO `{self.database}`.`{self.mirror_name(table)}` ({listed}) VALUES "
-        tail = f" ON DUPLICATE KEY UPDATE {update_assignments([*data, *PROVENANCE])}"
+        mirror = self.mirror_name(table)
+        head = f"INSERT INTO `{self.database}`.`{mirror}` ({listed}) VALUES "
+        alias = self.row_alias
+        assignments = update_assignments([*data, *PROVENANCE], alias, mirror if alias else None)
+        tail = f" ON DUPLICATE KEY UPDATE {assignments}"
+        if alias:
+            tail = f" AS `{alias}`" + tail
         types = [_data_type(schema, c) for c in data]
         literal = _Literals(self.conn)
         with self.conn.cursor() as cur:

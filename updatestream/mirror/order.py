@@ -27,8 +27,11 @@ The rule (:func:`classify`), for an incoming change ``new`` against the stored `
    arrival order is the best evidence there is; a replayed batch arrives as it did the first
    time.
 
-:func:`guard_sql` is the same rule as SQL over ``VALUES(...)`` (the incoming row) and the
-stored columns, for ``INSERT ... ON DUPLICATE KEY UPDATE``.
+:func:`guard_sql` is the same rule as SQL over the incoming row and the stored columns, for
+``INSERT ... ON DUPLICATE KEY UPDATE``. The incoming row is ``VALUES(col)`` on MariaDB; MySQL
+8.0.20 deprecates that function (a warning per statement, and it may go), so on MySQL the
+statement names the row instead (``INSERT ... VALUES (...) AS _us_new``, 8.0.19 and later) and
+the rule reads ``_us_new.col``.
 """
 
 from __future__ import annotations
@@ -136,18 +139,38 @@ def classify(new: Order, old: Order) -> Verdict:
     return Verdict.NEWER if mine > theirs else Verdict.OLDER
 
 
-def guard_sql() -> str:
-    """The rule as an SQL condition: true when the incoming row (``VALUES``) is to be applied
-    over the stored one. Valid only while the token columns still hold their stored values:
-    assign them last (see :func:`update_assignments`)."""
+ROW_ALIAS = "_us_new"  # the incoming row's name on MySQL
+
+
+def incoming(column: str, row_alias: str | None = None) -> str:
+    """The incoming row's value of ``column``: ``VALUES(col)``, or ``alias.col`` on MySQL."""
+    return f"`{row_alias}`.`{column}`" if row_alias else f"VALUES(`{column}`)"
+
+
+def stored(column: str, table: str | None = None) -> str:
+    """The stored row's value of ``column`` (qualified by its table beside a row alias, where a
+    bare name would be ambiguous)."""
+    return f"`{table}`.`{column}`" if table else f"`{column}`"
+
+
+def guard_sql(row_alias: str | None = None, table: str | None = None) -> str:
+    """The rule as an SQL condition: true when the incoming row is to be applied over the
+    stored one. Valid only while the token columns still hold their stored values: assign them
+    last (see :func:`update_assignments`). With ``row_alias`` (MySQL), ``table`` names the
+    mirror table."""
+    names = ("_us_shard", "_us_seq", "_us_idx", "_us_ts")
+    shard, seq, idx, ts = (incoming(c, row_alias) for c in names)
+    old_shard, old_seq, old_idx, old_ts = (stored(c, table) for c in names)
     return (
-        "((VALUES(`_us_shard`) = `_us_shard` AND (VALUES(`_us_seq`) > `_us_seq` OR "
-        "(VALUES(`_us_seq`) = `_us_seq` AND VALUES(`_us_idx`) > `_us_idx`))) OR "
-        "(VALUES(`_us_shard`) <> `_us_shard` AND VALUES(`_us_ts`) >= `_us_ts`))"
+        f"(({shard} = {old_shard} AND ({seq} > {old_seq} OR "
+        f"({seq} = {old_seq} AND {idx} > {old_idx}))) OR "
+        f"({shard} <> {old_shard} AND {ts} >= {old_ts}))"
     )
 
 
-def update_assignments(columns: list[str]) -> str:
+def update_assignments(
+    columns: list[str], row_alias: str | None = None, table: str | None = None
+) -> str:
     """The ``ON DUPLICATE KEY UPDATE`` list: every column guarded by the rule.
 
     MySQL and MariaDB evaluate the assignments left to right and a later one sees the values
@@ -158,6 +181,9 @@ def update_assignments(columns: list[str]) -> str:
     then only the shard, which is equal, is left). Between shards the guard reads only the
     timestamp, true again once it holds the new one, and the shard, assigned last.
     """
-    guard = guard_sql()
+    guard = guard_sql(row_alias, table)
     ordered = [*columns, "_us_ts", "_us_idx", "_us_seq", "_us_shard"]
-    return ", ".join(f"`{c}` = IF({guard}, VALUES(`{c}`), `{c}`)" for c in ordered)
+    return ", ".join(
+        f"{stored(c, table)} = IF({guard}, {incoming(c, row_alias)}, {stored(c, table)})"
+        for c in ordered
+    )

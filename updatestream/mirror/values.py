@@ -3,9 +3,10 @@
 Events carry JSON-safe values (:func:`updatestream.binlog.events.encode_value`); the mirror
 writes them into columns of the source's types. :func:`to_sql` undoes the encoding with the
 column's ``DATA_TYPE`` (information_schema): ``{"$base64": ...}`` back to bytes, a SET's list
-of labels back to ``a,b``, a MySQL JSON value back to JSON text, ISO date-times with a space
-instead of ``T``. Everything else (numbers, DECIMAL and TIME text, ENUM labels, MariaDB JSON,
-which is LONGTEXT and arrives as its text) is passed as it is.
+of labels back to ``a,b``, ISO date-times with a space instead of ``T``. A JSON column arrives
+as the document's text on both flavors (MySQL's binary JSON is written out as the server's
+text, ``updatestream.binlog.mysql_json``; MariaDB's JSON is LONGTEXT) and is passed as it is,
+like everything else (numbers, DECIMAL and TIME text, ENUM labels).
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ def to_sql(value: Any, data_type: str) -> Any:
     kind = type(value)
     if value is None or kind is int or (kind is str and data_type not in _TEXT_SPECIAL):
         return value
-    if data_type == "json":
-        return value if isinstance(value, str) and _is_json_text(value) else json.dumps(value)
+    if data_type == "json":  # the document's text; a decoded value from an older reader
+        return value if isinstance(value, str) else json.dumps(value)
     if isinstance(value, dict) and set(value) == {"$base64"}:
         return base64.b64decode(value["$base64"])
     if isinstance(value, list):
@@ -38,16 +39,3 @@ def to_sql(value: Any, data_type: str) -> Any:
     if data_type in _DATETIME_TYPES and isinstance(value, str):
         return value.replace("T", " ", 1)
     return value
-
-
-def _is_json_text(text: str) -> bool:
-    """MySQL's JSON columns arrive decoded, so a str is a JSON string value, except when the
-    reader handed the column over as text (MariaDB): then it parses as a document."""
-    stripped = text.lstrip()
-    if not stripped or stripped[0] not in "{[":
-        return False
-    try:
-        json.loads(text)
-    except ValueError:
-        return False
-    return True

@@ -133,7 +133,7 @@ class ChunkReader:
         """pk JSON -> (keyspace id hex, row JSON) of the chunk's rows in its key range (the row
         path, for tables the columnar query cannot encode exactly)."""
         where, args = self._where(info)
-        sql = f"SELECT * FROM {info.qualified} WHERE {where}"
+        sql = f"SELECT {info.select_list()} FROM {info.qualified} WHERE {where}"
         settings = connection_settings(self.endpoint, self.config)
         try:
             conn = pymysql.connect(

@@ -12,7 +12,7 @@ hash vindex), filters by key range with numpy, and re-encodes in Python only the
 text holds characters JSON_QUOTE leaves as they are but Python escapes (non-ASCII, DEL).
 
 Tables with a column type the shard cannot encode exactly (FLOAT, DOUBLE, TIME, TIMESTAMP, BIT,
-BINARY(n), a MySQL JSON column) take the row path in `chunks`.
+BINARY(n), spatial types) take the row path in `chunks`.
 """
 
 from __future__ import annotations
@@ -56,6 +56,8 @@ def _fragment(name: str, data_type: str, column_type: str) -> str | None:
         value = f"CONCAT('\"', {col}, '\"')"
     elif data_type in _TEXTS or (data_type == "longtext" and "json" in column_type):
         value = f"JSON_QUOTE({col})"
+    elif data_type == "json":  # MySQL's: its text, as the binlog's document is written out
+        value = f"JSON_QUOTE(CAST({col} AS CHAR))"
     elif data_type in _BLOBS:
         value = f"CONCAT('{{\"$base64\":\"', REPLACE(TO_BASE64({col}), '\\n', ''), '\"}}')"
     elif data_type == "datetime":

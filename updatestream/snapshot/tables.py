@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from updatestream.binlog.column_values import bit_value, float32_value
 from updatestream.binlog.session import ShardSession
 from updatestream.core.errors import UpdateStreamError
 from updatestream.core.snapshot_plan import Key
@@ -87,6 +88,16 @@ class TableInfo:
             terms.append(" AND ".join([*equal, f"{self._ordered(column)} {last_op} %s"]))
             args += [*key[:index], key[index]]
         return "(" + " OR ".join(f"({t})" for t in terms) + ")", args
+
+    def select_list(self) -> str:
+        """The row path's column list: FLOAT read as the double it is (a plain SELECT gives
+        MySQL's six-digit text of it)."""
+        return ", ".join(
+            f"CAST({quote(name)} AS DOUBLE) AS {quote(name)}"
+            if self.types.get(name, ("", ""))[0] == "float"
+            else quote(name)
+            for name in self.columns
+        )
 
     def key_of_row(self, row: dict[str, Any]) -> Key:
         return tuple(row[name] for name in self.key_names)
@@ -184,6 +195,12 @@ def estimated_rows(session: ShardSession, info: TableInfo) -> int:
 def convert_row(info: TableInfo, columns: Sequence[str], values: Sequence[Any]) -> dict[str, Any]:
     """A SELECTed row as the binlog decodes it (column -> value, in table order)."""
     row = dict(zip(columns, values, strict=True))
+    for name, (data_type, _) in info.types.items():
+        value = row.get(name)
+        if value is not None and data_type == "bit":
+            row[name] = bit_value(value)
+        elif value is not None and data_type == "float":
+            row[name] = float32_value(value)
     for name in info.set_columns:
         value = row.get(name)
         if isinstance(value, str | bytes):

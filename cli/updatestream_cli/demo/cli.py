@@ -14,6 +14,7 @@ from rich.table import Column, Table
 
 from updatestream.clickopts import json_option, seconds_option
 from updatestream.core.errors import UpdateStreamError
+from updatestream_cli.devcluster.local_server import FLAVORS, ServerFlavor
 from updatestream_cli.tool_options import directory_option
 
 DEFAULT_DIR = Path(".updatestream") / "demo"
@@ -129,6 +130,14 @@ def _print_result(console: Console, result: Any, directory: Path) -> None:
     help="Seconds of traffic before the live split of -80 starts.",
 )  # fmt: skip
 @click.option("--seed", type=int, default=None, help="Seed of the traffic generator.")
+@click.option(
+    "--flavor", type=click.Choice(FLAVORS), default="mariadb", show_default=True,
+    help="The shards' server: MariaDB 10.11 or MySQL 8.0.",
+)  # fmt: skip
+@click.option(
+    "--sink-flavor", type=click.Choice(FLAVORS), default=None,
+    help="The Version Stream's and the mirror's server (default: the shards' flavor).",
+)  # fmt: skip
 @click.option("--keep", is_flag=True, help="Leave everything running at the end.")
 @json_option("Print one JSON object at the end.")
 @click.option("--down", is_flag=True, help="Only stop what a demo run with --keep left running.")
@@ -138,12 +147,14 @@ def demo(
     seconds: float,
     split_after: float,
     seed: int | None,
+    flavor: ServerFlavor,
+    sink_flavor: ServerFlavor | None,
     keep: bool,
     as_json: bool,
     down: bool,
 ) -> None:
-    """Local MariaDB shards, memcached and a Version Stream MariaDB; live traffic with a
-    ledger; one UpdateStream into all three sinks, launched by the operator's local launcher;
+    """Local MariaDB or MySQL 8 shards, memcached and a Version Stream server; live traffic
+    with a ledger; one UpdateStream into all four sinks, launched by the operator's local launcher;
     a live split of -80 and the hop inside the running job; then the verifier on every sink.
 
     Exits 1 when a verifier finds a lost change, a delivered duplicate or a stale cache entry.
@@ -158,7 +169,7 @@ def demo(
         return
     options = DemoOptions(
         directory=directory, rate=rate, seconds=seconds, split_after=split_after, keep=keep,
-        seed=seed,
+        seed=seed, flavor=flavor, sink_flavor=sink_flavor,
     )  # fmt: skip
     columns = (
         SpinnerColumn(finished_text="[green]✓[/]"),

@@ -1,7 +1,7 @@
 """The demo's steps, from an empty directory to a verdict per sink.
 
-1. a development cluster (`-80`, `80-`), a memcached and a MariaDB for the Version Stream and
-   the mirror;
+1. a development cluster (`-80`, `80-`) of MariaDB or MySQL 8 shards (`flavor`), a memcached
+   and a server for the Version Stream and the mirror (`sink_flavor`, by default the shards');
 2. one UpdateStream into the four sinks, launched by the operator's service and local
    launcher (`driver.OperatorDriver`), until its job delivers;
 3. live traffic with a ledger; after `split_after` seconds a live split of `-80` into
@@ -37,6 +37,7 @@ from updatestream_cli.demo.driver import (
     stream_manifest,
 )
 from updatestream_cli.demo.errors import DemoError
+from updatestream_cli.devcluster.local_server import ServerFlavor
 from updatestream_cli.devcluster.reshard import (
     QuietReporter,
     ReshardOptions,
@@ -71,6 +72,8 @@ class DemoOptions:
     seed: int | None = None
     min_replicate_seconds: float = 5.0  # filtered replication before the cut-over
     timeout: float = 300.0  # for each wait
+    flavor: ServerFlavor = "mariadb"  # the shards: MariaDB or MySQL 8
+    sink_flavor: ServerFlavor | None = None  # the Version Stream's and mirror's (default: same)
 
 
 @dataclass
@@ -111,7 +114,9 @@ class Demo:
         self.options = options
         self.reporter = reporter
         self.directory = options.directory.absolute()
-        self.servers = srv.DemoServers(self.directory)
+        self.servers = srv.DemoServers(
+            self.directory, options.flavor, options.sink_flavor or options.flavor
+        )
         self.driver: OperatorDriver | None = None
         self.traffic: TrafficGenerator | None = None
         self.metrics_url = ""
@@ -160,10 +165,10 @@ class Demo:
         cluster = self.servers.start_cluster("-80,80-")
         shards = ", ".join(f"{s.name} ({s.mysql.port})" for s in cluster.keyspace().spec.shards)
         report.end(f"development cluster: shards {shards}")
-        report.begin("starting memcached and the Version Stream's MariaDB")
+        report.begin("starting memcached and the Version Stream's server")
         cache = self.servers.start_memcached()
         sink = self.servers.start_sink()
-        report.end(f"memcached on {cache.address}, Version Stream MariaDB on {sink.address}")
+        report.end(f"memcached on {cache.address}, Version Stream {sink.program} on {sink.address}")
 
     # -- 2. the stream ------------------------------------------------------------------------
 

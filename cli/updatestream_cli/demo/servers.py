@@ -1,9 +1,10 @@
-"""The servers a demo runs: a development cluster, a MariaDB for the Version Stream sink and a
+"""The servers a demo runs: a development cluster (MariaDB or MySQL 8 shards), a server for the
+Version Stream sink and the mirror (MariaDB or MySQL 8, chosen apart from the shards) and a
 memcached, recorded in `<dir>/demo.json` so that `updatestream demo --down` (or the next demo
 in the same directory) stops exactly what a kept demo left running, by pid.
 
     <dir>/cluster/        the development cluster (shards, Keyspace manifest, Secrets)
-    <dir>/versionstream/  the mariadbd of the Version Stream and of the mirror's database
+    <dir>/versionstream/  the server of the Version Stream and of the mirror's database
     <dir>/memcached.log   memcached's output
     <dir>/operator/       the operator's objects and the local launcher's job directories
     <dir>/demo.json       what runs: pids and ports
@@ -20,9 +21,10 @@ from typing import Any
 
 from updatestream_cli.demo.errors import DemoError
 from updatestream_cli.devcluster.cluster import DevCluster, atomic_write
-from updatestream_cli.devcluster.local_server import pid_cmdline
+from updatestream_cli.devcluster.local_server import LocalServer, ServerFlavor, pid_cmdline
 from updatestream_cli.devcluster.mariadb_server import MariaDBServer
 from updatestream_cli.devcluster.memcached_server import MemcachedServer
+from updatestream_cli.devcluster.mysql_server import MySQLServer
 
 STATE_FILE = "demo.json"
 SINK_SECRET = "demo-versionstream"  # the Version Stream account, beside the cluster's Secrets
@@ -41,13 +43,15 @@ class DemoServers:
     """Everything the demo starts besides the streaming job; `stop()` stops all of it."""
 
     directory: Path
+    flavor: ServerFlavor = "mariadb"  # the shards'
+    sink_flavor: ServerFlavor = "mariadb"  # the Version Stream's and the mirror's server
     cluster: DevCluster = field(init=False)
-    sink: MariaDBServer | None = None
+    sink: LocalServer | None = None
     memcached: MemcachedServer | None = None
 
     def __post_init__(self) -> None:
         self.directory = self.directory.absolute()
-        self.cluster = DevCluster(self.directory / "cluster")
+        self.cluster = DevCluster(self.directory / "cluster", flavor=self.flavor)
 
     @property
     def state_path(self) -> Path:
@@ -62,6 +66,7 @@ class DemoServers:
                 "pid": self.sink.pid,
                 "port": self.sink.port,
                 "serverId": self.sink.server_id,
+                "flavor": self.sink.flavor,
             }
         if self.memcached is not None and self.memcached.pid is not None:
             state["memcached"] = {"pid": self.memcached.pid, "port": self.memcached.port}
@@ -83,14 +88,10 @@ class DemoServers:
         self.cluster.up(shards)
         return self.cluster
 
-    def start_sink(self) -> MariaDBServer:
-        """A mariadbd of its own for the Version Stream, with an account limited to its
+    def start_sink(self) -> LocalServer:
+        """A server of its own for the Version Stream, with an account limited to its
         database; the account's Secret goes beside the cluster's (`SINK_SECRET`)."""
-        self.sink = MariaDBServer(
-            base_dir=self.directory / "versionstream",
-            server_id=SINK_SERVER_ID,
-            name="versionstream",
-        )
+        self.sink = sink_server(self.directory, self.sink_flavor, SINK_SERVER_ID)
         self.sink.start()
         self.record()
         password = secrets.token_urlsafe(18)
@@ -116,7 +117,7 @@ class DemoServers:
     # -- stopping -------------------------------------------------------------------------------
 
     def stop(self) -> None:
-        """Stop the memcached, the sink's mariadbd and the cluster's shards (by pid)."""
+        """Stop the memcached, the sink's server and the cluster's shards (by pid)."""
         if self.memcached is not None:
             self.memcached.stop()
         if self.sink is not None:
@@ -125,9 +126,27 @@ class DemoServers:
         self.record(stopped=True)
 
 
+def sink_server(
+    directory: Path,
+    flavor: ServerFlavor,
+    server_id: int,
+    port: int | None = None,
+    pid: int | None = None,
+) -> LocalServer:
+    """The demo's Version Stream server of `flavor` (a new one, or a running one by pid)."""
+    kind = MySQLServer if flavor == "mysql" else MariaDBServer
+    return kind(
+        base_dir=directory / "versionstream",
+        server_id=server_id,
+        name="versionstream",
+        port=port,
+        pid=pid,
+    )
+
+
 def stop_recorded(directory: Path) -> list[str]:
     """Stop what a demo in `directory` left running: its streaming jobs (through the local
-    launcher), memcached, the Version Stream's mariadbd and the cluster. Returns what it
+    launcher), memcached, the Version Stream's server and the cluster. Returns what it
     stopped; a directory without a demo is left alone."""
     from updatestream_operator.launchers.local import LocalLauncher
 
@@ -150,15 +169,16 @@ def stop_recorded(directory: Path) -> list[str]:
             stopped.append(f"memcached on {server.address}")
     sink = state.get("versionstream") or {}
     if sink.get("pid"):
-        mariadb = MariaDBServer(
-            base_dir=directory / "versionstream",
-            server_id=int(sink.get("serverId", SINK_SERVER_ID)),
+        database = sink_server(
+            directory,
+            "mysql" if sink.get("flavor") == "mysql" else "mariadb",
+            int(sink.get("serverId", SINK_SERVER_ID)),
             port=sink.get("port"),
             pid=int(sink["pid"]),
         )
-        if mariadb.is_running() and str(mariadb.datadir) in pid_cmdline(int(sink["pid"])):
-            mariadb.stop()
-            stopped.append(f"Version Stream mariadbd on {mariadb.address}")
+        if database.is_running() and str(database.datadir) in pid_cmdline(int(sink["pid"])):
+            database.stop()
+            stopped.append(f"Version Stream {database.program} on {database.address}")
     if servers.cluster.exists():
         stopped += [f"shard {name}" for name in servers.cluster.down()]
     if state:

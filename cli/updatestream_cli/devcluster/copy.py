@@ -1,8 +1,17 @@
 """The copy phase of a reshard: a consistent snapshot of a source shard into its destinations.
 
-The source is read inside `START TRANSACTION WITH CONSISTENT SNAPSHOT`; MariaDB reports the
-binlog coordinates of exactly that snapshot (`Binlog_snapshot_file`/`_position`), which
-`BINLOG_GTID_POS()` turns into the source GTID position the copy stands for.
+The source is read inside `START TRANSACTION WITH CONSISTENT SNAPSHOT`, and the copy needs the
+source GTID position of exactly that snapshot:
+
+- MariaDB reports the binlog coordinates of the snapshot (`Binlog_snapshot_file`/`_position`,
+  taken atomically with it), which `BINLOG_GTID_POS()` turns into the GTID position.
+- MySQL 8 reports no such thing, and `@@GLOBAL.gtid_executed` read after the snapshot may hold
+  transactions committed since (reading it before, miss some). So the snapshot is opened under
+  `FLUSH TABLES WITH READ LOCK`, which waits for commits in progress and holds new ones back:
+  while it is held, the snapshot and `gtid_executed` see exactly the same transactions; then
+  `UNLOCK TABLES` (the snapshot stays open). Writes pause for the few milliseconds that takes.
+  `performance_schema.log_status` would give a consistent binlog position and GTID set too, but
+  not atomically with the InnoDB snapshot, so it is not exact for this.
 Rows are routed by keyspace id to the destinations whose key range contains it and written in
 batches; each batch commits together with the destination's `_vt.vreplication` row (source
 position of the snapshot, rows copied so far), so progress and data never disagree.
@@ -54,12 +63,12 @@ COPY_UPSERT = (
 )
 
 
-def encoded(position: str, flavor: Flavor = Flavor.MARIADB) -> str:
+def encoded(position: str, flavor: Flavor) -> str:
     """A GTID position as `_vt.vreplication` stores it (Vitess's encoding)."""
     return encode_position(parse_position(position, flavor))
 
 
-def decoded(value: Any, flavor: Flavor = Flavor.MARIADB) -> str:
+def decoded(value: Any, flavor: Flavor) -> str:
     """The plain GTID position text of a `_vt.vreplication` position column ('' stays '')."""
     if not value:
         return ""
@@ -85,7 +94,7 @@ class CopyTarget:
 
 
 def snapshot_position(cur: Any) -> str:
-    """The source GTID position of the current consistent snapshot.
+    """The source GTID position of the current consistent snapshot, on MariaDB.
 
     MariaDB 10.11 reports the snapshot's binlog coordinates as the session status variables
     `Binlog_snapshot_file` / `Binlog_snapshot_position` (taken atomically with the snapshot);
@@ -121,7 +130,9 @@ def reset_target(conn: Connection, workflow: str) -> None:
         cur.execute("SET SESSION sql_log_bin = 1")
 
 
-def upgrade_vreplication(conn: Connection, workflow: str, snapshots: dict[str, str]) -> None:
+def upgrade_vreplication(
+    conn: Connection, workflow: str, snapshots: dict[str, str], flavor: Flavor
+) -> None:
     """Bring `_vt.vreplication` (maybe created by an earlier version) to the current columns;
     idempotent, and not logged (workflow bookkeeping, not a change of the keyspace).
 
@@ -146,7 +157,7 @@ def upgrade_vreplication(conn: Connection, workflow: str, snapshots: dict[str, s
                         cur.execute(
                             "UPDATE `_vt`.`vreplication` SET start_pos = %s "
                             "WHERE id = %s AND copy_done = 1",
-                            (encoded(position), row_id),
+                            (encoded(position, flavor), row_id),
                         )
             conn.commit()
         finally:
@@ -158,7 +169,7 @@ def _rows_of(cur: Any, workflow: str) -> list[tuple[int, str]]:
     return [(int(row_id), bytes(text).decode()) for row_id, text in cur.fetchall()]
 
 
-def vreplication_rows(conn: Connection, workflow: str) -> dict[str, dict[str, Any]]:
+def vreplication_rows(conn: Connection, workflow: str, flavor: Flavor) -> dict[str, dict[str, Any]]:
     """A target's `_vt.vreplication` rows of `workflow`, by source shard, bytes decoded and
     positions as plain GTID text."""
     with conn.cursor(pymysql.cursors.DictCursor) as cur:
@@ -166,8 +177,8 @@ def vreplication_rows(conn: Connection, workflow: str) -> dict[str, dict[str, An
         found = {}
         for row in cur.fetchall():
             values = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in row.items()}
-            values["pos"] = decoded(row["pos"])
-            values["start_pos"] = decoded(row["start_pos"])
+            values["pos"] = decoded(row["pos"], flavor)
+            values["start_pos"] = decoded(row["start_pos"], flavor)
             found[source_fields(values["source"])[1]] = values
         return found
 
@@ -190,6 +201,7 @@ class _Batches:
     source_shard: str
     snapshot: str
     start: ReplicationStart
+    flavor: Flavor
     throttle: float = 0.0
     progress: Callable[[str, int], None] | None = None
     pending: dict[str, list[tuple[str, list[Any]]]] = field(default_factory=dict)
@@ -223,8 +235,8 @@ class _Batches:
             target.vrep_id,
             self.workflow,
             binlog_source(self.keyspace, self.source_shard, target.key_range.name),
-            encoded(self.start.position if done else self.snapshot),
-            encoded(self.start.position) if done else "",
+            encoded(self.start.position if done else self.snapshot, self.flavor),
+            encoded(self.start.position, self.flavor) if done else "",
             int(time.time()),
             "Running" if done else "Copying",
             schema.DATABASE,
@@ -249,12 +261,25 @@ def _log_bin(targets: Sequence[CopyTarget], on: bool) -> None:
             cur.execute(f"SET SESSION sql_log_bin = {int(on)}")
 
 
-def _take_snapshot(source: Connection, cur: Any) -> tuple[str, int]:
-    """Open the consistent snapshot on `cur`; its source GTID position and the server's time."""
+def _take_snapshot(source: Connection, cur: Any, flavor: Flavor) -> tuple[str, int]:
+    """Open the consistent snapshot on `cur`; its source GTID position and the server's time
+    (see the module docstring for how each flavor gives the exact position)."""
     cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-    cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+    if flavor is Flavor.MARIADB:
+        cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+        with source.cursor() as status_cur:
+            position = snapshot_position(status_cur)
+    else:
+        cur.execute("FLUSH TABLES WITH READ LOCK")
+        try:
+            cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+            with source.cursor() as status_cur:
+                status_cur.execute("SELECT @@GLOBAL.gtid_executed")
+                row = status_cur.fetchone()
+                position = str(row[0] if row else "").replace("\n", "")
+        finally:
+            cur.execute("UNLOCK TABLES")
     with source.cursor() as status_cur:
-        position = snapshot_position(status_cur)
         status_cur.execute("SELECT UNIX_TIMESTAMP()")
         now = status_cur.fetchone()
     return position, int(now[0]) if now else int(time.time())
@@ -293,6 +318,7 @@ def copy_source(
     throttle: float = 0.0,
     progress: Callable[[str, int], None] | None = None,
     start_position: Callable[[str, int], ReplicationStart] | None = None,
+    flavor: Flavor = Flavor.MARIADB,
 ) -> str:
     """Copy the source rows each target owns; returns the snapshot's source GTID position.
 
@@ -302,11 +328,11 @@ def copy_source(
     """
     _log_bin(targets, on=False)
     with source.cursor(pymysql.cursors.SSCursor) as cur:
-        position, snapshot_time = _take_snapshot(source, cur)
+        position, snapshot_time = _take_snapshot(source, cur, flavor)
         start = ReplicationStart(position)
         if start_position is not None:
             start = start_position(position, snapshot_time)
-        batches = _Batches(workflow, source_shard, position, start, throttle, progress)
+        batches = _Batches(workflow, source_shard, position, start, flavor, throttle, progress)
         _route_rows(cur, source_shard, targets, vschema, batches, batch_size)
         with contextlib.suppress(Exception):
             source.rollback()

@@ -1,6 +1,9 @@
 """The write cut-over of a reshard, on the servers and the manifest.
 
-Freeze the sources (`read_only=ON`) and read their final positions; once every destination has
+Freeze the sources (`read_only=ON`; on MySQL also `super_read_only=ON`, which holds back
+administrative writers too) and read their final positions (`@@gtid_binlog_pos` on MariaDB,
+`@@GLOBAL.gtid_executed` on MySQL; both settings wait for commits in progress, so nothing
+commits after the position is read); once every destination has
 applied those, rewrite the manifest's serving shards and history in one atomic write; then mark
 the destinations' `_vt.vreplication` rows stopped. Each step is idempotent, so a rerun after a
 crash repeats what it has to.
@@ -18,12 +21,15 @@ from updatestream_cli.devcluster.cluster import DevCluster
 def freeze_sources(cluster: DevCluster, sources: Sequence[str]) -> dict[str, str]:
     """Set the sources read-only; their GTID positions after the last write, by shard."""
     finals: dict[str, str] = {}
+    mysql = cluster.flavor == "mysql"
     for source in sources:
         with cluster.connect(source, "admin") as conn, conn.cursor() as cur:
             cur.execute("SET GLOBAL read_only = ON")
-            cur.execute("SELECT @@gtid_binlog_pos")
+            if mysql:
+                cur.execute("SET GLOBAL super_read_only = ON")
+            cur.execute(f"SELECT @@GLOBAL.{'gtid_executed' if mysql else 'gtid_binlog_pos'}")
             row = cur.fetchone()
-            finals[source] = str(row[0] if row else "")
+            finals[source] = str(row[0] if row else "").replace("\n", "")
     return finals
 
 

@@ -33,9 +33,5 @@ class ReshardInProgressError(ReshardInputError):
     """A shard is already part of another, unfinished resharding workflow."""
 
 
-class ReshardFlavorError(ReshardInputError):
-    """The cluster's server flavor is one the resharding workflow cannot yet work on."""
-
-
 class TrafficError(DevClusterError):
     """The traffic generator could not commit a transaction and gave up."""

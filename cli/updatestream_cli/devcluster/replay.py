@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import pymysql
-from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, XidEvent
+from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from updatestream.binlog.config import ReaderConfig, ShardEndpoint, endpoints_of
@@ -41,17 +41,20 @@ from updatestream.binlog.errors import BinlogPurged, SourceError
 from updatestream.binlog.session import (
     BinlogStream,
     ShardSession,
+    advance,
     connection_settings,
+    gtid_of,
     server_id,
 )
 from updatestream.binlog.start_positions import earliest_start, find_start_by_timestamp
-from updatestream.core.gtid import MariaDBGTID, MariaDBPosition
+from updatestream.core.gtid import Flavor, GTIDPosition, parse_position, position_contains
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.vschema import VSchema
 from updatestream.spec import Keyspace
 from updatestream_cli.devcluster import sample_schema
 from updatestream_cli.devcluster.copy import ReplicationStart
 from updatestream_cli.devcluster.errors import ReshardError
+from updatestream_cli.devcluster.replication import transactions_behind
 from updatestream_cli.devcluster.rowchanges import (
     TRANSACTION_EVENTS,
     RowChange,
@@ -82,10 +85,9 @@ class ReplayWindow:
         return asdict(self)
 
 
-def window_transactions(start: MariaDBPosition, end: MariaDBPosition) -> int:
-    """Source transactions after `start` up to `end` (sequence numbers grow by one per
-    transaction within a domain)."""
-    return sum(max(0, gtid.seq - (start.domain_seq(gtid.domain) or 0)) for gtid in end)
+def window_transactions(start: GTIDPosition, end: GTIDPosition) -> int:
+    """Source transactions after `start` up to `end`."""
+    return transactions_behind(start, end)
 
 
 def _endpoint(
@@ -110,11 +112,12 @@ def find_replay_window(
     seconds: float,
 ) -> ReplayWindow:
     """The replay window of `source` for a snapshot; empty (start = snapshot) for 0 seconds."""
-    snapshot = MariaDBPosition.parse(snapshot_pos)
+    endpoint, config = _endpoint(keyspace, secrets_dir, source)
+    flavor = Flavor(endpoint.flavor)
+    snapshot = parse_position(snapshot_pos, flavor)
     if seconds <= 0:
         return ReplayWindow(source, snapshot_pos, snapshot_time, snapshot_time, snapshot_pos, 0)
     since = math.ceil(snapshot_time - seconds)  # binlog timestamps are whole seconds
-    endpoint, config = _endpoint(keyspace, secrets_dir, source)
     oldest_time: int | None = None
     try:
         with ShardSession(endpoint, config) as session:
@@ -129,11 +132,11 @@ def find_replay_window(
             f"cannot find where the replay window of source shard {source} starts: {exc}; "
             "fix the cause and rerun the reshard"
         ) from None
-    if not isinstance(found, MariaDBPosition):
-        raise ReshardError(f"source shard {source} answered a non-MariaDB position {found}")
+    if found.flavor is not flavor:
+        raise ReshardError(f"source shard {source} answered a position of another flavor {found}")
     # Timestamps may step back a little along a binlog (a source that was itself filled by
     # filtered replication); a start after the snapshot means the window is empty.
-    start = found if snapshot.contains(found) else snapshot
+    start = found if position_contains(snapshot, found) else snapshot
     window = ReplayWindow(
         source=source,
         snapshot_pos=snapshot_pos,
@@ -190,11 +193,12 @@ def read_rewind(keyspace: Keyspace, secrets_dir: Path, window: ReplayWindow) -> 
     """Read the source binlog from the window's start to the snapshot (the snapshot is in the
     binlog already, so this ends) and keep each touched row's state at the start."""
     rewind = Rewind(VSchema.from_dict(keyspace.spec.vschema))
-    position = MariaDBPosition.parse(window.start_pos)
-    end = MariaDBPosition.parse(window.snapshot_pos)
-    if position.contains(end):
-        return rewind
     endpoint, config = _endpoint(keyspace, secrets_dir, window.source)
+    flavor = Flavor(endpoint.flavor)
+    position = parse_position(window.start_pos, flavor)
+    end = parse_position(window.snapshot_pos, flavor)
+    if position_contains(position, end):
+        return rewind
     connects = 0
 
     def connect(**kwargs: Any) -> Any:
@@ -207,13 +211,13 @@ def read_rewind(keyspace: Keyspace, secrets_dir: Path, window: ReplayWindow) -> 
         connection_settings=connection_settings(endpoint, config),
         server_id=server_id(),
         blocking=True,
-        is_mariadb=True,
+        is_mariadb=flavor is Flavor.MARIADB,
         auto_position=str(position),
         pymysql_wrapper=connect,
-        only_events=list(TRANSACTION_EVENTS),
+        only_events=[*TRANSACTION_EVENTS, GtidEvent],
     )
-    gtid: MariaDBGTID | None = None
-    standalone = False
+    gtid: Any = None
+    standalone = began = False
     try:
         for event in stream:
             if connects > 1:  # python-mysql-replication reconnected by itself, from the start
@@ -221,24 +225,33 @@ def read_rewind(keyspace: Keyspace, secrets_dir: Path, window: ReplayWindow) -> 
                     f"the binlog stream of source shard {window.source} dropped while reading "
                     f"the replay window at {position}; rerun the reshard"
                 )
-            if isinstance(event, MariadbGtidEvent):
-                gtid = MariaDBGTID(event.domain_id, event.server_id, event.gtid_seq_no)
-                standalone = bool(event.flags & 1)
+            if isinstance(event, MariadbGtidEvent | GtidEvent):
+                gtid = gtid_of(event, flavor)[2]
+                standalone = bool(getattr(event, "flags", 0) & 1)
+                began = False
+            elif isinstance(event, QueryEvent) and event.query == "BEGIN":
+                began = True
             elif isinstance(event, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):
                 if event.schema == sample_schema.DATABASE and event.table in sample_schema.COLUMNS:
                     for row in event.rows:
                         rewind.touch(event.table, *row_images(event, row))
-            elif gtid is not None and (
-                isinstance(event, XidEvent)
-                or (isinstance(event, QueryEvent) and (standalone or event.query == "COMMIT"))
-            ):
-                position = position.advance(gtid)
+            elif gtid is not None and _ends(event, standalone, began, flavor):
+                position = advance(position, gtid)
                 gtid = None
-                if position.contains(end):
+                if position_contains(position, end):
                     break
     finally:
         stream.close()
     return rewind
+
+
+def _ends(event: Any, standalone: bool, began: bool, flavor: Flavor) -> bool:
+    """Whether `event` ends the transaction being read (MySQL logs a DDL without BEGIN)."""
+    if isinstance(event, XidEvent):
+        return True
+    if not isinstance(event, QueryEvent):
+        return False
+    return standalone or event.query == "COMMIT" or (flavor is Flavor.MYSQL and not began)
 
 
 def replication_start(

@@ -91,6 +91,7 @@ class SourceTransaction:
     timestamp: int
     standalone: bool
     rows: list[RowChange] = field(default_factory=list)
+    began: bool = False  # a BEGIN was read (MySQL logs a DDL statement without one)
 
 
 @dataclass
@@ -325,13 +326,20 @@ class FilteredReplication:
             if current is not None and event.schema == schema.DATABASE:
                 current.rows += self._row_changes(event)
             return current
+        if isinstance(event, QueryEvent) and current is not None and event.query == "BEGIN":
+            current.began = True
+            return current
         ends = isinstance(event, XidEvent) or (
             isinstance(event, QueryEvent)
             and current is not None
-            and (current.standalone or event.query == "COMMIT")
+            and (
+                current.standalone
+                or event.query == "COMMIT"
+                or (self.flavor is Flavor.MYSQL and not current.began)  # a DDL statement
+            )
         )
         if ends and current is not None:
-            if isinstance(event, QueryEvent) and current.standalone:
+            if isinstance(event, QueryEvent) and event.query != "COMMIT":
                 log.info("%s: a statement was not replicated", self.source_shard)
             if not self._group:
                 self._group_began = time.monotonic()

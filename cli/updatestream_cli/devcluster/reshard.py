@@ -1,18 +1,17 @@
 """Vitess-style resharding of a development cluster: split or merge shards on real servers.
 
-Phases, each recorded in the workflow state file `D/workflows/<name>.json` (and the data-bearing
-progress in each destination's `_vt.vreplication`, committed with the data):
+Phases, recorded in `D/workflows/<name>.json` (and progress in each destination's
+`_vt.vreplication`, committed with the data), on MariaDB and MySQL 8 shards alike:
 
 1. create   - start the destination shards (new servers, new server/domain ids, same schema);
 2. copy     - consistent snapshot of each source into its destinations (see `copy`);
 3. replicate- filtered replication from each destination's start position (the snapshot, or
               earlier with a replay window, see `replay`) until caught up (see `replication`);
-4. switch   - reads switch (recorded), then writes: sources `read_only=ON`, wait until every
-              destination applied the source's final position, rewrite the manifest's
-              servingShards and shardMapHistory atomically, stop replication (see `cutover`).
+4. switch   - reads (recorded), then writes: freeze the sources, wait until every destination
+              applied their final positions, switch the manifest, stop (see `cutover`).
 
-A rerun after a crash (kill -9 in any phase) resumes: a destination whose copy did not finish is
-emptied and copied again; replication resumes from each destination's `_vt.vreplication.pos`.
+A rerun after a crash (kill -9 in any phase) resumes: an unfinished copy is redone; replication
+resumes from each destination's `_vt.vreplication.pos`.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ from typing import Any
 import pymysql
 from pymysql.constants import CLIENT
 
-from updatestream.core.gtid import MariaDBPosition
+from updatestream.core.gtid import Flavor, GTIDPosition, parse_position
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.vschema import VSchema
 from updatestream_cli.devcluster import sample_schema as schema
@@ -103,6 +102,13 @@ class ReshardWorkflow:
     reporter: Reporter = field(default_factory=QuietReporter)
     state: dict[str, Any] = field(default_factory=dict)
     replications: list[FilteredReplication] = field(default_factory=list)
+
+    @property
+    def flavor(self) -> Flavor:
+        return Flavor(self.cluster.flavor)
+
+    def _position(self, text: str) -> GTIDPosition:
+        return parse_position(text, self.flavor)
 
     @property
     def state_path(self) -> Any:
@@ -209,11 +215,11 @@ class ReshardWorkflow:
                     if row.get("copy_done"):
                         snapshots.setdefault(source, row["pos"])
             with self.cluster.connect(target, "admin") as conn:
-                upgrade_vreplication(conn, self.plan.name, snapshots)
+                upgrade_vreplication(conn, self.plan.name, snapshots, self.flavor)
 
     def _vrep_rows(self, target: str) -> dict[str, dict[str, Any]]:
         with self.cluster.connect(target, "admin") as conn:
-            return vreplication_rows(conn, self.plan.name)
+            return vreplication_rows(conn, self.plan.name, self.flavor)
 
     def _copy(self) -> None:
         if self.state["phase"] != "copy":
@@ -261,6 +267,7 @@ class ReshardWorkflow:
                         throttle=self.options.copy_throttle,
                         progress=functools.partial(self.reporter.copied, source),
                         start_position=functools.partial(self._snapshot_taken, source, targets),
+                        flavor=self.flavor,
                     )
             finally:
                 for conn in conns:
@@ -327,7 +334,7 @@ class ReshardWorkflow:
                             autocommit=False,
                             client_flag=CLIENT.MULTI_STATEMENTS,
                         ),
-                        pos=MariaDBPosition.parse(row["pos"]),
+                        pos=self._position(row["pos"]),
                         transaction_timestamp=int(row["transaction_timestamp"]),
                         snapshot=self._snapshot_of(target, source),
                     )
@@ -342,21 +349,20 @@ class ReshardWorkflow:
                     reader=reader,
                     vschema=vschema,
                     destinations=destinations,
+                    flavor=self.flavor,
                     advance_every=self.options.advance_every,
                     heartbeat=self.options.heartbeat,
                 ).start()
             )
 
-    def _snapshot_of(self, target: str, source: str) -> MariaDBPosition | None:
+    def _snapshot_of(self, target: str, source: str) -> GTIDPosition | None:
         position = self.state.get("copy_positions", {}).get(target, {}).get(source)
-        return None if position is None else MariaDBPosition.parse(position)
+        return None if position is None else self._position(position)
 
     def lag_report(self) -> list[dict[str, Any]]:
         report: list[dict[str, Any]] = []
         for replication in self.replications:
-            now = MariaDBPosition.parse(
-                self.cluster.server(replication.source_shard).gtid_position()
-            )
+            now = self._position(self.cluster.server(replication.source_shard).gtid_position())
             report += replication.lag(now)
         return report
 
@@ -425,8 +431,7 @@ class ReshardWorkflow:
 
             def applied() -> bool:
                 return all(
-                    r.caught_up(MariaDBPosition.parse(finals[r.source_shard]))
-                    for r in self.replications
+                    r.caught_up(self._position(finals[r.source_shard])) for r in self.replications
                 )
 
             self._wait(applied, self.options.cutover_timeout, "applying the final positions")
