@@ -11,7 +11,7 @@ A mirror row stores the order token of the change that wrote it, in sortable col
   numbers over the position's domains (MariaDB) or the number of transactions in the GTID set
   (MySQL). Along one shard's binlog it grows with every transaction;
 * ``_us_idx``: the change's index among the changes to this key in its transaction
-  (``SNAPSHOT_INDEX`` for a snapshot row: after all of them).
+  (``SNAPSHOT_INDEX`` for a snapshot or re-read row: after all of them).
 
 The rule (:func:`classify`), for an incoming change ``new`` against the stored ``old``:
 
@@ -39,7 +39,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from updatestream.binlog.events import ChangeEvent
+from updatestream.binlog.events import SNAPSHOT_OPS, ChangeEvent
 from updatestream.core.gtid import GTIDParseError, MariaDBPosition, MySQLGTIDSet, parse_position
 
 TOKEN_COLUMNS = ("_us_ts", "_us_shard", "_us_seq", "_us_idx")
@@ -120,7 +120,7 @@ def order_of(event: ChangeEvent) -> Order:
         origin = lineage(event.source_shard, event.source_gtid)
         return Order(ts, origin, ordinal(event.source_gtid), event.tx_index)
     origin = lineage(event.shard, event.gtid)
-    index = SNAPSHOT_INDEX if event.op == "snapshot" else event.tx_index
+    index = SNAPSHOT_INDEX if event.op in SNAPSHOT_OPS else event.tx_index
     return Order(event.timestamp, origin, ordinal(event.gtid), index)
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import pymysql
 
 from updatestream import spec
-from updatestream.binlog.events import ChangeEvent
+from updatestream.binlog.events import SNAPSHOT_OPS, ChangeEvent
 from updatestream.core.errors import UpdateStreamError
 from updatestream.mysql import connection_arguments
 from updatestream.versionstream.repository import (
@@ -40,9 +40,9 @@ from updatestream_jobs.sinks.common import identity, loads_object, pk_of
 def records_of(event: ChangeEvent) -> list[Record]:
     """The versions one row change appends."""
     shard, gtid, _table, _pk, index = identity(event)
-    # A snapshot row's origin is the position it was read at, marked as a snapshot: it can
-    # never be mistaken for the change that wrote the row at that position.
-    origin = Origin(shard, gtid, index, snapshot=event.op == "snapshot")
+    # A snapshot (or re-read) row's origin is the position it was read at, marked as a
+    # snapshot: it can never be mistaken for the change that wrote the row at that position.
+    origin = Origin(shard, gtid, index, snapshot=event.op in SNAPSHOT_OPS)
     table = event.table or ""
     entity = f"{table}:{event.pk}"  # the pk of the after image, or of the before for a delete
     if event.after is None:
