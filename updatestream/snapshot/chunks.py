@@ -10,6 +10,14 @@ delete: its before image). Keys with no change in that window are unchanged sinc
 result is the chunk exactly at `at`, read without a consistent-snapshot transaction, and the
 window is usually empty (no binlog read at all).
 
+The SELECT must see every transaction up to `at`. MySQL adds a transaction to `gtid_executed`
+once it is committed, but MariaDB writes it into its binlog, and into `@@gtid_binlog_pos`,
+before its rows are visible: a chunk read in that gap would hold a row that a transaction at or
+before `at` deleted, stamped with `at`, and that row would win over the delete in every sink. So
+on MariaDB the reader first waits until a consistent snapshot's own binlog position
+(`binlog_snapshot_file`/`_position`, which MariaDB keeps exact) contains `at`: from then on every
+read sees those transactions. Normally it already does, and nothing waits.
+
 A schema change of the table while the chunk is read: the SELECT reads `*`, so its rows have the
 columns of the moment it ran; a key whose state comes from a before image has the columns of
 that change. Each row is a faithful image of its key; nothing fails or is lost.
@@ -17,8 +25,10 @@ that change. Each row is a faithful image of its key; nothing fails or is lost.
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +49,12 @@ from updatestream.binlog.session import (
     flavor_of,
     retryable,
 )
-from updatestream.core.gtid import position_contains
+from updatestream.core.gtid import (
+    Flavor,
+    GTIDPosition,
+    MariaDBPosition,
+    position_contains,
+)
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.snapshot import Chunk, Key
 from updatestream.core.token import EventToken
@@ -48,6 +63,7 @@ from updatestream.snapshot.columns import columnar_query, exact_text, fetch, key
 from updatestream.snapshot.tables import TableInfo, convert_row, describe_table
 
 _FETCH = 2000
+VISIBLE_WAIT_SECONDS = 30.0  # how long a chunk waits for the transactions up to `at` to show
 
 
 def snapshot_database(config: SourceConfig) -> str:
@@ -79,6 +95,7 @@ class ChunkReader:
 
     def columns(self) -> ChunkColumns:
         """The chunk's rows as of `at`: primary-key JSON, keyspace id and row JSON columns."""
+        wait_until_visible(self.endpoint, self.config, self.at.position)
         with ShardSession(self.endpoint, self.config) as session:
             info = describe_table(session, snapshot_database(self.config), self.chunk.table)
             query = columnar_query(info, self.vschema)
@@ -194,6 +211,61 @@ class ChunkReader:
                 settled.add(pk)
                 ksid = self._keyspace_id(decoded) if state is not None else None
                 images[pk] = None if state is None or ksid is None else (ksid, state)
+
+
+def wait_until_visible(
+    endpoint: ShardEndpoint,
+    config: SourceConfig,
+    position: GTIDPosition,
+    *,
+    timeout: float = VISIBLE_WAIT_SECONDS,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    """Return once every transaction up to `position` is visible to reads on a MariaDB shard
+    (at once on MySQL: see the module); returns how many times it looked."""
+    if flavor_of(endpoint) is not Flavor.MARIADB:
+        return 0
+    settings = connection_settings(endpoint, config)
+    deadline = time.monotonic() + timeout
+    looks = 0
+    try:
+        conn = pymysql.connect(autocommit=True, **settings)
+        try:
+            while True:
+                looks += 1
+                visible = _snapshot_position(conn)
+                if position_contains(visible, position):
+                    return looks
+                if time.monotonic() > deadline:
+                    raise ShardUnreachable(
+                        f"{endpoint.describe()} has {position} in its binlog, but after "
+                        f"{timeout:.0f}s its reads see only {visible}; a commit is stalled "
+                        "on the shard (disk full, a hung storage engine?)"
+                    )
+                sleep(min(0.5, 0.005 * 2**looks))
+        finally:
+            conn.close()
+    except pymysql.err.MySQLError as exc:
+        raise ShardUnreachable(
+            f"cannot read the visible position of {endpoint.describe()}: {describe(exc)}"
+        ) from None
+
+
+def _snapshot_position(conn: Any) -> GTIDPosition:
+    """The GTID position of exactly the transactions a consistent snapshot opened now sees."""
+    with conn.cursor() as cur:
+        cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+        cur.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
+        status = {str(name).lower(): value for name, value in cur.fetchall()}
+        cur.execute(
+            "SELECT BINLOG_GTID_POS(%s, %s)",
+            (status["binlog_snapshot_file"], int(status["binlog_snapshot_position"])),
+        )
+        text = str((cur.fetchone() or ("",))[0] or "")
+        cur.execute("COMMIT")
+    # one GTID per domain and server: per domain the highest is where the binlog stands
+    parts = (MariaDBPosition.parse(p) for p in text.split(",") if p.strip())
+    return functools.reduce(MariaDBPosition.union, parts, MariaDBPosition())
 
 
 @dataclass(frozen=True)
