@@ -136,6 +136,16 @@ def classify(new: Order, old: Order) -> Verdict:
     return Verdict.NEWER if mine > theirs else Verdict.OLDER
 
 
+def ignore_cause(verdict: Verdict, new: Order) -> str:
+    """Why a change that does not apply is ignored: its verdict, or ``unchanged`` for a snapshot
+    or re-read row EQUAL to the stored row (a read at the position the row was read at before,
+    such as a second re-read of a quiet table): the mirror holds that state; it is no change
+    delivered twice."""
+    if verdict is Verdict.EQUAL and new.idx == SNAPSHOT_INDEX:
+        return "unchanged"
+    return verdict.value
+
+
 def guard_sql() -> str:
     """The rule as an SQL condition: true when the incoming row (``VALUES``) is to be applied
     over the stored one. Valid only while the token columns still hold their stored values:

@@ -28,7 +28,13 @@ from pymysql.converters import escape_string
 
 from updatestream.binlog.events import encode_value
 from updatestream.mirror.changes import Change, Collapsed, key_of
-from updatestream.mirror.order import Order, Verdict, classify, update_assignments
+from updatestream.mirror.order import (
+    Order,
+    Verdict,
+    classify,
+    ignore_cause,
+    update_assignments,
+)
 from updatestream.mirror.schema import (
     INTERNAL_PREFIX,
     MirrorSchemaError,
@@ -204,7 +210,7 @@ class MirrorWriter:
                 winners.append(change)
                 result.unknown += verdict is Verdict.UNKNOWN
             else:
-                result.ignored[verdict.value] += 1
+                result.ignored[ignore_cause(verdict, change.order)] += 1
         self._write(table, schema, winners)
         result.applied = len(winners)
         result.tombstones = sum(1 for c in winners if c.row is None)
