@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from updatestream_cli.devcluster import rows
+from updatestream_cli.devcluster import sample_rows
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.traffic import Change, TrafficGenerator, TrafficOptions
 
@@ -97,7 +97,7 @@ class DrivenOrders:
         changes = []
         for number in range(count):
             while True:  # a user id whose keyspace id lies in the stream's key range
-                image = rows.new_order(
+                image = sample_rows.new_order(
                     self.rng, DRIVEN_FIRST_ID + number, self.rng.randrange(1, 10**9)
                 )
                 if self.wanted.contains(router.keyspace_id("orders", image)):
@@ -118,7 +118,7 @@ class DrivenOrders:
         for image in chosen[:deletes]:
             self.writer.commit([Change("orders", "delete", image)])
         for image in chosen[deletes:]:
-            values = rows.changed(self.rng, "orders", image)
+            values = sample_rows.changed(self.rng, "orders", image)
             self.writer.commit([Change("orders", "update", {**image, **values}, tuple(values))])
         return len(chosen[:deletes]), len(chosen[deletes:])
 

@@ -11,9 +11,9 @@ import logging
 from pathlib import Path
 
 import pytest
-from updatestream_jobs.sinks.base import BatchContext
-from updatestream_jobs.sinks.cdcv2 import CDCv2Sink, stream_directory
-from updatestream_jobs.sinks.versionstream import VersionStreamSink, records_of
+from updatestream_jobs.sinks.cdcv2_sink import CDCv2Sink, stream_directory
+from updatestream_jobs.sinks.sink import BatchContext
+from updatestream_jobs.sinks.versionstream_sink import VersionStreamSink, records_of
 
 from harness.sink_events import Row, ShardLog
 from tests.conftest import MariaDBFixture
@@ -68,7 +68,7 @@ def test_cdcv2_writes_the_starting_snapshot_and_refuses_a_re_read(
     )
     reread = [existing(log, "reread", T0 + 1, {"id": 1, "visits": 0}),
               existing(log, "reread", T0 + 1, {"id": 2, "visits": 6})]  # fmt: skip
-    with caplog.at_level(logging.INFO, logger="updatestream_jobs.sinks.cdcv2"):
+    with caplog.at_level(logging.INFO, logger="updatestream_jobs.sinks.cdcv2_sink"):
         first = sink.write_batch([*update, *reread, log.heartbeat(T0 + 1)], ctx(1))
         again = sink.write_batch([*reread, log.heartbeat(T0 + 2)], ctx(2))
         sink.write_batch([log.heartbeat(T0 + 3)], ctx(3))

@@ -37,11 +37,11 @@ import pyarrow.compute as pc
 import pymysql
 import pymysql.cursors
 
+from updatestream.binlog.config import ReaderConfig, ShardEndpoint
 from updatestream.binlog.errors import ShardUnreachable
 from updatestream.binlog.events import encode_row
-from updatestream.binlog.options import ShardEndpoint, SourceConfig
-from updatestream.binlog.reader import BinlogRangeReader
-from updatestream.binlog.rows import EventRow, RowConverter
+from updatestream.binlog.range_reader import BinlogRangeReader
+from updatestream.binlog.row_converter import EventRow, RowConverter
 from updatestream.binlog.session import (
     ShardSession,
     connection_settings,
@@ -56,7 +56,7 @@ from updatestream.core.gtid import (
     position_contains,
 )
 from updatestream.core.keyrange import KeyRange
-from updatestream.core.snapshot import Chunk, Key
+from updatestream.core.snapshot_plan import Chunk, Key
 from updatestream.core.token import EventToken
 from updatestream.core.vschema import VSchema
 from updatestream.snapshot.columns import columnar_query, exact_text, fetch, keyspace_ids
@@ -66,7 +66,7 @@ _FETCH = 2000
 VISIBLE_WAIT_SECONDS = 30.0  # how long a chunk waits for the transactions up to `at` to show
 
 
-def snapshot_database(config: SourceConfig) -> str:
+def snapshot_database(config: ReaderConfig) -> str:
     """The database the snapshot reads: the stream's, else the keyspace's name."""
     return config.database or config.keyspace
 
@@ -80,7 +80,7 @@ class ChunkReader:
 
     def __init__(
         self,
-        config: SourceConfig,
+        config: ReaderConfig,
         endpoint: ShardEndpoint,
         chunk: Chunk,
         at: EventToken,
@@ -215,7 +215,7 @@ class ChunkReader:
 
 def wait_until_visible(
     endpoint: ShardEndpoint,
-    config: SourceConfig,
+    config: ReaderConfig,
     position: GTIDPosition,
     *,
     timeout: float = VISIBLE_WAIT_SECONDS,
