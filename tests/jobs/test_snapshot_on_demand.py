@@ -24,7 +24,7 @@ from updatestream_cli.devcluster import sample_rows
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.traffic import Change, TrafficGenerator, TrafficOptions
 
-from harness.hop import CLI, SinkServer, StreamJob, sink_secret
+from harness.stream_job import CLI, SinkServer, StreamJob, sink_secret
 from tests.conftest import MariaDBFixture
 from updatestream.core.keyrange import KeyRange
 
