@@ -203,6 +203,9 @@ def test_a_chunk_waits_until_the_transactions_up_to_its_position_are_visible(
     returned = time.monotonic()
     writer.join()
     assert looks > 1 and committed and committed[0] <= returned
+    with cluster.connect("-80", "admin", "commerce") as conn, conn.cursor() as cur:
+        cur.execute("FLUSH BINARY LOGS")  # a new binlog file: its coordinates start again
+    assert chunks.wait_until_visible(endpoint, config, ahead) == 1
     never = now.advance(MariaDBGTID(last.domain, last.server, last.seq + 1000))
     with pytest.raises(ShardUnreachable, match=r"-80.*stalled") as caught:
         chunks.wait_until_visible(endpoint, config, never, timeout=0.5)

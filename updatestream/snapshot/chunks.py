@@ -14,9 +14,10 @@ The SELECT must see every transaction up to `at`. MySQL adds a transaction to `g
 once it is committed, but MariaDB writes it into its binlog, and into `@@gtid_binlog_pos`,
 before its rows are visible: a chunk read in that gap would hold a row that a transaction at or
 before `at` deleted, stamped with `at`, and that row would win over the delete in every sink. So
-on MariaDB the reader first waits until a consistent snapshot's own binlog position
-(`binlog_snapshot_file`/`_position`, which MariaDB keeps exact) contains `at`: from then on every
-read sees those transactions. Normally it already does, and nothing waits.
+on MariaDB the reader first waits until a consistent snapshot sees the binlog (its
+`binlog_snapshot_file`/`_position`, which MariaDB keeps exact) up to where it ended once it held
+`at` (`wait_until_visible`): from then on every read sees those transactions. Normally the
+first snapshot does, and nothing waits.
 
 A schema change of the table while the chunk is read: the SELECT reads `*`, so its rows have the
 columns of the moment it ran; a key whose state comes from a before image has the columns of
@@ -222,25 +223,40 @@ def wait_until_visible(
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """Return once every transaction up to `position` is visible to reads on a MariaDB shard
-    (at once on MySQL: see the module); returns how many times it looked."""
+    (at once on MySQL: see the module); returns how many times it looked.
+
+    It reads the shard's GTID position until it contains `position`, and then the end of the
+    binlog, which holds those transactions whole (both are written under the binlog's lock).
+    Then it opens consistent snapshots until one sees the binlog up to that end (MariaDB keeps
+    a snapshot's binlog coordinates exact): every read that starts later sees the transactions
+    up to `position`. The end is read once, so commits that keep coming cannot outrun the
+    wait; nothing scans the binlog."""
     if flavor_of(endpoint) is not Flavor.MARIADB:
         return 0
     settings = connection_settings(endpoint, config)
     deadline = time.monotonic() + timeout
     looks = 0
+    written: GTIDPosition | None = None
+    target: BinlogCoordinates | None = None
+    seen: BinlogCoordinates | None = None
     try:
         conn = pymysql.connect(autocommit=True, **settings)
         try:
             while True:
                 looks += 1
-                visible = _snapshot_position(conn)
-                if position_contains(visible, position):
-                    return looks
+                if target is None:
+                    written, end = _written(conn)
+                    target = end if position_contains(written, position) else None
+                if target is not None:
+                    seen = _seen(conn)
+                    if seen >= target:
+                        return looks
                 if time.monotonic() > deadline:
                     raise ShardUnreachable(
-                        f"{endpoint.describe()} has {position} in its binlog, but after "
-                        f"{timeout:.0f}s its reads see only {visible}; a commit is stalled "
-                        "on the shard (disk full, a hung storage engine?)"
+                        f"{endpoint.describe()} did not make the transactions up to {position} "
+                        f"visible within {timeout:.0f}s (its binlog holds {written}; reads see "
+                        f"up to {seen and seen[2]}:{seen and seen[1]}); a commit is stalled on "
+                        "the shard (disk full, a hung storage engine?)"
                     )
                 sleep(min(0.5, 0.005 * 2**looks))
         finally:
@@ -251,21 +267,40 @@ def wait_until_visible(
         ) from None
 
 
-def _snapshot_position(conn: Any) -> GTIDPosition:
-    """The GTID position of exactly the transactions a consistent snapshot opened now sees."""
+BinlogCoordinates = tuple[int, int, str]  # file number, offset, file name
+
+
+def _written(conn: Any) -> tuple[GTIDPosition, BinlogCoordinates]:
+    """The shard's GTID position, then the end of its binlog."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT @@global.gtid_binlog_pos")
+        text = str((cur.fetchone() or ("",))[0] or "")
+        cur.execute("SHOW MASTER STATUS")
+        row = cur.fetchone()
+    if row is None:
+        raise pymysql.err.OperationalError(0, "SHOW MASTER STATUS is empty: no binlog")
+    # per domain the highest GTID is where the binlog stands
+    parts = (MariaDBPosition.parse(p) for p in text.split(",") if p.strip())
+    position = functools.reduce(MariaDBPosition.union, parts, MariaDBPosition())
+    return position, _coordinates(str(row[0]), int(row[1]))
+
+
+def _seen(conn: Any) -> BinlogCoordinates:
+    """Where a consistent snapshot opened now sees the binlog up to."""
     with conn.cursor() as cur:
         cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
         cur.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
         status = {str(name).lower(): value for name, value in cur.fetchall()}
-        cur.execute(
-            "SELECT BINLOG_GTID_POS(%s, %s)",
-            (status["binlog_snapshot_file"], int(status["binlog_snapshot_position"])),
-        )
-        text = str((cur.fetchone() or ("",))[0] or "")
         cur.execute("COMMIT")
-    # one GTID per domain and server: per domain the highest is where the binlog stands
-    parts = (MariaDBPosition.parse(p) for p in text.split(",") if p.strip())
-    return functools.reduce(MariaDBPosition.union, parts, MariaDBPosition())
+    return _coordinates(
+        str(status["binlog_snapshot_file"]), int(status["binlog_snapshot_position"])
+    )
+
+
+def _coordinates(name: str, offset: int) -> BinlogCoordinates:
+    """Binlog coordinates in their order: files are numbered `<base>.000001`, `.000002`, ..."""
+    number = name.rpartition(".")[2]
+    return (int(number) if number.isdigit() else 0, offset, name)
 
 
 @dataclass(frozen=True)
