@@ -62,7 +62,7 @@ from bench.report import console, machine, median, print_table, say_load, write_
 from bench.sinks_bench import DURABLE
 from bench.summary import merge_summary
 from updatestream import spec
-from updatestream.contract.job import JobConfig
+from updatestream.contract.job_config import JobConfig
 
 SHARDS = ("-80", "80-")
 STREAM = "lag-bench"

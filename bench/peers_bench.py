@@ -72,7 +72,7 @@ from bench.report import RESULTS, console, machine, print_table, say_load, write
 from bench.sinks_bench import DURABLE
 from bench.summary import merge_summary
 from updatestream import spec
-from updatestream.contract.job import JobConfig
+from updatestream.contract.job_config import JobConfig
 
 HARNESS_CLASS = "io.updatestream.bench.DebeziumPeer"
 UPDATESTREAM = str(Path(sys.executable).parent / "updatestream")

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 import yaml
-from updatestream_operator.models import StreamRef
-from updatestream_operator.validation import keyspace_status, validate
+from updatestream_operator.reconciler.models import StreamRef
+from updatestream_operator.reconciler.spec_checks import keyspace_status, validate
 
 from updatestream.spec import parse_keyspace, parse_update_stream
 from updatestream.validation import keyspace_problems, stream_problems

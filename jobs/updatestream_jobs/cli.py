@@ -24,7 +24,7 @@ from updatestream.clickopts import (
     secrets_dir_option,
     status_file_option,
 )
-from updatestream.contract.job import JobConfig
+from updatestream.contract.job_config import JobConfig
 from updatestream.core.errors import UpdateStreamError
 
 

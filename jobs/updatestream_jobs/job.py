@@ -40,11 +40,11 @@ from updatestream import spec
 from updatestream.binlog.errors import SourceOptionsError
 from updatestream.binlog.events import HOP_MARKER, ChangeEvent
 from updatestream.binlog.options import start_option
-from updatestream.contract.job import JobConfig
+from updatestream.contract.job_config import JobConfig
 from updatestream.core.errors import UpdateStreamError
-from updatestream_jobs.metrics import StreamMetrics
-from updatestream_jobs.progress import ProgressListener, ProgressTracker
+from updatestream_jobs.progress_tracker import ProgressListener, ProgressTracker
 from updatestream_jobs.sinks import BatchContext, Sink, SinkContext, build_sinks
+from updatestream_jobs.stream_metrics import StreamMetrics
 
 log = logging.getLogger(__name__)
 

@@ -41,7 +41,7 @@ def _check_liveness(ctx: click.Context, param: click.Parameter, value: str | Non
 
 def _check_pod_template(path: Path) -> None:
     """Refuse to start with a driver Pod template that every launch would fail on."""
-    from updatestream_operator.launchers.base import LaunchError
+    from updatestream_operator.launchers.launcher import LaunchError
     from updatestream_operator.launchers.podtemplate import load_base_template
 
     try:

@@ -31,12 +31,18 @@ from updatestream.spec import (
     parse_keyspace,
     parse_update_stream,
 )
-from updatestream_operator import reconcile as rec
-from updatestream_operator.launchers.base import Launcher, LaunchError
-from updatestream_operator.metrics import MetricsBook
-from updatestream_operator.models import JobInfo, JobProgress, Note, StreamRef, StreamStatus
-from updatestream_operator.naming import job_name
-from updatestream_operator.progress import ProgressError
+from updatestream_operator.launchers.launcher import Launcher, LaunchError
+from updatestream_operator.metrics_book import MetricsBook
+from updatestream_operator.reconciler import reconcile as rec
+from updatestream_operator.reconciler.models import (
+    JobInfo,
+    JobProgress,
+    Note,
+    StreamRef,
+    StreamStatus,
+)
+from updatestream_operator.reconciler.naming import job_name
+from updatestream_operator.reconciler.progress_reader import ProgressError
 from updatestream_operator.scrub import SCRUBBER
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ from kubernetes.client.exceptions import ApiException
 
 from updatestream.core.errors import UpdateStreamError
 from updatestream.spec import API_GROUP
-from updatestream_operator.models import Note, StreamRef
+from updatestream_operator.reconciler.models import Note, StreamRef
 from updatestream_operator.scrub import SCRUBBER
 
 if TYPE_CHECKING:

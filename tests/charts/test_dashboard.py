@@ -15,11 +15,16 @@ from typing import Any
 import pytest
 import yaml
 from prometheus_client import CollectorRegistry, start_http_server
-from updatestream_jobs.progress import ProgressTracker
+from updatestream_jobs.progress_tracker import ProgressTracker
 from updatestream_jobs.sinks.base import BatchContext
 from updatestream_jobs.sinks.cdcv2 import CDCv2Sink
-from updatestream_operator.metrics import MetricsBook
-from updatestream_operator.models import KeyRangeStatus, ShardPosition, StreamRef, StreamStatus
+from updatestream_operator.metrics_book import MetricsBook
+from updatestream_operator.reconciler.models import (
+    KeyRangeStatus,
+    ShardPosition,
+    StreamRef,
+    StreamStatus,
+)
 
 from harness.kube import free_port
 from harness.sink_events import ShardLog
@@ -223,16 +228,16 @@ def duplicate_delivered(sink: CDCv2Sink, tracker: ProgressTracker) -> None:
 def scraped_metrics(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
     """The project's own metrics, served over HTTP and scraped by a real Prometheus:
 
-    - the operator's (`updatestream_operator.metrics.MetricsBook`), fed real stream statuses
+    - the operator's (`updatestream_operator.metrics_book.MetricsBook`), fed real stream statuses
       of stream shop/orders;
-    - a job's (`updatestream_jobs.metrics.StreamMetrics`) for stream `users`, moved through
+    - a job's (`updatestream_jobs.stream_metrics.StreamMetrics`) for stream `users`, moved through
       the calls the job makes on them (events, lag, duplicates, a hop), its phase set by the
       job's tracker, and one duplicate delivered to a real CDCv2 sink (`duplicate_delivered`).
 
     Both advance between scrapes, so rates and increases have something to show. Prometheus
     also evaluates the chart's alerting rules.
     """
-    from updatestream_jobs.metrics import StreamMetrics
+    from updatestream_jobs.stream_metrics import StreamMetrics
 
     book = MetricsBook()
     stream = StreamRef(namespace="shop", name="orders", uid="0c5c3b5e-uid")

@@ -7,8 +7,8 @@ import datetime as dt
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from updatestream_operator import reconcile as rec
-from updatestream_operator.models import (
+from updatestream_operator.reconciler import reconcile as rec
+from updatestream_operator.reconciler.models import (
     JobInfo,
     JobPhase,
     JobProgress,

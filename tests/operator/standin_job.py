@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from updatestream.contract.job import JobConfig
+from updatestream.contract.job_config import JobConfig
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.shardmap import ShardMap
 

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 from updatestream_operator.launchers.local import LocalLauncher, _processes_using
-from updatestream_operator.models import JobPhase, JobSpec, StreamRef
+from updatestream_operator.reconciler.models import JobPhase, JobSpec, StreamRef
 
 from harness.operator import wait_for
-from updatestream.contract.job import JobConfig
+from updatestream.contract.job_config import JobConfig
 from updatestream.spec import (
     ShardMapHistoryEntry,
     SnapshotRequest,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
-from updatestream_operator.metrics import MetricsBook, serve
-from updatestream_operator.models import StreamRef, StreamStatus
+from updatestream_operator.metrics_book import MetricsBook, serve
+from updatestream_operator.reconciler.models import StreamRef, StreamStatus
 
 from harness.kube import free_port
 

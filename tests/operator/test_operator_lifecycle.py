@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import yaml
 from updatestream_operator.launchers.settings import ClusterSettings
-from updatestream_operator.naming import LABEL_STREAM_UID
 from updatestream_operator.publisher import publish_once
+from updatestream_operator.reconciler.naming import LABEL_STREAM_UID
 from updatestream_operator.storage import KubeStore
 
 from harness.kube import KubeApi, free_port

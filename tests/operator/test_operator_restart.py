@@ -18,7 +18,7 @@ from typing import Any
 
 import psutil
 import pytest
-from updatestream_operator.naming import LABEL_KEY_RANGE, LABEL_STREAM_UID
+from updatestream_operator.reconciler.naming import LABEL_KEY_RANGE, LABEL_STREAM_UID
 
 from harness.kube import KubeApi, free_port
 from harness.operator import (

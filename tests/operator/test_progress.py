@@ -8,9 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from updatestream_jobs.progress import ProgressTracker
-from updatestream_operator.models import ReportedHop
-from updatestream_operator.progress import ProgressError, loads_progress, parse_progress
+from updatestream_jobs.progress_tracker import ProgressTracker
+from updatestream_operator.reconciler.models import ReportedHop
+from updatestream_operator.reconciler.progress_reader import (
+    ProgressError,
+    loads_progress,
+    parse_progress,
+)
 
 from updatestream.binlog.events import ChangeEvent
 from updatestream.core.token import EventToken

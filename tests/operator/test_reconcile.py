@@ -6,8 +6,8 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from updatestream_operator import reconcile as rec
-from updatestream_operator.models import (
+from updatestream_operator.reconciler import reconcile as rec
+from updatestream_operator.reconciler.models import (
     JobPhase,
     JobProgress,
     KeyRangeStatus,
@@ -24,7 +24,7 @@ from tests.operator.reconcile_world import (
     stream_spec,
     token,
 )
-from updatestream.contract.progress import SnapshotReport
+from updatestream.contract.progress_report import SnapshotReport
 
 
 @pytest.mark.parametrize(

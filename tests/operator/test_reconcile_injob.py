@@ -11,8 +11,8 @@ import datetime as dt
 from dataclasses import replace
 
 import pytest
-from updatestream_operator import reconcile as rec
-from updatestream_operator.models import JobPhase, ReportedHop, StreamStatus
+from updatestream_operator.reconciler import reconcile as rec
+from updatestream_operator.reconciler.models import JobPhase, ReportedHop, StreamStatus
 
 from tests.operator.reconcile_world import NOW, T0, World, condition, keyspace, stream_spec, token
 

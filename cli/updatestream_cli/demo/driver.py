@@ -20,12 +20,12 @@ from typing import Any
 
 from updatestream_operator.filestore import FileStore
 from updatestream_operator.launchers.local import LocalLauncher
-from updatestream_operator.models import JobPhase, Note, StreamRef
-from updatestream_operator.naming import job_name
+from updatestream_operator.reconciler.models import JobPhase, Note, StreamRef
+from updatestream_operator.reconciler.naming import job_name
 from updatestream_operator.scrub import SCRUBBER
 from updatestream_operator.service import StreamService
 
-from updatestream.contract.progress import ProgressError, ProgressReport
+from updatestream.contract.progress_report import ProgressError, ProgressReport
 from updatestream.spec import API_VERSION
 
 log = logging.getLogger(__name__)

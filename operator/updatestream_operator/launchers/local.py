@@ -31,17 +31,23 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from updatestream.contract.job import JOB_FILE, SNAPSHOT_REQUESTS_FILE
+from updatestream.contract.job_config import JOB_FILE, SNAPSHOT_REQUESTS_FILE
 from updatestream.spec import Keyspace
-from updatestream_operator.jobconfig import (
+from updatestream_operator.launchers.launcher import LaunchError, split_key
+from updatestream_operator.reconciler.launch_config import (
     KEYSPACE_FILE,
     job_config,
     keyspace_document,
     run_options,
 )
-from updatestream_operator.launchers.base import LaunchError, split_key
-from updatestream_operator.models import JobInfo, JobPhase, JobProgress, JobSpec, JobStatus
-from updatestream_operator.progress import ProgressError, loads_progress
+from updatestream_operator.reconciler.models import (
+    JobInfo,
+    JobPhase,
+    JobProgress,
+    JobSpec,
+    JobStatus,
+)
+from updatestream_operator.reconciler.progress_reader import ProgressError, loads_progress
 from updatestream_operator.scrub import SCRUBBER
 
 log = logging.getLogger(__name__)

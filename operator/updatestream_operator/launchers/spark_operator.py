@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from updatestream_operator import naming
-from updatestream_operator.launchers.base import LaunchError
-from updatestream_operator.launchers.cluster import ClusterLauncher
+from updatestream_operator.launchers.cluster_launcher import ClusterLauncher
+from updatestream_operator.launchers.launcher import LaunchError
 from updatestream_operator.launchers.podtemplate import load_base_template, scheduling
 from updatestream_operator.launchers.settings import ClusterSettings
-from updatestream_operator.models import JobPhase, JobSpec
+from updatestream_operator.reconciler import naming
+from updatestream_operator.reconciler.models import JobPhase, JobSpec
 from updatestream_operator.storage import KubeStore, owner_reference
 
 _STATES = {

@@ -21,13 +21,13 @@ from typing import Any
 
 import yaml
 
-from updatestream_operator import naming
-from updatestream_operator.jobconfig import conf_arguments, spark_resource_conf
-from updatestream_operator.launchers.base import LaunchError
-from updatestream_operator.launchers.cluster import DRIVER_CONTAINER, ClusterLauncher
+from updatestream_operator.launchers.cluster_launcher import DRIVER_CONTAINER, ClusterLauncher
+from updatestream_operator.launchers.launcher import LaunchError
 from updatestream_operator.launchers.podtemplate import load_base_template, merge_driver_template
 from updatestream_operator.launchers.settings import ClusterSettings
-from updatestream_operator.models import JobPhase, JobSpec
+from updatestream_operator.reconciler import naming
+from updatestream_operator.reconciler.launch_config import conf_arguments, spark_resource_conf
+from updatestream_operator.reconciler.models import JobPhase, JobSpec
 from updatestream_operator.scrub import SCRUBBER
 from updatestream_operator.storage import KubeStore, owner_reference
 

@@ -13,7 +13,7 @@ import re
 
 from updatestream.core.keyrange import KeyRange
 from updatestream.spec import API_GROUP
-from updatestream_operator.models import JobSpec, StreamRef
+from updatestream_operator.reconciler.models import JobSpec, StreamRef
 
 MANAGED_BY = "updatestream-operator"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"

@@ -1,6 +1,6 @@
 """Reading a job's progress report into the operator's `JobProgress`.
 
-The report's format is the job's `ProgressReport` (`updatestream.contract.progress`); this
+The report's format is the job's `ProgressReport` (`updatestream.contract.progress_report`); this
 module keeps what the operator acts on: per shard the last delivered token, the changes by op
 (heartbeats are progress markers, not changes) and the lag; the duplicates by cause; the phase
 and error; and, from a job that hops inside its running query, the serving shard map it reads
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from updatestream.contract.progress import HopReport, ProgressError, ProgressReport
-from updatestream_operator.models import JobProgress, ReportedHop, ShardProgress
+from updatestream.contract.progress_report import HopReport, ProgressError, ProgressReport
+from updatestream_operator.reconciler.models import JobProgress, ReportedHop, ShardProgress
 
 __all__ = ["ProgressError", "job_progress", "loads_progress", "parse_progress"]
 

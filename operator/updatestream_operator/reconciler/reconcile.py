@@ -20,8 +20,8 @@ from collections.abc import Mapping, Sequence
 from updatestream.core.hop import HopPlanningError
 from updatestream.core.keyrange import KeyRange
 from updatestream.spec import Keyspace, StartPosition, UpdateStreamSpec
-from updatestream_operator import conditions as cond
-from updatestream_operator.hops import (
+from updatestream_operator.reconciler import conditions as cond
+from updatestream_operator.reconciler.hop_steps import (
     can_hop_in_job,
     complete_relaunch,
     count_hop_duplicates,
@@ -29,7 +29,7 @@ from updatestream_operator.hops import (
     plan_relaunch,
     stop_for_hop,
 )
-from updatestream_operator.models import (
+from updatestream_operator.reconciler.models import (
     JobInfo,
     JobPhase,
     JobProgress,
@@ -38,8 +38,8 @@ from updatestream_operator.models import (
     ShardPosition,
     StreamStatus,
 )
-from updatestream_operator.naming import job_name
-from updatestream_operator.positions import (
+from updatestream_operator.reconciler.naming import job_name
+from updatestream_operator.reconciler.shard_positions import (
     dedup_filter,
     fold_progress,
     initial_positions,
@@ -48,7 +48,8 @@ from updatestream_operator.positions import (
     secret_names,
     spec_hash,
 )
-from updatestream_operator.steps import (
+from updatestream_operator.reconciler.spec_checks import Problem, validate
+from updatestream_operator.reconciler.steps import (
     Action,
     Decision,
     Launch,
@@ -56,8 +57,7 @@ from updatestream_operator.steps import (
     Settings,
     Stop,
 )
-from updatestream_operator.steps import Step as _Step
-from updatestream_operator.validation import Problem, validate
+from updatestream_operator.reconciler.steps import Step as _Step
 
 __all__ = [
     "Action",

@@ -19,7 +19,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from updatestream_operator.models import StreamRef, StreamStatus
+from updatestream_operator.reconciler.models import StreamRef, StreamStatus
 
 
 class MetricsBook(Collector):

@@ -18,8 +18,8 @@ from updatestream.core.keyrange import KeyRange
 from updatestream.core.shardmap import ShardMap
 from updatestream.core.token import EventToken, compare
 from updatestream.spec import Keyspace, StartPosition, UpdateStreamSpec
-from updatestream_operator import conditions as cond
-from updatestream_operator.models import (
+from updatestream_operator.reconciler import conditions as cond
+from updatestream_operator.reconciler.models import (
     HopRecord,
     JobProgress,
     KeyRangeStatus,

@@ -21,19 +21,25 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any
 
-from updatestream.contract.job import SNAPSHOT_REQUESTS_FILE, JobConfig
+from updatestream.contract.job_config import SNAPSHOT_REQUESTS_FILE, JobConfig
 from updatestream.spec import Keyspace
-from updatestream_operator import naming
-from updatestream_operator.jobconfig import (
+from updatestream_operator.launchers.launcher import split_key
+from updatestream_operator.launchers.settings import ClusterSettings
+from updatestream_operator.reconciler import naming
+from updatestream_operator.reconciler.launch_config import (
     config_files,
     job_config,
     kubernetes_watch,
     run_options,
 )
-from updatestream_operator.launchers.base import split_key
-from updatestream_operator.launchers.settings import ClusterSettings
-from updatestream_operator.models import JobInfo, JobPhase, JobProgress, JobSpec, JobStatus
-from updatestream_operator.progress import loads_progress
+from updatestream_operator.reconciler.models import (
+    JobInfo,
+    JobPhase,
+    JobProgress,
+    JobSpec,
+    JobStatus,
+)
+from updatestream_operator.reconciler.progress_reader import loads_progress
 from updatestream_operator.storage import KubeStore
 
 PROGRESS_KEY = "status.json"

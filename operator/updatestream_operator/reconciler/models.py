@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from updatestream.contract.progress import SnapshotReport
+from updatestream.contract.progress_report import SnapshotReport
 from updatestream.core.token import EventToken
 from updatestream.spec import Keyspace, SparkSpec, UpdateStreamSpec
 

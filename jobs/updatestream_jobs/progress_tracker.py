@@ -9,7 +9,7 @@ delivered, the timestamp of the last change event, counts per op and the lag:
 * otherwise `now - timestamp of the last change event delivered` (or of the last heartbeat when
   no change event was delivered yet).
 
-The status file is the job's `ProgressReport` (`updatestream.contract.progress`, which
+The status file is the job's `ProgressReport` (`updatestream.contract.progress_report`, which
 documents its fields), rewritten atomically after every batch and on every change of phase.
 `duplicates` counts the events the hop dedup rule classified since this process started; the
 sink counts are per process too, from each sink's result; `hops` are the hops made inside the
@@ -32,7 +32,7 @@ from typing import Any
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from updatestream.binlog.events import ChangeEvent
-from updatestream.contract.progress import (
+from updatestream.contract.progress_report import (
     BatchReport,
     HopReport,
     ProgressReport,
@@ -43,7 +43,7 @@ from updatestream.contract.progress import (
 from updatestream.core.gtid import GTIDParseError, parse_position, position_contains
 from updatestream.core.snapshot import SnapshotState, SnapshotStateError, progress_of
 from updatestream.core.token import EventToken
-from updatestream_jobs.metrics import DUPLICATE_CAUSES, StreamMetrics
+from updatestream_jobs.stream_metrics import DUPLICATE_CAUSES, StreamMetrics
 
 log = logging.getLogger(__name__)
 

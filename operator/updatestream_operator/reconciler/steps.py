@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from updatestream.spec import Keyspace, UpdateStreamSpec
-from updatestream_operator import conditions as cond
-from updatestream_operator.models import (
+from updatestream_operator.reconciler import conditions as cond
+from updatestream_operator.reconciler.models import (
     JobInfo,
     JobProgress,
     JobSpec,
@@ -23,7 +23,7 @@ from updatestream_operator.models import (
     StreamRef,
     StreamStatus,
 )
-from updatestream_operator.validation import Problem
+from updatestream_operator.reconciler.spec_checks import Problem
 
 
 @dataclass(frozen=True)

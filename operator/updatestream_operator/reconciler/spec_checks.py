@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from updatestream.core.shardmap import ShardMap
 from updatestream.spec import Keyspace, UpdateStreamSpec
 from updatestream.validation import describe, keyspace_problems, stream_problems
-from updatestream_operator import conditions as cond
-from updatestream_operator.models import StreamRef, StreamStatus
+from updatestream_operator.reconciler import conditions as cond
+from updatestream_operator.reconciler.models import StreamRef, StreamStatus
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,8 @@ from updatestream.core.keyrange import KeyRange
 from updatestream.core.shardmap import ShardMap
 from updatestream.core.token import EventToken
 from updatestream.spec import Keyspace, UpdateStreamSpec
-from updatestream_operator import conditions as cond
-from updatestream_operator.models import (
+from updatestream_operator.reconciler import conditions as cond
+from updatestream_operator.reconciler.models import (
     HopRecord,
     JobInfo,
     JobPhase,
@@ -37,14 +37,14 @@ from updatestream_operator.models import (
     ReportedHop,
     ShardPosition,
 )
-from updatestream_operator.positions import (
+from updatestream_operator.reconciler.shard_positions import (
     delivered_token,
     flavor_of,
     relevant_shards,
     seconds_between,
     spec_hash,
 )
-from updatestream_operator.steps import Step
+from updatestream_operator.reconciler.steps import Step
 
 
 def _plan(
