@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 
 @kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
+def startup(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
     cfg = config.current()
     # Secret values never reach a log line, an Event or kopf's progress annotations.
     scrub.install()
@@ -145,7 +145,7 @@ def reconcile_stream(
 
 
 @kopf.timer(*STREAMS, interval=TICK_SECONDS, initial_delay=TICK_SECONDS)
-def fold_progress(name: str, namespace: str | None, memo: Any, **_: Any) -> None:
+def refresh_stream(name: str, namespace: str | None, memo: Any, **_: Any) -> None:
     namespace = namespace or "default"
     key = (namespace, name)
     if time.monotonic() - memo.last_fold.get(key, 0.0) < memo.interval:

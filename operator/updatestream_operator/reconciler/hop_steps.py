@@ -39,9 +39,9 @@ from updatestream_operator.reconciler.models import (
 )
 from updatestream_operator.reconciler.shard_positions import (
     delivered_token,
-    flavor_of,
     relevant_shards,
     seconds_between,
+    shard_flavor,
     spec_hash,
 )
 from updatestream_operator.reconciler.steps import Step
@@ -52,7 +52,7 @@ def _plan(
 ) -> tuple[HopPlan, dict[str, dict[str, Any]]]:
     """The hop plan from the entry's shards and positions to `to_map`, and its inputs."""
     assert entry.shard_map is not None
-    last = {p.name: delivered_token(p, flavor_of(keyspace, p.name)) for p in entry.shards}
+    last = {p.name: delivered_token(p, shard_flavor(keyspace, p.name)) for p in entry.shards}
     plan = plan_hop(
         ShardMap.parse(entry.shard_map),
         ShardMap.parse(to_map),

@@ -66,7 +66,7 @@ def secret_names(spec: UpdateStreamSpec, keyspace: Keyspace) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
-def flavor_of(keyspace: Keyspace, shard: str) -> Flavor:
+def shard_flavor(keyspace: Keyspace, shard: str) -> Flavor:
     try:
         return Flavor(keyspace.spec.shard(shard).flavor)
     except UpdateStreamError:
