@@ -19,10 +19,10 @@ from updatestream.core.errors import UpdateStreamError
 from updatestream.spec import API_GROUP, SpecError, parse_keyspace, parse_update_stream
 from updatestream_operator import config, metrics_book, scrub
 from updatestream_operator.admission import KEYSPACES, STREAMS, no_webhook_server
-from updatestream_operator.kopfext import ScrubbingProgressStorage
+from updatestream_operator.kopfext import ScrubbingProgressStorage, connection_info
 from updatestream_operator.reconciler.spec_checks import keyspace_status, not_ready_status
 from updatestream_operator.service import StreamService
-from updatestream_operator.storage import KubeStore, connection_info
+from updatestream_operator.storage import KubeStore
 
 FINALIZER = f"{API_GROUP}/finalizer"
 TICK_SECONDS = 2.0  # the timer's tick; each stream is folded every config.timer_interval

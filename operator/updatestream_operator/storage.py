@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -24,9 +24,6 @@ from updatestream.core.errors import UpdateStreamError
 from updatestream.spec import API_GROUP
 from updatestream_operator.reconciler.models import Note, StreamRef
 from updatestream_operator.scrub import SCRUBBER
-
-if TYPE_CHECKING:
-    import kopf
 
 log = logging.getLogger(__name__)
 
@@ -104,24 +101,6 @@ def load_client_configuration(kubeconfig: str | None = None) -> client.Configura
             client_configuration=configuration,
         )
     return configuration
-
-
-def connection_info(kubeconfig: str | None = None) -> kopf.ConnectionInfo:
-    """The operator's credentials as a `kopf.ConnectionInfo` (kopf imported lazily)."""
-    import kopf
-
-    c = load_client_configuration(kubeconfig)
-    header = str(c.api_key.get("BearerToken") or c.api_key.get("authorization") or "")
-    scheme, _, token = header.partition(" ")
-    return kopf.ConnectionInfo(
-        server=str(c.host),
-        ca_path=c.ssl_ca_cert or None,
-        insecure=not c.verify_ssl,
-        certificate_path=c.cert_file or None,
-        private_key_path=c.key_file or None,
-        scheme=scheme or None,
-        token=token or None,
-    )
 
 
 def owner_reference(ref: StreamRef) -> dict[str, Any]:

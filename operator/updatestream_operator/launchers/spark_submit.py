@@ -11,6 +11,7 @@ operator never reads them.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import subprocess
@@ -39,9 +40,10 @@ def spark_home() -> str:
     configured = os.environ.get("SPARK_HOME")
     if configured:
         return configured
-    import pyspark
-
-    return str(Path(pyspark.__file__).parent)
+    found = importlib.util.find_spec("pyspark")  # found, not imported: no Spark in the operator
+    if found is None or not found.submodule_search_locations:
+        raise LaunchError("pyspark is not installed: spark-submit comes with it; set SPARK_HOME")
+    return str(Path(next(iter(found.submodule_search_locations))))
 
 
 def default_spark_submit() -> str:
