@@ -163,8 +163,7 @@ def stream_problems(spec: UpdateStreamSpec, keyspace: Keyspace | None = None) ->
     return problems
 
 
-def _key_range_problems(names: Sequence[str]) -> Iterator[SpecProblem]:
-    ranges = [KeyRange.parse(name) for name in names]
+def _key_range_problems(ranges: Sequence[KeyRange]) -> Iterator[SpecProblem]:
     for index, left in enumerate(ranges):
         for right in ranges[index + 1 :]:
             if left.intersects(right):
@@ -335,7 +334,7 @@ def _against_keyspace(spec: UpdateStreamSpec, keyspace: Keyspace) -> Iterator[Sp
     name = keyspace.metadata.name
     sharded = bool(keyspace.spec.vschema.get("sharded", True))
     for key_range in spec.key_ranges:
-        if not sharded and key_range != "-":
+        if not sharded and not key_range.is_complete:
             yield SpecProblem(
                 "spec.keyRanges",
                 "KeyRangeOutsideKeyspace",

@@ -148,7 +148,7 @@ class Job:
         self.config = config
         self.name = config.name
         try:
-            self.key_range = config.serving_key_range()
+            self.key_range = config.serving_key_range().name  # the sinks and source take text
         except spec.SpecError as exc:
             raise SourceOptionsError(str(exc)) from None
         self.metrics = StreamMetrics(self.name)
@@ -171,7 +171,7 @@ class Job:
         self.stop_requested = threading.Event()
         self.batch_phases: deque[BatchPhases] = deque(maxlen=KEPT_BATCH_PHASES)
         self.replays = uncommitted_batches(config.checkpoint)
-        self.tracker.shard_map = str(config.keyspace.spec.serving_map)
+        self.tracker.shard_map = config.keyspace.spec.serving_map
 
     def _deduplicated(
         self, events: Iterator[ChangeEvent], *, count: bool = True
@@ -244,8 +244,8 @@ class Job:
             log.info(
                 "hop %s done: %s -> %s in %.1fs, %d duplicates dropped",
                 hop.number,
-                ",".join(hop.from_shards),
-                ",".join(hop.to_shards),
+                ",".join(map(str, hop.from_shards)),
+                ",".join(map(str, hop.to_shards)),
                 hop.duration_seconds,
                 hop.duplicates_dropped,
             )

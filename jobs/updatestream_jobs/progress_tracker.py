@@ -41,6 +41,7 @@ from updatestream.contract.progress_report import (
     SnapshotReport,
 )
 from updatestream.core.gtid import GTIDParseError, parse_position, position_contains
+from updatestream.core.shardmap import ShardMap
 from updatestream.core.snapshot import SnapshotState, SnapshotStateError, progress_of
 from updatestream.core.token import EventToken
 from updatestream_jobs.stream_metrics import DUPLICATE_CAUSES, StreamMetrics
@@ -96,7 +97,7 @@ class ProgressTracker:
         self.phase = "starting"
         self.duplicates: Counter[str] = Counter({cause: 0 for cause in DUPLICATE_CAUSES})
         self.sinks: dict[str, Counter[str]] = {}
-        self.shard_map: str | None = None
+        self.shard_map: ShardMap | None = None
         self.hops: list[HopReport] = []
         self.snapshot_state: SnapshotState | None = None  # as of the last finished batch
         self.snapshot_rows = 0  # snapshot rows delivered by this process
@@ -237,7 +238,7 @@ class ProgressTracker:
         starting with `_` are the source's hop state) and the shard map it reads."""
         with self._lock:
             if shard_map:
-                self.shard_map = shard_map
+                self.shard_map = ShardMap.parse(shard_map)
             for shard, token in latest.items():
                 if shard.startswith("_"):
                     continue

@@ -77,12 +77,11 @@ class MetricsBook(Collector):
             causes: dict[str, int] = {}
             for entry in status.key_ranges:
                 for position in entry.shards:
+                    shard = position.name.name
                     if position.lag_seconds is not None:
-                        shard_lag[position.name] = max(
-                            shard_lag.get(position.name, 0.0), position.lag_seconds
-                        )
+                        shard_lag[shard] = max(shard_lag.get(shard, 0.0), position.lag_seconds)
                     for op, count in position.events.items():
-                        k = (position.name, op)
+                        k = (shard, op)
                         shard_events[k] = shard_events.get(k, 0) + count
                 for cause, count in entry.duplicates.items():
                     causes[cause] = causes.get(cause, 0) + count

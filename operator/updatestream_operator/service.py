@@ -159,8 +159,12 @@ class StreamService:
         return found
 
     def _progress(
-        self, ref: StreamRef, status: StreamStatus, key_ranges: list[str], launcher_name: str
-    ) -> dict[str, JobProgress]:
+        self,
+        ref: StreamRef,
+        status: StreamStatus,
+        key_ranges: list[KeyRange],
+        launcher_name: str,
+    ) -> dict[KeyRange, JobProgress]:
         progress = {}
         for key_range in key_ranges:
             entry = status.key_range(key_range)
@@ -249,7 +253,7 @@ class StreamService:
             )
         status = StreamStatus.parse(raw_status)
         keyspace, keyspace_error = self._read_keyspace(namespace, spec.keyspace)
-        wanted = [KeyRange.parse(k).name for k in spec.key_ranges]
+        wanted = list(spec.key_ranges)
         observed = rec.Observed(
             stream=ref,
             spec=spec,

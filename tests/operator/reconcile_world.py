@@ -4,6 +4,7 @@ by each step's actions as a launcher and the API server would change them."""
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -18,6 +19,7 @@ from updatestream_operator.reconciler.models import (
     StreamStatus,
 )
 
+from updatestream.core.keyrange import KeyRange
 from updatestream.core.token import EventToken
 from updatestream.spec import Keyspace, UpdateStreamSpec, parse_keyspace, parse_update_stream
 
@@ -85,8 +87,9 @@ class World:
     decisions: list[rec.Decision] = field(default_factory=list)
 
     def observe(self) -> rec.Observed:
+        progress = {KeyRange.parse(k): report for k, report in self.progress.items()}
         return rec.Observed(
-            REF, self.spec, self.keyspace, self.status, list(self.jobs), self.progress, self.now
+            REF, self.spec, self.keyspace, self.status, list(self.jobs), progress, self.now
         )
 
     def step(self) -> rec.Decision:
@@ -152,6 +155,11 @@ class World:
             shard_map=shard_map,
             hops=hops,
         )
+
+
+def names(shards: Iterable[KeyRange]) -> list[str]:
+    """Key ranges (shards) by name, to compare with the names a test writes."""
+    return [shard.name for shard in shards]
 
 
 def condition(status: StreamStatus, type_: str) -> tuple[str, str]:

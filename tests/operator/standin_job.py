@@ -23,7 +23,6 @@ from typing import Any
 import yaml
 
 from updatestream.contract.job_config import JobConfig
-from updatestream.core.keyrange import KeyRange
 from updatestream.core.shardmap import ShardMap
 
 HOP_SECONDS = 3.0
@@ -69,8 +68,7 @@ class StandIn:
         return str(ShardMap.parse(",".join(spec["servingShards"]))), changed
 
     def shards(self, shard_map: str) -> list[str]:
-        key_range = KeyRange.parse(self.key_range)
-        return [s.name for s in ShardMap.parse(shard_map).shards_for(key_range)]
+        return [s.name for s in ShardMap.parse(shard_map).shards_for(self.key_range)]
 
     def tick(self) -> None:
         now = int(time.time())
@@ -86,7 +84,7 @@ class StandIn:
     def write(self) -> None:
         report = {
             "stream": self.name,
-            "keyRange": self.key_range,
+            "keyRange": self.key_range.name,
             "updatedAt": time.time(),
             "phase": self.phase,
             "shardMap": self.shard_map,

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, PlainValidat
 from updatestream.core.dedup import DedupFilter, DedupFilterError
 from updatestream.core.keyrange import KeyRange
 from updatestream.spec import (
+    KeyRangeValue,
     Keyspace,
     SpecError,
     UpdateStream,
@@ -53,7 +54,8 @@ class JobConfig(BaseModel):
 
     stream: UpdateStream
     keyspace: Keyspace
-    key_range: str | None = Field(None, alias="keyRange")  # None: the stream's only key range
+    # None: the stream's only key range
+    key_range: KeyRangeValue | None = Field(None, alias="keyRange")
     secrets_dir: Path = Field(alias="secretsDir")  # <dir>/<secret>/username, password
     checkpoint: Path  # Spark's checkpoint: restarting with it resumes exactly
     status_file: Path | None = Field(None, alias="statusFile")  # the progress report
@@ -79,21 +81,21 @@ class JobConfig(BaseModel):
     def name(self) -> str:
         return self.stream.metadata.name
 
-    def serving_key_range(self) -> str:
-        """The key range this job serves, canonical; refuses one the stream does not have."""
+    def serving_key_range(self) -> KeyRange:
+        """The key range this job serves; refuses one the stream does not have."""
         ranges = self.stream.spec.key_ranges
+        listed = ", ".join(map(str, ranges))
         if self.key_range is not None:
-            wanted = KeyRange.parse(self.key_range).name
-            if wanted not in ranges:
+            if self.key_range not in ranges:
                 raise SpecError(
-                    f"key range {wanted} is not one of stream {self.name}'s key ranges "
-                    f"({', '.join(ranges)})"
+                    f"key range {self.key_range} is not one of stream {self.name}'s key ranges "
+                    f"({listed})"
                 )
-            return wanted
+            return self.key_range
         if len(ranges) != 1:
             raise SpecError(
-                f"stream {self.name} has key ranges {', '.join(ranges)}; one job serves one of "
-                "them: pass --key-range"
+                f"stream {self.name} has key ranges {listed}; one job serves one of them: "
+                "pass --key-range"
             )
         return ranges[0]
 

@@ -46,10 +46,8 @@ from pydantic import (
 )
 
 from updatestream.core.errors import UpdateStreamError
-from updatestream.core.keyrange import KeyRange
-from updatestream.core.shardmap import ShardMap
 from updatestream.core.token import EventToken, TokenError
-from updatestream.spec import describe_validation_error
+from updatestream.spec import KeyRangeValue, ShardMapValue, describe_validation_error
 
 
 class ProgressError(UpdateStreamError):
@@ -69,22 +67,6 @@ def _token(value: Any) -> EventToken:
     raise ValueError(f"an Event Token must be an object or its JSON text, got {value!r}")
 
 
-def _shard_map(value: Any) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"must be a shard map such as '-80,80-', got {value!r}")
-    try:
-        return str(ShardMap.parse(value))
-    except UpdateStreamError as exc:
-        raise ValueError(f"not a shard map: {exc}") from None
-
-
-def _shard_names(value: list[str]) -> list[str]:
-    try:
-        return [KeyRange.parse(name).name for name in value]
-    except UpdateStreamError as exc:
-        raise ValueError(f"holds a name that is not a shard: {exc}") from None
-
-
 def _finite(value: float | None) -> float | None:
     if value is not None and not math.isfinite(value):
         raise ValueError("must be a finite number of seconds")
@@ -96,8 +78,6 @@ Token = Annotated[
     PlainValidator(_token),
     PlainSerializer(lambda token: token.to_json(), return_type=dict),
 ]
-MapText = Annotated[str, PlainValidator(_shard_map)]
-ShardNames = Annotated[list[str], AfterValidator(_shard_names)]
 Seconds = Annotated[float | None, AfterValidator(_finite)]
 Count = Annotated[int, Field(ge=0, strict=True)]
 
@@ -131,10 +111,10 @@ class SinkReport(_Report):
 
 class HopReport(_Report):
     number: int | None = None
-    from_map: MapText = Field(alias="fromMap")
-    to_map: MapText = Field(alias="toMap")
-    from_shards: ShardNames = Field(default_factory=list, alias="from")
-    to_shards: ShardNames = Field(default_factory=list, alias="to")
+    from_map: ShardMapValue = Field(alias="fromMap")
+    to_map: ShardMapValue = Field(alias="toMap")
+    from_shards: list[KeyRangeValue] = Field(default_factory=list, alias="from")
+    to_shards: list[KeyRangeValue] = Field(default_factory=list, alias="to")
     serving_changed_at: Seconds = Field(None, alias="servingChangedAt")
     detected_at: Seconds = Field(None, alias="detectedAt")
     completed_at: Seconds = Field(None, alias="completedAt")  # None while in flight
@@ -165,13 +145,13 @@ class BatchReport(_Report):
 
 class ProgressReport(_Report):
     stream: str = ""
-    key_range: str | None = Field(None, alias="keyRange")
+    key_range: KeyRangeValue | None = Field(None, alias="keyRange")
     batch_id: int | None = Field(None, alias="batchId")
     batches: Count = 0
     updated_at: Seconds = Field(None, alias="updatedAt")
     phase: str | None = None
     error: str | None = None
-    shard_map: MapText | None = Field(None, alias="shardMap")
+    shard_map: ShardMapValue | None = Field(None, alias="shardMap")
     hops: list[HopReport] = Field(default_factory=list)
     duplicates: dict[str, Count] = Field(default_factory=dict)
     sinks: dict[str, SinkReport] = Field(default_factory=dict)

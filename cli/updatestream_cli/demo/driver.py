@@ -26,6 +26,7 @@ from updatestream_operator.scrub import SCRUBBER
 from updatestream_operator.service import StreamService
 
 from updatestream.contract.progress_report import ProgressError, ProgressReport
+from updatestream.core.keyrange import FULL_RANGE
 from updatestream.spec import API_VERSION
 
 log = logging.getLogger(__name__)
@@ -138,7 +139,7 @@ class OperatorDriver:
     @property
     def job_key(self) -> str:
         assert self.ref is not None
-        return f"{self.ref.namespace}/{job_name(self.ref, '-')}"
+        return f"{self.ref.namespace}/{job_name(self.ref, FULL_RANGE)}"
 
     def job_record(self) -> dict[str, Any] | None:
         return self.launcher.record(self.job_key)

@@ -22,6 +22,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from updatestream.contract.job_config import SNAPSHOT_REQUESTS_FILE, JobConfig
+from updatestream.core.errors import UpdateStreamError
+from updatestream.core.keyrange import KeyRange
+from updatestream.core.shardmap import ShardMap
 from updatestream.spec import Keyspace
 from updatestream_operator.launchers.launcher import split_key
 from updatestream_operator.launchers.settings import ClusterSettings
@@ -84,8 +87,8 @@ def job_info(
             job_id=name,
             namespace=namespace,
             stream_uid=labels[naming.LABEL_STREAM_UID],
-            key_range=annotations[naming.ANNOTATION_KEY_RANGE],
-            shard_map=annotations[naming.ANNOTATION_SHARD_MAP],
+            key_range=KeyRange.parse(annotations[naming.ANNOTATION_KEY_RANGE]),
+            shard_map=ShardMap.parse(annotations[naming.ANNOTATION_SHARD_MAP]),
             spec_hash=annotations.get(naming.ANNOTATION_SPEC_HASH, ""),
             launch_id=int(annotations.get(naming.ANNOTATION_LAUNCH_ID, "0")),
             in_job_hops=annotations.get(naming.ANNOTATION_IN_JOB_HOPS) == "true",
@@ -93,8 +96,8 @@ def job_info(
             message=message,
             created_at=created_at,
         )
-    except (KeyError, ValueError):
-        return None
+    except (KeyError, ValueError, UpdateStreamError):
+        return None  # not one of ours, or damaged: never taken for a stream's job
 
 
 def parse_time(value: object) -> dt.datetime | None:

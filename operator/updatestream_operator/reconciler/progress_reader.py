@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from updatestream.contract.progress_report import HopReport, ProgressError, ProgressReport
+from updatestream.core.keyrange import KeyRange
 from updatestream_operator.reconciler.models import JobProgress, ReportedHop, ShardProgress
 
 __all__ = ["ProgressError", "job_progress", "loads_progress", "parse_progress"]
@@ -36,7 +37,7 @@ def job_progress(report: ProgressReport, *, launch_id: int | None) -> JobProgres
     return JobProgress(
         launch_id=launch_id,
         shards={
-            name: ShardProgress(
+            KeyRange.parse(name): ShardProgress(
                 token=shard.token, events=shard.changes, lag_seconds=shard.lag_seconds
             )
             for name, shard in report.shards.items()

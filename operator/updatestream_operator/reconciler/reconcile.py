@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 
 from updatestream.core.hop import HopPlanningError
 from updatestream.core.keyrange import KeyRange
+from updatestream.core.shardmap import ShardMap
 from updatestream.spec import Keyspace, StartPosition, UpdateStreamSpec
 from updatestream_operator.reconciler import conditions as cond
 from updatestream_operator.reconciler.hop_steps import (
@@ -74,12 +75,12 @@ __all__ = [
 # -- the reconciler -----------------------------------------------------------------------------
 
 
-def _group_jobs(step: _Step, wanted: Sequence[str]) -> dict[str, JobInfo]:
+def _group_jobs(step: _Step, wanted: Sequence[KeyRange]) -> dict[KeyRange, JobInfo]:
     """One job per wanted key range; stop every other job of the stream."""
-    by_range: dict[str, list[JobInfo]] = {}
+    by_range: dict[KeyRange, list[JobInfo]] = {}
     for job in step.obs.jobs:
-        by_range.setdefault(KeyRange.parse(job.key_range).name, []).append(job)
-    chosen: dict[str, JobInfo] = {}
+        by_range.setdefault(job.key_range, []).append(job)
+    chosen: dict[KeyRange, JobInfo] = {}
     for key_range, jobs in by_range.items():
         if key_range not in wanted:
             for job in jobs:
@@ -101,7 +102,7 @@ def _launch(
     keyspace: Keyspace,
     start: StartPosition,
 ) -> KeyRangeStatus:
-    serving = str(keyspace.spec.serving_map)
+    serving = keyspace.spec.serving_map
     launch_id = entry.launch_id + 1
     hops = [
         h for h in step.status.hops if h.key_range == entry.key_range and h.phase == "Completed"
@@ -131,7 +132,7 @@ def _launch(
         "Normal",
         "Launched" if launch_id == 1 else "Relaunched",
         f"key range {entry.key_range}: launching job {job.job_id} (launch {launch_id}) over "
-        f"shards {','.join(p.name for p in entry.shards)} with {step.settings.launcher}",
+        f"shards {','.join(p.name.name for p in entry.shards)} with {step.settings.launcher}",
     )
     return entry.model_copy(
         update={
@@ -177,7 +178,7 @@ def _key_range_step(
     spec: UpdateStreamSpec,
     keyspace: Keyspace,
 ) -> KeyRangeStatus:
-    serving = str(keyspace.spec.serving_map)
+    serving = keyspace.spec.serving_map
     if job is None:
         return _without_job(step, entry, spec, keyspace, serving)
     entry, reads = _follow_job(step, entry, job, spec, keyspace)
@@ -201,7 +202,11 @@ def _key_range_step(
 
 
 def _without_job(
-    step: _Step, entry: KeyRangeStatus, spec: UpdateStreamSpec, keyspace: Keyspace, serving: str
+    step: _Step,
+    entry: KeyRangeStatus,
+    spec: UpdateStreamSpec,
+    keyspace: Keyspace,
+    serving: ShardMap,
 ) -> KeyRangeStatus:
     """No job exists for the key range: launch its first from `spec.start`, or relaunch it
     from its positions (planning the hop first if the serving shards changed meanwhile)."""
@@ -225,7 +230,7 @@ def _without_job(
 
 def _follow_job(
     step: _Step, entry: KeyRangeStatus, job: JobInfo, spec: UpdateStreamSpec, keyspace: Keyspace
-) -> tuple[KeyRangeStatus, str]:
+) -> tuple[KeyRangeStatus, ShardMap]:
     """The entry brought up to the job that exists, and the map whose shards the job reads:
     what it was launched for, or hopped to in place."""
     reads = entry.shard_map or job.shard_map
@@ -263,8 +268,8 @@ def _running(
     job: JobInfo,
     spec: UpdateStreamSpec,
     keyspace: Keyspace,
-    reads: str,
-    serving: str,
+    reads: ShardMap,
+    serving: ShardMap,
 ) -> KeyRangeStatus:
     """A job that reads the serving shards: relaunch it if its configuration changed."""
     # after an in-job hop the job runs with what its record says, not what it was launched with
@@ -311,7 +316,9 @@ def _conditions(step: _Step, suspended: bool) -> None:
         put(cond.DEGRADED, False, "AsExpected", "no problem found")
     if hopping:
         ranges = ", ".join(
-            f"{e.key_range} to {','.join(e.hop.to_shards)}" for e in hopping if e.hop
+            f"{e.key_range} to {','.join(s.name for s in e.hop.to_shards)}"
+            for e in hopping
+            if e.hop
         )
         put(cond.HOPPING, True, "ServingShardsChanged", f"hopping key ranges {ranges}")
     elif status.hop_count:
@@ -344,7 +351,7 @@ def _conditions(step: _Step, suspended: bool) -> None:
     status.conditions = conditions
 
 
-def _snapshotting(progress: Mapping[str, JobProgress]) -> tuple[bool, str, str] | None:
+def _snapshotting(progress: Mapping[KeyRange, JobProgress]) -> tuple[bool, str, str] | None:
     """The Snapshotting condition from the jobs' snapshot reports; None when none snapshots."""
     reports = {kr: p.snapshot for kr, p in sorted(progress.items()) if p.snapshot is not None}
     if not reports:
@@ -364,15 +371,14 @@ def _snapshotting(progress: Mapping[str, JobProgress]) -> tuple[bool, str, str] 
 
 
 def _summarise(status: StreamStatus, generation: int) -> None:
-    shards: list[str] = []
+    shards: set[KeyRange] = set()
     lags: list[float] = []
     for entry in status.key_ranges:
         for position in entry.shards:
-            if position.name not in shards:
-                shards.append(position.name)
+            shards.add(position.name)
             if position.lag_seconds is not None:
                 lags.append(position.lag_seconds)
-    status.shards = ",".join(sorted(shards, key=lambda n: KeyRange.parse(n).start)) or None
+    status.shards = ",".join(s.name for s in sorted(shards, key=lambda s: s.start)) or None
     status.max_lag_seconds = max(lags) if lags else None
     status.observed_generation = generation
 
@@ -381,7 +387,7 @@ def reconcile(obs: Observed, settings: Settings | None = None) -> Decision:
     """The next step for one UpdateStream: the status to write, then the actions to take."""
     step = _Step(obs, settings or Settings(), obs.status.model_copy(deep=True))
     spec, keyspace = obs.spec, obs.keyspace
-    wanted = [KeyRange.parse(k).name for k in spec.key_ranges]
+    wanted = list(spec.key_ranges)
     jobs = _group_jobs(step, wanted)
     problems = validate(obs.stream, spec, keyspace, obs.keyspace_error)
     step.degraded.extend(problems)
@@ -409,8 +415,7 @@ def reconcile(obs: Observed, settings: Settings | None = None) -> Decision:
     # entries of removed key ranges stay until their job is gone
     for entry in step.status.key_ranges:
         if entry.key_range not in wanted and any(
-            isinstance(a, Stop) and KeyRange.parse(a.job.key_range).name == entry.key_range
-            for a in step.actions
+            isinstance(a, Stop) and a.job.key_range == entry.key_range for a in step.actions
         ):
             entries.append(entry.model_copy(update={"phase": "Stopping"}))
     step.status.key_ranges = entries

@@ -27,13 +27,16 @@ from updatestream_operator.reconciler.models import (
 )
 
 
-def relevant_shards(shard_map: str, key_range: str) -> list[str]:
+def relevant_shards(shard_map: ShardMap, key_range: KeyRange) -> list[KeyRange]:
     """The shards of `shard_map` that hold keyspace ids of `key_range`, in key order."""
-    return [s.name for s in ShardMap.parse(shard_map).shards_for(KeyRange.parse(key_range))]
+    return shard_map.shards_for(key_range)
 
 
 def spec_hash(
-    spec: UpdateStreamSpec, keyspace: Keyspace, key_range: str, shard_map: str | None = None
+    spec: UpdateStreamSpec,
+    keyspace: Keyspace,
+    key_range: KeyRange,
+    shard_map: ShardMap | None = None,
 ) -> str:
     """A hash of what a running job was configured with; a change means relaunching it.
 
@@ -43,9 +46,9 @@ def spec_hash(
     itself or its history: a change there is a hop, and a job that hops in place keeps its
     configuration.
     """
-    serving = shard_map or ",".join(keyspace.spec.serving_shards)
+    serving = shard_map or keyspace.spec.serving_map
     declared = {shard.name: shard for shard in keyspace.spec.shards}
-    shards = [declared.get(name) for name in relevant_shards(serving, key_range)]
+    shards = [declared.get(shard.name) for shard in relevant_shards(serving, key_range)]
     content = {
         "stream": spec.model_dump(
             mode="json", by_alias=True, include={"tables", "sinks", "spark", "keyspace"}
@@ -66,9 +69,9 @@ def secret_names(spec: UpdateStreamSpec, keyspace: Keyspace) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
-def shard_flavor(keyspace: Keyspace, shard: str) -> Flavor:
+def shard_flavor(keyspace: Keyspace, shard: KeyRange) -> Flavor:
     try:
-        return Flavor(keyspace.spec.shard(shard).flavor)
+        return Flavor(keyspace.spec.shard(shard.name).flavor)
     except UpdateStreamError:
         return Flavor.MARIADB
 
@@ -81,19 +84,19 @@ def delivered_token(position: ShardPosition, flavor: Flavor) -> EventToken:
     if position.gtid:
         from updatestream.core.gtid import parse_position
 
-        return EventToken(0, position.name, parse_position(position.gtid, flavor))
+        return EventToken(0, position.name.name, parse_position(position.gtid, flavor))
     empty = MariaDBPosition() if flavor is Flavor.MARIADB else MySQLGTIDSet()
-    return EventToken(position.start_timestamp or 0, position.name, empty)
+    return EventToken(position.start_timestamp or 0, position.name.name, empty)
 
 
 def initial_positions(
-    start: StartPosition, shards: Sequence[str], now: dt.datetime
+    start: StartPosition, shards: Sequence[KeyRange], now: dt.datetime
 ) -> list[ShardPosition]:
     """Where each shard starts on a stream's first launch, as resumable positions."""
     positions = []
     for shard in shards:
-        token = (start.tokens or {}).get(shard) if start.mode == "tokens" else None
-        gtid = (start.gtid or {}).get(shard) if start.mode == "gtid" else None
+        token = (start.tokens or {}).get(shard.name) if start.mode == "tokens" else None
+        gtid = (start.gtid or {}).get(shard.name) if start.mode == "gtid" else None
         if start.mode == "timestamp":
             ts: int | None = start.timestamp or 0
         elif start.mode == "now":
@@ -108,10 +111,10 @@ def resume_start(entry: KeyRangeStatus) -> StartPosition:
     """The start of a relaunch: every shard from its recorded position, in the simplest form
     that says it (`tokens` when every shard has a token, one `timestamp` or `gtid` for all;
     `resume`, per shard, when the forms differ, as after a hop)."""
-    tokens = {p.name: p.token for p in entry.shards if p.token is not None}
-    gtids = {p.name: p.gtid for p in entry.shards if p.token is None and p.gtid}
+    tokens = {p.name.name: p.token for p in entry.shards if p.token is not None}
+    gtids = {p.name.name: p.gtid for p in entry.shards if p.token is None and p.gtid}
     stamps = {
-        p.name: p.start_timestamp or 0 for p in entry.shards if p.token is None and not p.gtid
+        p.name.name: p.start_timestamp or 0 for p in entry.shards if p.token is None and not p.gtid
     }
     if tokens and not gtids and not stamps:
         return StartPosition(mode="tokens", tokens=tokens)
@@ -132,10 +135,10 @@ def dedup_filter(hops: Sequence[HopRecord]) -> dict[str, Any] | None:
         if not hop.last_delivered:
             continue
         plan = plan_hop(
-            ShardMap.parse(hop.from_map),
-            ShardMap.parse(hop.to_map),
+            hop.from_map,
+            hop.to_map,
             {name: EventToken.from_json(t) for name, t in hop.last_delivered.items()},
-            KeyRange.parse(hop.key_range),
+            hop.key_range,
         )
         found = DedupFilter.from_plan(plan)
         merged = found if merged is None else merged.merged(found)
@@ -146,10 +149,9 @@ def fold_progress(entry: KeyRangeStatus, progress: JobProgress | None) -> KeyRan
     """Positions, counts and lag of `entry` advanced by its job's report (of the same launch)."""
     if progress is None or progress.launch_id != entry.launch_id:
         return entry
-    by_name = {KeyRange.parse(name).name: report for name, report in progress.shards.items()}
     shards = []
     for position in entry.shards:
-        report = by_name.get(position.name)
+        report = progress.shards.get(position.name)
         if report is None:
             shards.append(position)
             continue

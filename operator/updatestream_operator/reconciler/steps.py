@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from updatestream.core.keyrange import KeyRange
 from updatestream.spec import Keyspace, UpdateStreamSpec
 from updatestream_operator.reconciler import conditions as cond
 from updatestream_operator.reconciler.models import (
@@ -35,7 +36,7 @@ class Observed:
     keyspace: Keyspace | None
     status: StreamStatus
     jobs: Sequence[JobInfo]
-    progress: Mapping[str, JobProgress]  # key range -> the latest report of its job
+    progress: Mapping[KeyRange, JobProgress]  # key range -> the latest report of its job
     now: dt.datetime
     keyspace_error: str | None = None  # why the Keyspace object could not be read
 
