@@ -28,6 +28,7 @@ from pydantic import (
     WithJsonSchema,
 )
 
+from updatestream.core.dedup import DedupFilter, DedupFilterError
 from updatestream.core.errors import UpdateStreamError
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.shardmap import ShardMap
@@ -85,6 +86,15 @@ def _shard_map(value: Any) -> ShardMap:
         raise ValueError(f"not a shard map: {exc}") from None
 
 
+def _dedup_filter(value: Any) -> DedupFilter:
+    if isinstance(value, DedupFilter):
+        return value
+    try:
+        return DedupFilter.from_json(value)
+    except DedupFilterError as exc:
+        raise ValueError(str(exc)) from None
+
+
 def _key_range_name(text: str) -> str:
     return _canonical_key_range(text).name
 
@@ -104,6 +114,13 @@ KeyRangeValue = Annotated[
 # A shard map as a value (`ShardMap`), written as its shard names (`-80,80-`).
 ShardMapValue = Annotated[
     ShardMap, PlainValidator(_shard_map), PlainSerializer(str, return_type=str), _AS_TEXT
+]
+# A hop's dedup rule (`DedupFilter`), written as its JSON object (watermarks, overlap_until).
+DedupValue = Annotated[
+    DedupFilter,
+    PlainValidator(_dedup_filter),
+    PlainSerializer(lambda dedup: dedup.to_json(), return_type=dict),
+    WithJsonSchema({"type": "object"}),
 ]
 # A shard's name: a key range written canonically, kept as text. Shard names are keys (of
 # positions, Secrets' folders, status entries) and a Keyspace must parse even when its serving

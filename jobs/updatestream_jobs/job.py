@@ -172,6 +172,7 @@ class Job:
         self.batch_phases: deque[BatchPhases] = deque(maxlen=KEPT_BATCH_PHASES)
         self.replays = uncommitted_batches(config.checkpoint)
         self.tracker.shard_map = config.keyspace.spec.serving_map
+        self.tracker.dedup = config.dedup  # until the source reports the one it applies
 
     def _deduplicated(
         self, events: Iterator[ChangeEvent], *, count: bool = True

@@ -40,9 +40,11 @@ from updatestream.contract.progress_report import (
     SinkReport,
     SnapshotReport,
 )
+from updatestream.core.dedup import DedupFilter
+from updatestream.core.errors import UpdateStreamError
 from updatestream.core.gtid import GTIDParseError, parse_position, position_contains
 from updatestream.core.shardmap import ShardMap
-from updatestream.core.snapshot import SnapshotState, SnapshotStateError, progress_of
+from updatestream.core.snapshot import SnapshotState, progress_of
 from updatestream.core.token import EventToken
 from updatestream_jobs.stream_metrics import DUPLICATE_CAUSES, StreamMetrics
 
@@ -99,6 +101,9 @@ class ProgressTracker:
         self.sinks: dict[str, Counter[str]] = {}
         self.shard_map: ShardMap | None = None
         self.hops: list[HopReport] = []
+        # the dedup rule the stream applies: the one it started with, then the source's own
+        # (its offsets keep it as `_dedup`, merged at each hop)
+        self.dedup: DedupFilter | None = None
         self.snapshot_state: SnapshotState | None = None  # as of the last finished batch
         self.snapshot_rows = 0  # snapshot rows delivered by this process
         self._snapshot_finished_at: float | None = None
@@ -151,6 +156,16 @@ class ProgressTracker:
             self.hops.append(announced)
             self.shard_map = announced.to_map
             self.phase = "hopping"
+            if hop.get("dedup"):  # a marker that carries the hop's rule
+                self.dedup = DedupFilter.from_json(hop["dedup"])
+
+    def observe_dedup(self, dedup: DedupFilter) -> None:
+        """The dedup rule the source applies as of the batch that just finished."""
+        with self._lock:
+            changed = self.dedup is None or self.dedup.to_json() != dedup.to_json()
+            self.dedup = dedup
+        if changed:
+            self.write_status()
 
     def complete_hops(self, duplicates_dropped: int) -> list[HopReport]:
         """The hops announced in the batch the sinks just wrote are done; returns them."""
@@ -302,6 +317,7 @@ class ProgressTracker:
                 phase=self.phase,
                 shard_map=self.shard_map,
                 hops=[hop.model_copy() for hop in self.hops],
+                dedup=self.dedup,
                 duplicates=dict(sorted(self.duplicates.items())),
                 sinks={
                     name: SinkReport.model_validate({k: counts[k] for k in _SINK_COUNTS})
@@ -354,11 +370,13 @@ class ProgressListener(StreamingQueryListener):
             try:
                 ended = json.loads(end) if end else {}
                 shard_map = ended.get("_map")
+                if ended.get("_dedup"):
+                    self.tracker.observe_dedup(DedupFilter.from_json(ended["_dedup"]))
                 if ended.get("_snapshot"):
                     self.tracker.observe_snapshot(SnapshotState.from_json(ended["_snapshot"]))
                 if latest:
                     self.tracker.observe_latest(json.loads(latest), shard_map)
-            except (ValueError, TypeError, AttributeError, SnapshotStateError) as exc:
+            except (ValueError, TypeError, AttributeError, UpdateStreamError) as exc:
                 log.warning("cannot read the source's latest offset: %s", exc)
 
     def onQueryIdle(self, event: Any) -> None:

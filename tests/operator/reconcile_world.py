@@ -19,6 +19,7 @@ from updatestream_operator.reconciler.models import (
     StreamStatus,
 )
 
+from updatestream.core.dedup import DedupFilter
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.token import EventToken
 from updatestream.spec import Keyspace, UpdateStreamSpec, parse_keyspace, parse_update_stream
@@ -141,6 +142,7 @@ class World:
         *tokens: EventToken,
         shard_map: str | None = None,
         hops: tuple[ReportedHop, ...] = (),
+        dedup: DedupFilter | None = None,
         **named: EventToken,
     ) -> None:
         entry = self.status.key_range(key_range)
@@ -154,6 +156,7 @@ class World:
             duplicates={"hop": 2},
             shard_map=shard_map,
             hops=hops,
+            dedup=dedup,
         )
 
 

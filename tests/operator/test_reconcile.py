@@ -156,7 +156,7 @@ def test_a_split_hops_once_from_the_planned_positions(world: World) -> None:
     assert start.tokens is not None and set(start.tokens) == {"80-"}
     assert start.tokens["80-"]["pos"] == "0-1-10"
     assert start.timestamps == {"-40": T0 + 20, "40-80": T0 + 20}
-    assert launch.job.dedup == {
+    assert launch.job.dedup is not None and launch.job.dedup.to_json() == {
         "watermarks": {"-80": {"pos": "0-1-8", "flavor": "mariadb"}},
         "overlap_until": {"-40": T0 + 20, "40-80": T0 + 20},
     }

@@ -24,6 +24,7 @@ from tests.operator.reconcile_world import (
     stream_spec,
     token,
 )
+from updatestream.core.dedup import DedupFilter
 
 SPLIT = ["-40", "40-80", "80-"]
 OLD, NEW = "-80,80-", "-40,40-80,80-"
@@ -167,10 +168,43 @@ def test_a_relaunch_after_an_in_job_hop_resumes_from_the_new_shards() -> None:
         "80-": "0-1-12",
     }
     # the overlap of the in-job hop is still recognised if the new tokens lie inside it
-    assert relaunch.dedup == {
+    assert relaunch.dedup is not None and relaunch.dedup.to_json() == {
         "watermarks": {"-80": {"pos": "0-1-8", "flavor": "mariadb"}},
         "overlap_until": {"-40": T0 + 20, "40-80": T0 + 20},
     }
+
+
+def test_a_relaunch_after_in_job_hops_starts_with_the_dedup_rule_the_job_reported() -> None:
+    """The job reports the dedup rule its stream applies (the source's own, merged at each
+    hop); a relaunch starts with that rule, not one the operator plans again from its hop
+    records, and a relaunch of that launch keeps it."""
+    applied = DedupFilter.from_json(
+        {
+            "watermarks": {"-80": {"pos": "0-1-8", "flavor": "mariadb"}},
+            "overlap_until": {"-40": T0 + 19, "40-80": T0 + 19},  # the job's own, not planned
+        }
+    )
+    world = streaming()
+    world.keyspace = keyspace(SPLIT)
+    world.step()
+    retired = token("-80", T0 + 20, 8)
+    new = (token("80-", T0 + 30, 12), token("-40", T0 + 31, 3), token("40-80", T0 + 32, 4))
+    world.report("-", retired, *new, shard_map=NEW, hops=(split_hop(),), dedup=applied)
+    world.step()
+    entry = world.status.key_range("-")
+    assert entry is not None and entry.dedup is not None
+    assert entry.dedup.to_json() == applied.to_json()  # kept in status with the positions
+    world.jobs = [replace(j, phase=JobPhase.FAILED) for j in world.jobs]
+    world.settle()
+    relaunch = world.launches()[-1].job
+    assert relaunch.launch_id == 2
+    assert relaunch.dedup is not None and relaunch.dedup.to_json() == applied.to_json()
+    # the relaunched job has reported nothing yet, and fails too: its rule is still known
+    world.jobs = [replace(j, phase=JobPhase.FAILED) for j in world.jobs]
+    world.settle()
+    again = world.launches()[-1].job
+    assert again.launch_id == 3
+    assert again.dedup is not None and again.dedup.to_json() == applied.to_json()
 
 
 def test_a_job_that_never_reports_the_hop_is_relaunched_after_the_timeout() -> None:
@@ -209,7 +243,7 @@ def test_a_job_that_never_reports_the_hop_is_relaunched_after_the_timeout() -> N
     assert start.tokens is not None
     assert {n: t["pos"] for n, t in start.tokens.items()} == {"-40": "0-1-2", "80-": "0-1-10"}
     assert start.timestamps == {"40-80": T0 + 20}  # planned from -80's last delivered token
-    assert launch.job.dedup == {
+    assert launch.job.dedup is not None and launch.job.dedup.to_json() == {
         "watermarks": {"-80": {"pos": "0-1-8", "flavor": "mariadb"}},
         "overlap_until": {"-40": T0 + 20, "40-80": T0 + 20},
     }

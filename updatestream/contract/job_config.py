@@ -11,14 +11,14 @@ under `secrets_dir` where the job runs.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from updatestream.core.dedup import DedupFilter, DedupFilterError
 from updatestream.core.keyrange import KeyRange
 from updatestream.spec import (
+    DedupValue,
     KeyRangeValue,
     Keyspace,
     SpecError,
@@ -29,22 +29,6 @@ from updatestream.spec import (
 
 JOB_FILE = "job.yaml"
 SNAPSHOT_REQUESTS_FILE = "snapshot-requests.jsonl"  # beside it: the requests the job polls
-
-
-def _dedup_filter(value: Any) -> DedupFilter:
-    if isinstance(value, DedupFilter):
-        return value
-    try:
-        return DedupFilter.from_json(value)
-    except DedupFilterError as exc:
-        raise ValueError(str(exc)) from None
-
-
-Dedup = Annotated[
-    DedupFilter,
-    PlainValidator(_dedup_filter),
-    PlainSerializer(lambda dedup: dedup.to_json(), return_type=dict),
-]
 
 
 class JobConfig(BaseModel):
@@ -67,7 +51,7 @@ class JobConfig(BaseModel):
     trigger_seconds: float = Field(0.1, gt=0, alias="triggerSeconds")
     available_now: bool = Field(False, alias="availableNow")  # read what there is, then stop
     timeout: float | None = Field(None, gt=0)  # stop after this many seconds
-    dedup: Dedup | None = None  # the dedup rule of the hops this job starts after
+    dedup: DedupValue | None = None  # the dedup rule of the hops this job starts after
     hop_started_at: float | None = Field(None, alias="hopStartedAt")  # when that hop began
     source_options: dict[str, str] = Field(default_factory=dict, alias="sourceOptions")
     # where the running job re-reads its Keyspace to follow serving-map changes and hop: a

@@ -15,6 +15,9 @@ sidecar copies it into), the demo, the harnesses and the benchmarks read it with
   `duplicatesDelivered` it detected;
 - `shardMap` and `hops`: the serving shard map the stream reads and the hops it made inside
   its running query, oldest first (`completedAt` is null while a hop is in flight);
+- `dedup`: the dedup rule the stream applies now (`watermarks`, `overlap_until`: the rule it
+  was started with, merged with those of the hops it made), null when it has none; a
+  relaunch after a hop starts with it;
 - `snapshot` (streams that snapshot): chunks done of the estimated total, rows delivered, the
   rate, an ETA, and whether it has `finished` (null before the first batch);
 - `lastBatch`: where the last micro-batch's time went, in seconds: `readSeconds` (reading it
@@ -47,7 +50,12 @@ from pydantic import (
 
 from updatestream.core.errors import UpdateStreamError
 from updatestream.core.token import EventToken, TokenError
-from updatestream.spec import KeyRangeValue, ShardMapValue, describe_validation_error
+from updatestream.spec import (
+    DedupValue,
+    KeyRangeValue,
+    ShardMapValue,
+    describe_validation_error,
+)
 
 
 class ProgressError(UpdateStreamError):
@@ -153,6 +161,8 @@ class ProgressReport(_Report):
     error: str | None = None
     shard_map: ShardMapValue | None = Field(None, alias="shardMap")
     hops: list[HopReport] = Field(default_factory=list)
+    # the dedup rule the stream applies now (after the hops it started after and made)
+    dedup: DedupValue | None = None
     duplicates: dict[str, Count] = Field(default_factory=dict)
     sinks: dict[str, SinkReport] = Field(default_factory=dict)
     shards: dict[str, ShardReport] = Field(default_factory=dict)

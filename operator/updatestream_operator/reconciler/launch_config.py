@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from updatestream.contract.job_config import JOB_FILE, SNAPSHOT_REQUESTS_FILE, JobConfig
-from updatestream.core.dedup import DedupFilter
 from updatestream.spec import Keyspace, ObjectMeta, UpdateStream, dump_keyspace
 from updatestream_operator.reconciler.models import JobSpec
 
@@ -58,7 +57,7 @@ def job_config(
         checkpoint=Path(checkpoint),
         metrics_port=metrics_port,
         status_file=Path(status_file),
-        dedup=DedupFilter.from_json(job.dedup) if job.dedup is not None else None,
+        dedup=job.dedup,
         hop_started_at=job.hop_started_at,
         keyspace_watch=keyspace_watch if job.in_job_hops else None,
         snapshot_requests=snapshot_requests,

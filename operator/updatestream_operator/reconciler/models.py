@@ -16,9 +16,17 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.dataclasses import dataclass as typed_dataclass
 
 from updatestream.contract.progress_report import SnapshotReport
+from updatestream.core.dedup import DedupFilter
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.token import EventToken
-from updatestream.spec import KeyRangeValue, Keyspace, ShardMapValue, SparkSpec, UpdateStreamSpec
+from updatestream.spec import (
+    DedupValue,
+    KeyRangeValue,
+    Keyspace,
+    ShardMapValue,
+    SparkSpec,
+    UpdateStreamSpec,
+)
 
 # the operator's own records, checked like the spec: key ranges and shard maps are values
 _TYPED = ConfigDict(arbitrary_types_allowed=True)
@@ -121,6 +129,7 @@ class JobProgress:
     shard_map: ShardMapValue | None = None
     hops: tuple[ReportedHop, ...] = ()
     snapshot: SnapshotReport | None = None  # a job that snapshots: chunks, rows, rate, ETA
+    dedup: DedupFilter | None = None  # the dedup rule the job applies now
 
 
 @dataclass(frozen=True)
@@ -155,8 +164,8 @@ class JobSpec:
     spec: UpdateStreamSpec  # with `start` rewritten to where this launch starts
     keyspace: Keyspace
     secret_names: tuple[str, ...]
-    # after a hop: the dedup filter (DedupFilter JSON) and when the hop began (unix seconds)
-    dedup: dict[str, Any] | None = None
+    # after a hop: the dedup rule the job starts with and when the hop began (unix seconds)
+    dedup: DedupFilter | None = None
     hop_started_at: float | None = None
     # watch the Keyspace and hop inside the running query when its serving shards change
     in_job_hops: bool = False
@@ -251,6 +260,8 @@ class KeyRangeStatus(_Status):
     restarts: int = 0
     message: str | None = None
     hop: HopRecord | None = None  # the hop in progress, if any
+    # the dedup rule the launch applies: what it started with, then what its job reports
+    dedup: DedupValue | None = None
 
     def shard(self, name: KeyRange | str) -> ShardPosition | None:
         name = KeyRange.parse(name) if isinstance(name, str) else name

@@ -49,6 +49,7 @@ def job_progress(report: ProgressReport, *, launch_id: int | None) -> JobProgres
         shard_map=report.shard_map,
         hops=tuple(_hop(hop) for hop in report.hops),
         snapshot=report.snapshot,
+        dedup=report.dedup,
     )
 
 

@@ -41,9 +41,9 @@ from updatestream_operator.reconciler.models import (
 )
 from updatestream_operator.reconciler.naming import job_name
 from updatestream_operator.reconciler.shard_positions import (
-    dedup_filter,
     fold_progress,
     initial_positions,
+    launch_dedup,
     relevant_shards,
     resume_start,
     secret_names,
@@ -108,8 +108,6 @@ def _launch(
         h for h in step.status.hops if h.key_range == entry.key_range and h.phase == "Completed"
     ]
     pending = entry.hop if entry.hop is not None and entry.hop.phase == "Launching" else None
-    if pending is not None:
-        hops.append(pending)
     hop_started_at = (
         cond.parse_rfc3339(pending.started_at).timestamp() if pending is not None else None
     )
@@ -123,7 +121,7 @@ def _launch(
         spec=spec.model_copy(update={"start": start, "suspend": False}),
         keyspace=keyspace,
         secret_names=secret_names(spec, keyspace),
-        dedup=dedup_filter(hops[-step.settings.hops_kept :]),
+        dedup=launch_dedup(entry, hops[-step.settings.hops_kept :], pending),
         hop_started_at=hop_started_at,
         in_job_hops=step.settings.in_job_hops,
     )
@@ -143,6 +141,7 @@ def _launch(
             "spec_hash": job.spec_hash,
             "launch_id": launch_id,
             "launched_at": step.now_text,
+            "dedup": job.dedup,
         }
     )
 

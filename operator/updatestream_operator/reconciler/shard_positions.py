@@ -8,7 +8,6 @@ import datetime as dt
 import hashlib
 import json
 from collections.abc import Sequence
-from typing import Any
 
 from updatestream.core.dedup import DedupFilter
 from updatestream.core.errors import UpdateStreamError
@@ -128,8 +127,23 @@ def resume_start(entry: KeyRangeStatus) -> StartPosition:
     )
 
 
-def dedup_filter(hops: Sequence[HopRecord]) -> dict[str, Any] | None:
-    """The dedup filter (JSON) of a key range's hops, oldest first, merged (later ones win)."""
+def launch_dedup(
+    entry: KeyRangeStatus, completed: Sequence[HopRecord], pending: HopRecord | None
+) -> DedupFilter | None:
+    """The dedup rule a launch starts with: the one the key range's last launch applied (as
+    its job reported it, which covers the hops it made in place), merged with the rule of the
+    hop the operator plans itself for this relaunch. A status written before jobs reported
+    their rule has none: the completed hops are planned again, as then."""
+    current = entry.dedup if entry.dedup is not None else planned_dedup(completed)
+    planned = planned_dedup([pending]) if pending is not None else None
+    if current is None or planned is None:
+        return current or planned
+    return current.merged(planned)
+
+
+def planned_dedup(hops: Sequence[HopRecord]) -> DedupFilter | None:
+    """The dedup rule of hops planned from their records, oldest first, merged (later ones
+    win); None when there is nothing to drop."""
     merged: DedupFilter | None = None
     for hop in hops:
         if not hop.last_delivered:
@@ -142,7 +156,7 @@ def dedup_filter(hops: Sequence[HopRecord]) -> dict[str, Any] | None:
         )
         found = DedupFilter.from_plan(plan)
         merged = found if merged is None else merged.merged(found)
-    return merged.to_json() if merged is not None and not merged.is_empty() else None
+    return merged if merged is not None and not merged.is_empty() else None
 
 
 def fold_progress(entry: KeyRangeStatus, progress: JobProgress | None) -> KeyRangeStatus:
@@ -177,6 +191,7 @@ def fold_progress(entry: KeyRangeStatus, progress: JobProgress | None) -> KeyRan
             "duplicates": dict(progress.duplicates),
             "duplicates_dropped": sum(progress.duplicates.values()),
             "message": progress.error,
+            "dedup": progress.dedup if progress.dedup is not None else entry.dedup,
         }
     )
 
