@@ -197,6 +197,40 @@ class Job:
         began = time.perf_counter()
         phases = BatchPhases(batch_id, time.time())
         ctx = BatchContext(self.name, self.key_range, batch_id, batch_id in self.replays)
+        dropped_before = self.tracker.duplicates["hop"]
+        self._write_sinks(frame, ctx, phases, began)
+        fault_after_sink_write(batch_id)
+        finish_began = time.perf_counter()
+        if any(hop.completed_at is None for hop in self.tracker.hops):
+            fault_after_hop_write(batch_id)
+        for hop in self.tracker.complete_hops(self.tracker.duplicates["hop"] - dropped_before):
+            log.info(
+                "hop %s done: %s -> %s in %.1fs, %d duplicates dropped",
+                hop.number,
+                ",".join(map(str, hop.from_shards)),
+                ",".join(map(str, hop.to_shards)),
+                hop.duration_seconds,
+                hop.duplicates_dropped,
+            )
+        if self._hop_pending and self.config.hop_started_at is not None:
+            self._hop_pending = False
+            self.metrics.hops.labels(self.name).inc()
+            elapsed = max(0.0, time.time() - self.config.hop_started_at)
+            self.metrics.hop_duration.labels(self.name).observe(elapsed)
+            self.tracker.set_phase("running")
+        self.tracker.batch_timings(
+            batch_id, phases.read_s, phases.sinks_s, time.perf_counter() - began
+        )
+        self.tracker.finish_batch(batch_id)
+        done = time.perf_counter()
+        phases.finish_s, phases.total_s = done - finish_began, done - began
+        self.batch_phases.append(phases)
+
+    def _write_sinks(
+        self, frame: Any, ctx: BatchContext, phases: BatchPhases, began: float
+    ) -> None:
+        """The batch to every sink in turn, without hop duplicates; the first sink's pass counts
+        them and feeds the tracker."""
 
         def events() -> Iterator[ChangeEvent]:
             # one Spark job per partition: the next one runs while this one is taken
@@ -204,7 +238,6 @@ class Job:
                 yield ChangeEvent.from_row(row.asDict())
 
         several = len(self.sinks) > 1
-        dropped_before = self.tracker.duplicates["hop"]
         if several:
             frame.persist()
         try:
@@ -237,32 +270,6 @@ class Job:
         finally:
             if several:
                 frame.unpersist()
-        fault_after_sink_write(batch_id)
-        finish_began = time.perf_counter()
-        if any(hop.completed_at is None for hop in self.tracker.hops):
-            fault_after_hop_write(batch_id)
-        for hop in self.tracker.complete_hops(self.tracker.duplicates["hop"] - dropped_before):
-            log.info(
-                "hop %s done: %s -> %s in %.1fs, %d duplicates dropped",
-                hop.number,
-                ",".join(map(str, hop.from_shards)),
-                ",".join(map(str, hop.to_shards)),
-                hop.duration_seconds,
-                hop.duplicates_dropped,
-            )
-        if self._hop_pending and self.config.hop_started_at is not None:
-            self._hop_pending = False
-            self.metrics.hops.labels(self.name).inc()
-            elapsed = max(0.0, time.time() - self.config.hop_started_at)
-            self.metrics.hop_duration.labels(self.name).observe(elapsed)
-            self.tracker.set_phase("running")
-        self.tracker.batch_timings(
-            batch_id, phases.read_s, phases.sinks_s, time.perf_counter() - began
-        )
-        self.tracker.finish_batch(batch_id)
-        done = time.perf_counter()
-        phases.finish_s, phases.total_s = done - finish_began, done - began
-        self.batch_phases.append(phases)
 
     def start(self, spark: Any | None = None) -> Any:
         config = self.config
