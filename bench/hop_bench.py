@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from updatestream_cli.devcluster.cluster import DevCluster
+from updatestream_cli.devcluster.mariadb_server import MariaDBServer
 from updatestream_cli.devcluster.reshard import ReshardOptions
-from updatestream_cli.devcluster.server import MariaDBServer
 from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 
 from bench.report import machine

@@ -51,11 +51,11 @@ from typing import Any
 import pymysql
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.ledger import LedgerEntry, read_ledger
-from updatestream_cli.devcluster.memcached import MemcachedServer
-from updatestream_cli.devcluster.server import MariaDBServer
+from updatestream_cli.devcluster.mariadb_server import MariaDBServer
+from updatestream_cli.devcluster.memcached_server import MemcachedServer
 from updatestream_jobs.job import Job, spark_session
-from updatestream_jobs.sinks.base import BatchContext
-from updatestream_jobs.sinks.cdcv2 import stream_directory
+from updatestream_jobs.sinks.cdcv2_sink import stream_directory
+from updatestream_jobs.sinks.sink import BatchContext
 
 from bench.lagtools import BatchRecord, TimedSink, cdcv2_complete_times, event_lags, summarize
 from bench.report import console, machine, median, print_table, say_load, write_result

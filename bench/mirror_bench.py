@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import pymysql
-from updatestream_cli.devcluster.server import MariaDBServer
-from updatestream_jobs.sinks.base import BatchContext
-from updatestream_jobs.sinks.mirror import MirrorSink
+from updatestream_cli.devcluster.mariadb_server import MariaDBServer
+from updatestream_jobs.sinks.mirror_sink import MirrorSink
+from updatestream_jobs.sinks.sink import BatchContext
 
 from bench.report import machine, median, print_table, say_load, write_result
 from bench.summary import merge_summary

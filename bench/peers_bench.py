@@ -50,8 +50,8 @@ from typing import IO, Any
 
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.ledger import LedgerEntry, read_ledger
-from updatestream_cli.devcluster.schema import DATABASE
-from updatestream_cli.devcluster.server import MariaDBServer
+from updatestream_cli.devcluster.mariadb_server import MariaDBServer
+from updatestream_cli.devcluster.sample_schema import DATABASE
 from updatestream_jobs.job import Job, spark_session
 
 from bench import source_bench

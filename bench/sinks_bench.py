@@ -25,11 +25,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from updatestream_cli.devcluster.memcached import MemcachedServer
-from updatestream_cli.devcluster.server import MariaDBServer
-from updatestream_jobs.sinks.base import BatchContext
-from updatestream_jobs.sinks.memcached import MemcachedSink
-from updatestream_jobs.sinks.versionstream import VersionStreamSink
+from updatestream_cli.devcluster.mariadb_server import MariaDBServer
+from updatestream_cli.devcluster.memcached_server import MemcachedServer
+from updatestream_jobs.sinks.memcached_sink import MemcachedSink
+from updatestream_jobs.sinks.sink import BatchContext
+from updatestream_jobs.sinks.versionstream_sink import VersionStreamSink
 
 from bench.report import machine, say_load, write_result
 from bench.summary import merge_summary

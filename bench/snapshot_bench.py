@@ -103,7 +103,7 @@ def child(kind: str, directory: Path, rows: int, chunk_rows: int) -> dict[str, A
 
 def run_updatestream(cluster: DevCluster, rows: int, chunk_rows: int) -> dict[str, Any]:
     from updatestream_jobs.job import spark_session
-    from updatestream_jobs.source.datasource import register
+    from updatestream_jobs.source.data_source import register
 
     from bench.rss import pyspark_worker_peak_rss_mb, vm_hwm_mb
 

@@ -37,14 +37,15 @@ from typing import Any
 
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import WriteRowsEvent
-from updatestream_cli.devcluster.server import MariaDBServer
+from updatestream_cli.devcluster.mariadb_server import MariaDBServer
 from updatestream_jobs.job import spark_session
-from updatestream_jobs.source.datasource import ShardRange, read_shard_rows, record_batches
+from updatestream_jobs.source.arrow_rows import record_batches
+from updatestream_jobs.source.binlog_ranges import ShardRange, read_shard_rows
+from updatestream_jobs.source.options import parse_options
 
 from bench.report import machine, say_load, write_result
 from bench.rss import pyspark_worker_peak_rss_mb
 from bench.summary import merge_summary
-from updatestream.binlog.options import parse_options
 from updatestream.core.gtid import parse_position
 from updatestream.core.token import EventToken
 

@@ -44,7 +44,7 @@ from updatestream.core.dedup import DedupFilter
 from updatestream.core.errors import UpdateStreamError
 from updatestream.core.gtid import GTIDParseError, parse_position, position_contains
 from updatestream.core.shardmap import ShardMap
-from updatestream.core.snapshot import SnapshotState, progress_of
+from updatestream.core.snapshot_plan import SnapshotState, progress_of
 from updatestream.core.token import EventToken
 from updatestream_jobs.stream_metrics import DUPLICATE_CAUSES, StreamMetrics
 

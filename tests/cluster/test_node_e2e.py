@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 from updatestream_cli.devcluster.cluster import DevCluster
-from updatestream_cli.devcluster.memcached import MemcachedServer
+from updatestream_cli.devcluster.memcached_server import MemcachedServer
 from updatestream_cli.devcluster.reshard import ReshardOptions
 from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 

@@ -10,7 +10,7 @@ import pytest
 from tests.core.builders import tok
 from updatestream.core.dedup import DedupFilter, DedupFilterError, DedupVerdict
 from updatestream.core.gtid import Flavor, GTIDPosition, PositionError, parse_position
-from updatestream.core.hop import plan_hop
+from updatestream.core.hop_plan import plan_hop
 from updatestream.core.shardmap import ShardMap
 from updatestream.core.token import EventToken
 

@@ -17,7 +17,7 @@ from harness.hop import traffic_generator
 from tests.binlogs import config_for, positions, read
 from updatestream.binlog.errors import ShardUnreachable
 from updatestream.binlog.session import ShardSession
-from updatestream.core.snapshot import Chunk
+from updatestream.core.snapshot_plan import Chunk
 from updatestream.core.token import EventToken
 from updatestream.core.vschema import VSchema
 from updatestream.snapshot import chunks, columns

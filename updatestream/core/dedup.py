@@ -32,7 +32,7 @@ from updatestream.core.gtid import (
     position_from_json,
     position_to_json,
 )
-from updatestream.core.hop import HopPlan, canonical_shard_name
+from updatestream.core.hop_plan import HopPlan, canonical_shard_name
 from updatestream.core.token import EventToken
 
 __all__ = ["DedupFilter", "DedupFilterError", "DedupVerdict"]

@@ -23,7 +23,7 @@ from updatestream import spec
 from updatestream.core.errors import UpdateStreamError
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.vschema import VSchema
-from updatestream.mysql import connection_arguments
+from updatestream.mysql_connections import connection_arguments
 from updatestream_cli.verify.inputs import VerifyInputError
 
 Rows = dict[tuple[Any, ...], dict[str, Any]]

@@ -22,7 +22,7 @@ class SinkError(UpdateStreamError):
     not acknowledged, so Spark retries it and nothing is lost."""
 
 
-class MirrorSchemaError(SinkError):
+class MirrorSinkSchemaError(SinkError):
     """A mirror table does not fit its source table (a dropped or retyped column, another
     primary key): the message names the table and the column and says what to do."""
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from updatestream_cli.devcluster.errors import DevClusterError
+
 DATABASE = "commerce"
 VT_DATABASE = "_vt"
 
@@ -75,6 +77,13 @@ SET_COLUMNS: dict[str, frozenset[str]] = {
     "events": frozenset({"tags"}),
 }
 
+# JSON columns: MySQL keeps them in a binary form (its binlog too), MariaDB as text.
+JSON_COLUMNS: dict[str, frozenset[str]] = {
+    "users": frozenset({"profile"}),
+    "orders": frozenset(),
+    "events": frozenset({"attrs"}),
+}
+
 # Primary-key columns of each table.
 PRIMARY_KEYS: dict[str, tuple[str, ...]] = {
     "users": ("id",),
@@ -134,26 +143,41 @@ class UserSpec:
     grants: tuple[str, ...]
 
 
-def user_specs(keyspace: str) -> dict[Role, UserSpec]:
-    """The three users of a keyspace. Grants use `{user}` for the quoted account name.
+USER_NAME_LIMITS = {"mariadb": 80, "mysql": 32}
 
-    The app user gets DML on the keyspace database only: no SUPER / READ_ONLY ADMIN, so
-    `read_only=ON` stops its writes (that is how the workflow freezes a source shard).
+# What a change stream's reader needs: the binlog dump, the binlog's files and positions, and
+# SELECT (snapshots, the settings check). MariaDB calls the second BINLOG MONITOR, MySQL
+# REPLICATION CLIENT.
+READER_GRANTS: dict[str, str] = {
+    "mariadb": "GRANT REPLICATION SLAVE, BINLOG MONITOR, SELECT ON *.* TO {user}",
+    "mysql": "GRANT REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.* TO {user}",
+}
+
+
+def user_specs(keyspace: str, flavor: str = "mariadb") -> dict[Role, UserSpec]:
+    """The three users of a keyspace on servers of `flavor`. Grants use `{user}` for the quoted
+    account name.
+
+    The app user gets DML on the keyspace database only: no SUPER, READ_ONLY ADMIN (MariaDB) or
+    CONNECTION_ADMIN (MySQL), so `read_only=ON` stops its writes (that is how the workflow
+    freezes a source shard).
     """
+    longest = USER_NAME_LIMITS[flavor] - len("_reader")
+    if len(keyspace) > longest:
+        raise DevClusterError(
+            f"keyspace name {keyspace!r} is too long for the user names of a {flavor} server "
+            f"(at most {USER_NAME_LIMITS[flavor]} characters); use at most {longest} characters"
+        )
     return {
-        "reader": UserSpec(
-            "reader",
-            f"{keyspace}_reader"[:80],
-            ("GRANT REPLICATION SLAVE, BINLOG MONITOR, SELECT ON *.* TO {user}",),
-        ),
+        "reader": UserSpec("reader", f"{keyspace}_reader", (READER_GRANTS[flavor],)),
         "app": UserSpec(
             "app",
-            f"{keyspace}_app"[:80],
+            f"{keyspace}_app",
             (f"GRANT SELECT, INSERT, UPDATE, DELETE ON `{DATABASE}`.* TO {{user}}",),
         ),
         "admin": UserSpec(
             "admin",
-            f"{keyspace}_admin"[:80],
+            f"{keyspace}_admin",
             ("GRANT ALL PRIVILEGES ON *.* TO {user} WITH GRANT OPTION",),
         ),
     }

@@ -33,6 +33,7 @@ from pymysqlreplication.event import (
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+from updatestream.binlog.config import ReaderConfig, ShardEndpoint
 from updatestream.binlog.errors import (
     BinlogPurged,
     BinlogReadError,
@@ -40,8 +41,7 @@ from updatestream.binlog.errors import (
     ShardUnreachable,
 )
 from updatestream.binlog.events import ChangeEvent
-from updatestream.binlog.options import ShardEndpoint, SourceConfig
-from updatestream.binlog.rows import EventRow, RowConverter, Transaction
+from updatestream.binlog.row_converter import EventRow, RowConverter, Transaction
 from updatestream.binlog.session import (
     BinlogStream,
     SilentReconnect,
@@ -94,7 +94,7 @@ class BinlogRangeReader:
     def __init__(
         self,
         endpoint: ShardEndpoint,
-        config: SourceConfig,
+        config: ReaderConfig,
         start: GTIDPosition,
         end: GTIDPosition | None,
         converter: RowConverter,

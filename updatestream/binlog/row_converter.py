@@ -21,9 +21,9 @@ from typing import Any
 
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+from updatestream.binlog.config import ReaderConfig
 from updatestream.binlog.errors import BinlogReadError, UnknownTable
 from updatestream.binlog.events import ChangeEvent, Op, encode_row
-from updatestream.binlog.options import SourceConfig
 from updatestream.core.gtid import Flavor, GTIDPosition, parse_position
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.token import EventToken, SourceProvenance
@@ -115,7 +115,7 @@ def _row_kind(event: Any) -> tuple[Op, str | None, str | None] | None:
 class RowConverter:
     """Row events of one shard -> ChangeEvents (filtered by table list and key range)."""
 
-    def __init__(self, config: SourceConfig, shard: str, flavor: Flavor) -> None:
+    def __init__(self, config: ReaderConfig, shard: str, flavor: Flavor) -> None:
         self.keyspace = config.keyspace
         self.shard = shard
         self.flavor = flavor

@@ -20,21 +20,21 @@ import pymysql
 from updatestream import spec
 from updatestream.binlog.events import ChangeEvent
 from updatestream.core.errors import UpdateStreamError
-from updatestream.mysql import connection_arguments
+from updatestream.mysql_connections import connection_arguments
 from updatestream.versionstream.repository import (
     Origin,
     Record,
     VersionStreamRepository,
     entity_name,
 )
-from updatestream_jobs.sinks.base import (
+from updatestream_jobs.sinks.common import identity, loads_object, pk_of
+from updatestream_jobs.sinks.sink import (
     BatchContext,
     ReplayGuard,
     SinkContext,
     SinkError,
     SinkResult,
 )
-from updatestream_jobs.sinks.common import identity, loads_object, pk_of
 
 
 def records_of(event: ChangeEvent) -> list[Record]:

@@ -31,17 +31,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from updatestream.binlog.errors import HopGapError, SourceOptionsError
-from updatestream.binlog.offsets import HopInfo, StreamOffset
-from updatestream.binlog.positions import find_start_by_timestamp
 from updatestream.binlog.session import ShardSession, connection_settings
+from updatestream.binlog.start_positions import find_start_by_timestamp
 from updatestream.core.dedup import DedupFilter
 from updatestream.core.gtid import GTIDParseError, GTIDPosition, parse_position, position_contains
-from updatestream.core.hop import HopPlan, canonical_shard_name, plan_hop
+from updatestream.core.hop_plan import HopPlan, canonical_shard_name, plan_hop
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.shardmap import ShardMap
 from updatestream.core.token import EventToken
 from updatestream.spec import Keyspace
 from updatestream_jobs.source.keyspace_watch import KeyspaceWatch
+from updatestream_jobs.source.offsets import HopInfo, StreamOffset
 
 log = logging.getLogger(__name__)
 

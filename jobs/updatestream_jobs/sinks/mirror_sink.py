@@ -32,10 +32,10 @@ from updatestream.mirror import (
     SourceSchemas,
     collapse,
 )
-from updatestream.mysql import connection_arguments
-from updatestream_jobs.sinks import base
-from updatestream_jobs.sinks.base import (
+from updatestream.mysql_connections import connection_arguments
+from updatestream_jobs.sinks.sink import (
     BatchContext,
+    MirrorSinkSchemaError,
     ReplayGuard,
     SinkContext,
     SinkError,
@@ -185,8 +185,8 @@ class MirrorSink:
             keys = len(batch.changes)
             result = self.writer.apply(batch)
             purged = self._maybe_purge()
-        except MirrorSchemaError as exc:
-            raise base.MirrorSchemaError(str(exc)) from None
+        except MirrorSchemaError as exc:  # the library's: the sink's typed error
+            raise MirrorSinkSchemaError(str(exc)) from None
         except _FAILURES as exc:
             self._drop_connection()
             raise SinkError(

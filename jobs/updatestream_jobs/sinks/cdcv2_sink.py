@@ -19,14 +19,14 @@ from updatestream import spec
 from updatestream.binlog.events import ChangeEvent
 from updatestream.cdcv2.format import CDCv2FormatError
 from updatestream.cdcv2.writer import Change, StreamWriter
-from updatestream_jobs.sinks.base import (
+from updatestream_jobs.sinks.common import identity_text, pk_of, row_images
+from updatestream_jobs.sinks.sink import (
     BatchContext,
     ReplayGuard,
     SinkContext,
     SinkError,
     SinkResult,
 )
-from updatestream_jobs.sinks.common import identity_text, pk_of, row_images
 
 log = logging.getLogger(__name__)
 

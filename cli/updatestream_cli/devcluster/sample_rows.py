@@ -3,18 +3,20 @@
 Values are built so that what python-mysql-replication reads back from the binlog is equal to
 what was generated: DECIMALs carry their column's scale, DATETIME(6) values are naive UTC
 datetimes, SET values are Python sets (None instead of an empty set, as the binlog gives NULL or
-an empty mask the same way), JSON columns hold the JSON text exactly as written.
+an empty mask the same way), JSON columns hold JSON text in the form MySQL 8 writes it out
+(`json_text`), which MariaDB keeps as written.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
 import json
 import random
 from collections.abc import Mapping
 from typing import Any
 
-from updatestream_cli.devcluster import schema
-from updatestream_cli.devcluster.ledger import canonical_decimal, utc_now_naive
+from updatestream_cli.devcluster import sample_schema
 
 _NAMES = ["Ada", "Grace", "Zoë", "Łukasz", "Jürgen", "Søren", "明", "Анна", "Amélie", "José"]
 _SURNAMES = ["Lovelace", "Hopper", "Ørsted", "Müller", "García", "山田", "Иванова", "O'Brien"]
@@ -22,13 +24,43 @@ _SKUS = ["sku-apple", "sku-pear", "sku-plum", "sku-fig", "sku-kiwi", "sku-lime"]
 _KINDS = ["click", "view", "purchase", "signup", "logout"]
 
 
+def canonical_decimal(value: str | decimal.Decimal, places: int = 2) -> decimal.Decimal:
+    return decimal.Decimal(value).quantize(decimal.Decimal(1).scaleb(-places))
+
+
+def utc_now_naive() -> dt.datetime:
+    """DATETIME(6) values are written in UTC without a zone (the servers run with +00:00)."""
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
+
+
+def _normalized(value: Any) -> Any:
+    """`value` with every object's keys in MySQL's order: shorter keys first, then by bytes."""
+    if isinstance(value, dict):
+        ordered = sorted(value.items(), key=lambda kv: (len(kv[0].encode()), kv[0].encode()))
+        return {key: _normalized(item) for key, item in ordered}
+    if isinstance(value, list):
+        return [_normalized(item) for item in value]
+    return value
+
+
+def json_text(doc: Any) -> str:
+    """The text MySQL 8 gives back for a JSON column holding `doc` (of objects, lists, strings
+    and integers): MySQL stores JSON in a binary form and writes it out again with its own key
+    order and `", "`/`": "` separators, non-ASCII as it is. A MariaDB JSON column keeps the text
+    as written, so this text reads back unchanged on both flavors."""
+    return json.dumps(_normalized(doc), ensure_ascii=False)
+
+
 def _json_text(rng: random.Random) -> str | None:
     if rng.random() < 0.2:
         return None
-    doc = {"score": rng.randint(0, 1000), "tags": rng.sample(["a", "b", "c", "d"], 2)}
+    doc: dict[str, Any] = {
+        "score": rng.randint(0, 1000),
+        "tags": rng.sample(["a", "b", "c", "d"], 2),
+    }
     if rng.random() < 0.5:
         doc["note"] = rng.choice(["ünïcödé", "plain", 'quote"d', "emoji 🎉"])
-    return json.dumps(doc, ensure_ascii=False, sort_keys=True)
+    return json_text(doc)
 
 
 def _set_value(rng: random.Random, labels: tuple[str, ...]) -> set[str] | None:
@@ -117,23 +149,23 @@ def sql_value(value: Any) -> Any:
 
 
 def insert_sql(table: str, rows: int = 1) -> str:
-    columns = schema.COLUMNS[table]
+    columns = sample_schema.COLUMNS[table]
     one = "(" + ", ".join(["%s"] * len(columns)) + ")"
     names = ", ".join(f"`{c}`" for c in columns)
     return f"INSERT INTO `{table}` ({names}) VALUES " + ", ".join([one] * rows)
 
 
 def insert_params(table: str, row: Mapping[str, Any]) -> list[Any]:
-    return [sql_value(row[c]) for c in schema.COLUMNS[table]]
+    return [sql_value(row[c]) for c in sample_schema.COLUMNS[table]]
 
 
 def update_sql(table: str, columns: list[str]) -> tuple[str, list[str]]:
-    keys = schema.PRIMARY_KEYS[table]
+    keys = sample_schema.PRIMARY_KEYS[table]
     assignments = ", ".join(f"`{c}` = %s" for c in columns)
     where = " AND ".join(f"`{k}` = %s" for k in keys)
     return f"UPDATE `{table}` SET {assignments} WHERE {where}", list(keys)
 
 
 def delete_sql(table: str) -> str:
-    where = " AND ".join(f"`{k}` = %s" for k in schema.PRIMARY_KEYS[table])
+    where = " AND ".join(f"`{k}` = %s" for k in sample_schema.PRIMARY_KEYS[table])
     return f"DELETE FROM `{table}` WHERE {where}"

@@ -9,8 +9,8 @@ rows:
 * `idle`: a tail at the last offset's position tells, without a query, that a shard has nothing
   new (until the heartbeat interval asks for a fresh token anyway);
 * `rows`: the rows of a batch's range `(start, end]` when the tail holds exactly that range and
-  it is small (`inlineMaxRows`); the partition carries them and the worker only filters them
-  and adds the heartbeat (`read_shard_rows`);
+  it is small (`inlineMaxRows`); the batch's held-rows partition carries them and the worker
+  only filters them and adds the heartbeat (`binlog_ranges.read_shard_rows`);
 * `cut`: admission control, an earlier end for a shard whose tail holds more than `maxBatchRows`
   rows after the start;
 * `follow`: after each planned batch, a tail for every shard the batch ends on, from the batch's
@@ -29,11 +29,12 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
-from updatestream.binlog.options import ShardEndpoint, SourceConfig
-from updatestream.binlog.rows import EventRow
+from updatestream.binlog.config import ShardEndpoint
+from updatestream.binlog.row_converter import EventRow
 from updatestream.binlog.tailer import ShardTailer
 from updatestream.core.gtid import GTIDPosition
 from updatestream.core.token import EventToken
+from updatestream_jobs.source.options import SourceConfig
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +147,7 @@ class Tails:
         try:
             self.tailers[endpoint.shard] = ShardTailer(
                 endpoint,
-                config,
+                config.reader,
                 position,
                 max_rows=config.tail_buffer_rows,
                 max_bytes=config.tail_buffer_bytes,

@@ -1,19 +1,22 @@
-"""One local MariaDB server: datadir, process, connections, binlog position.
+"""What every local database server of the development cluster shares, whatever its flavor.
 
-Each server runs `mariadbd --no-defaults` on 127.0.0.1 with its own datadir, socket and pid file,
-row-based binlogs with full metadata and full row images, and small buffers so several fit on a
-laptop. Datadirs are copied from a template made once by `mariadb-install-db` (the install is the
-slow part), cached per MariaDB version under the UpdateStream cache directory.
+`LocalServer` is the common protocol of `MariaDBServer` and `MySQLServer`: a directory of its own
+(datadir, socket, pid file, error log), a process started in a session of its own and stopped by
+pid, root over the unix socket, TCP connections for the keyspace's users, accounts created
+without binary logging, and the binlog's GTID position and files. A flavor says how its datadir
+template is made, which command line runs it, and how it reports its GTID position.
 
-Durability is relaxed on purpose (`innodb_flush_log_at_trx_commit=2`, `sync_binlog=0`): these
-servers hold throw-away development data, and a crash of mariadbd itself is not something the
-development cluster simulates. Killing the *workflow* (not the server) is what the tests do.
+Servers listen on 127.0.0.1 unless given another `bind_address` (the address of a bridge the
+Pods of a one-node Kubernetes reach, for example); their accounts then accept connections from
+any host, since the Pods' addresses are not known in advance.
 """
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import hashlib
+import ipaddress
 import os
 import shutil
 import signal
@@ -21,50 +24,27 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 import pymysql
 import pymysql.connections
 
 from updatestream_cli.devcluster.errors import ServerError
 
-MARIADBD = os.environ.get("UPDATESTREAM_MARIADBD", "/usr/sbin/mariadbd")
-INSTALL_DB = os.environ.get("UPDATESTREAM_MARIADB_INSTALL_DB", "mariadb-install-db")
-
-# Flags used both to create the template datadir and to run servers: InnoDB file sizes must agree.
-_STORAGE_ARGS: tuple[str, ...] = (
-    "--innodb-buffer-pool-size=48M",
-    "--innodb-log-file-size=16M",
-    "--innodb-data-file-path=ibdata1:10M:autoextend",
-)
-_SERVER_ARGS: tuple[str, ...] = (
-    "--bind-address=127.0.0.1",
-    "--skip-name-resolve",
-    "--performance-schema=OFF",
-    "--binlog-format=ROW",
-    "--binlog-row-metadata=FULL",
-    "--binlog-row-image=FULL",
-    "--max-binlog-size=64M",
-    "--innodb-flush-log-at-trx-commit=2",
-    "--sync-binlog=0",
-    "--character-set-server=utf8mb4",
-    "--collation-server=utf8mb4_general_ci",
-    "--default-time-zone=+00:00",
-    "--max-connections=200",
-    "--key-buffer-size=1M",
-    "--table-open-cache=400",
-)
+ServerFlavor = Literal["mariadb", "mysql"]
+FLAVORS: tuple[ServerFlavor, ...] = ("mariadb", "mysql")
+LOOPBACK = "127.0.0.1"
 Connection = pymysql.connections.Connection  # generic only for the type checker
 _SOCKET_PATH_LIMIT = 100  # sun_path is 108 bytes; keep a margin
 
 
-def free_port() -> int:
-    """A loopback TCP port that was free a moment ago (bind to port 0, read it, close)."""
+def free_port(host: str = LOOPBACK) -> int:
+    """A TCP port of `host` that was free a moment ago (bind to port 0, read it, close)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((host, 0))
         port: int = sock.getsockname()[1]
         return port
 
@@ -74,55 +54,29 @@ def cache_dir() -> Path:
     return Path(base) if base else Path.home() / ".cache" / "updatestream"
 
 
-def mariadb_version() -> str:
+def check_bind_address(address: str) -> str:
+    """`address` if a server can listen on it and clients can connect to it: an IPv4 address of
+    this machine, not a wildcard. Raises `ServerError` saying what to pass instead."""
     try:
-        out = subprocess.run(
-            [MARIADBD, "--version"], check=True, capture_output=True, text=True, timeout=30
-        ).stdout
-    except (OSError, subprocess.SubprocessError) as exc:
+        parsed = ipaddress.ip_address(address)
+    except ValueError:
         raise ServerError(
-            f"cannot run {MARIADBD} --version ({exc}); install mariadb-server (make system-deps)"
+            f"bind address {address!r} is not an IPv4 address; pass one of this machine's "
+            "addresses, like 127.0.0.1 or the address of the node's bridge"
         ) from None
-    return out.strip()
-
-
-def template_datadir() -> Path:
-    """A freshly installed datadir to copy from; created once per MariaDB version and flags."""
-    key = hashlib.sha256(
-        "\n".join([mariadb_version(), *_STORAGE_ARGS]).encode("utf-8")
-    ).hexdigest()[:16]
-    template = cache_dir() / f"mariadb-datadir-{key}"
-    if (template / "mysql").is_dir():
-        return template
-    template.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".mariadb-datadir-", dir=template.parent))
+    if parsed.version != 4 or parsed.is_unspecified:
+        raise ServerError(
+            f"bind address {address} cannot be used: it must be one IPv4 address of this "
+            "machine (clients connect to it, and the manifest names it), not a wildcard"
+        )
     try:
-        datadir = staging / "data"
-        cmd = [
-            INSTALL_DB,
-            "--no-defaults",
-            "--auth-root-authentication-method=normal",
-            "--skip-test-db",
-            "--user=root",
-            f"--datadir={datadir}",
-            *_STORAGE_ARGS,
-        ]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-        if proc.returncode != 0 or not (datadir / "mysql").is_dir():
-            tail = (proc.stderr or proc.stdout)[-2000:]
-            raise ServerError(
-                f"mariadb-install-db failed (exit {proc.returncode}) for {datadir}: {tail}; "
-                "check that mariadb-server is installed (make system-deps)"
-            )
-        try:
-            datadir.rename(template)
-        except OSError:
-            # Someone else (another test session) created it first: use theirs.
-            if not (template / "mysql").is_dir():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return template
+        free_port(address)
+    except OSError as exc:
+        raise ServerError(
+            f"cannot listen on {address} ({exc.strerror or exc}); is it an address of this "
+            "machine? Start the bridge first (make cluster-up) or pass 127.0.0.1"
+        ) from None
+    return address
 
 
 def pid_alive(pid: int) -> bool:
@@ -151,27 +105,79 @@ def pid_cmdline(pid: int) -> str:
         return ""
 
 
-@dataclass
-class MariaDBServer:
-    """One `mariadbd` with its own directory (`datadir`, socket, pid file, error log)."""
+def cached_template(label: str, key_parts: Sequence[str], install: Callable[[Path], None]) -> Path:
+    """A freshly installed datadir to copy from, made once per `key_parts` (the server's version
+    and the flags that shape its files) by `install(datadir)`, under the cache directory."""
+    key = hashlib.sha256("\n".join(key_parts).encode("utf-8")).hexdigest()[:16]
+    template = cache_dir() / f"{label}-datadir-{key}"
+    if (template / "mysql").exists():
+        return template
+    template.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{label}-datadir-", dir=template.parent))
+    try:
+        datadir = staging / "data"
+        install(datadir)
+        try:
+            datadir.rename(template)
+        except OSError:
+            # Someone else (another test session) created it first: use theirs.
+            if not (template / "mysql").exists():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return template
+
+
+def run_installer(command: Sequence[str], datadir: Path, hint: str) -> None:
+    """Run a datadir installer; a `ServerError` with its output's end and `hint` if it fails."""
+    proc = subprocess.run(list(command), capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0 or not (datadir / "mysql").exists():
+        tail = (proc.stderr or proc.stdout)[-2000:]
+        raise ServerError(
+            f"{Path(command[0]).name} failed (exit {proc.returncode}) for {datadir}: {tail}; {hint}"
+        )
+
+
+@dataclass(kw_only=True)
+class LocalServer(abc.ABC):
+    """One database server process with its own directory (`datadir`, socket, pid file, log)."""
+
+    flavor: ClassVar[ServerFlavor]
+    program: ClassVar[str]  # the server program's name, for messages and file names
 
     base_dir: Path
     server_id: int
-    domain_id: int | None = None
     port: int | None = None
     extra_args: Sequence[str] = ()
     name: str = ""
     pid: int | None = None
+    bind_address: str = LOOPBACK
     _proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.base_dir = Path(self.base_dir).absolute()
-        if self.domain_id is None:
-            self.domain_id = self.server_id
         if not self.name:
             self.name = self.base_dir.name
 
-    # -- layout -------------------------------------------------------------------------------
+    # -- what a flavor provides -----------------------------------------------------------------
+
+    @abc.abstractmethod
+    def template(self) -> Path:
+        """The installed datadir this server's datadir is copied from."""
+
+    @abc.abstractmethod
+    def command(self) -> list[str]:
+        """The command line that runs this server."""
+
+    @abc.abstractmethod
+    def gtid_position(self) -> str:
+        """The GTID position of the last transaction in this server's binlog."""
+
+    @abc.abstractmethod
+    def prepare_datadir(self, datadir: Path) -> None:
+        """Adjust a fresh copy of the template before the server first starts on it."""
+
+    # -- layout ---------------------------------------------------------------------------------
 
     @property
     def datadir(self) -> Path:
@@ -179,7 +185,7 @@ class MariaDBServer:
 
     @property
     def pid_file(self) -> Path:
-        return self.base_dir / "mariadbd.pid"
+        return self.base_dir / f"{self.program}.pid"
 
     @property
     def error_log(self) -> Path:
@@ -187,7 +193,7 @@ class MariaDBServer:
 
     @property
     def socket_path(self) -> Path:
-        path = self.base_dir / "mariadbd.sock"
+        path = self.base_dir / f"{self.program}.sock"
         if len(str(path)) <= _SOCKET_PATH_LIMIT:
             return path
         digest = hashlib.sha256(str(self.base_dir).encode()).hexdigest()[:16]
@@ -195,59 +201,46 @@ class MariaDBServer:
 
     @property
     def host(self) -> str:
-        return "127.0.0.1"
+        return self.bind_address
 
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
+    @property
+    def account_host(self) -> str:
+        """The host part of the accounts this server's users get."""
+        return LOOPBACK if self.bind_address == LOOPBACK else "%"
+
     def describe(self) -> str:
         label = f"shard {self.name} " if self.name else ""
         return f"{label}({self.address})"
 
-    # -- lifecycle ----------------------------------------------------------------------------
+    # -- lifecycle ------------------------------------------------------------------------------
 
     def initialise(self) -> None:
         """Create the datadir from the installed template unless it exists already."""
-        if (self.datadir / "mysql").is_dir():
+        if (self.datadir / "mysql").exists():
             return
         self.base_dir.mkdir(parents=True, exist_ok=True)
         staging = self.base_dir / "data.partial"
         shutil.rmtree(staging, ignore_errors=True)
-        shutil.copytree(template_datadir(), staging, symlinks=True)
+        shutil.copytree(self.template(), staging, symlinks=True)
+        self.prepare_datadir(staging)
         staging.rename(self.datadir)
-
-    def command(self) -> list[str]:
-        assert self.port is not None
-        return [
-            MARIADBD,
-            "--no-defaults",
-            "--user=root",
-            f"--datadir={self.datadir}",
-            f"--port={self.port}",
-            f"--socket={self.socket_path}",
-            f"--pid-file={self.pid_file}",
-            f"--log-error={self.error_log}",
-            f"--log-bin={self.datadir / 'mariadb-bin'}",
-            f"--server-id={self.server_id}",
-            f"--gtid-domain-id={self.domain_id}",
-            *_STORAGE_ARGS,
-            *_SERVER_ARGS,
-            *self.extra_args,
-        ]
 
     def is_running(self) -> bool:
         return self.pid is not None and pid_alive(self.pid)
 
     def start(self, timeout: float = 60.0) -> None:
-        """Start mariadbd (initialising the datadir first) and wait until it answers."""
+        """Start the server (initialising the datadir first) and wait until it answers."""
         if self.is_running():
             return
         self.initialise()
         dynamic = self.port is None
         for _attempt in range(5 if dynamic else 1):
             if dynamic:
-                self.port = free_port()
+                self.port = free_port(self.bind_address)
             log_offset = self.error_log.stat().st_size if self.error_log.exists() else 0
             self._spawn()
             try:
@@ -256,13 +249,13 @@ class MariaDBServer:
             except ServerError:
                 log = self._log_since(log_offset)
                 self.stop()
-                if dynamic and "Bind on TCP/IP port" in log:
+                if dynamic and "Bind on TCP/IP port" in log and "in use" in log:
                     continue  # someone took the port between our probe and the bind
                 raise ServerError(
-                    f"mariadbd for {self.describe()} did not start within {timeout:.0f}s; "
+                    f"{self.program} for {self.describe()} did not start within {timeout:.0f}s; "
                     f"its error log {self.error_log} ends with: {log[-1500:]}"
                 ) from None
-        raise ServerError(f"no free loopback port found for {self.describe()}; retry")
+        raise ServerError(f"no free port found on {self.bind_address} for {self.describe()}")
 
     def _spawn(self) -> None:
         self.base_dir.mkdir(parents=True, exist_ok=True)
@@ -289,13 +282,15 @@ class MariaDBServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not self.is_running():
-                raise ServerError(f"mariadbd for {self.describe()} exited during start-up")
+                raise ServerError(f"{self.program} for {self.describe()} exited during start-up")
             try:
                 self.root_connect(connect_timeout=2).close()
                 return
             except pymysql.err.MySQLError:
                 time.sleep(0.1)
-        raise ServerError(f"mariadbd for {self.describe()} did not answer within {timeout:.0f}s")
+        raise ServerError(
+            f"{self.program} for {self.describe()} did not answer within {timeout:.0f}s"
+        )
 
     def stop(self, timeout: float = 30.0) -> None:
         """SIGTERM by pid, wait; SIGKILL after `timeout`. Only the process this object started
@@ -322,7 +317,7 @@ class MariaDBServer:
         self._proc = None
         self.pid = None
 
-    # -- connections --------------------------------------------------------------------------
+    # -- connections ----------------------------------------------------------------------------
 
     def root_connect(self, database: str | None = None, connect_timeout: int = 10) -> Connection:
         """root@localhost over the unix socket (installed without a password)."""
@@ -345,7 +340,8 @@ class MariaDBServer:
         autocommit: bool = True,
         **kwargs: Any,
     ) -> Connection:
-        """A TCP connection to 127.0.0.1:<port> as `user`."""
+        """A TCP connection to the server's address and port as `user`, without TLS."""
+        kwargs.setdefault("ssl_disabled", True)
         return pymysql.connect(
             host=self.host,
             port=self.port or 3306,
@@ -368,13 +364,14 @@ class MariaDBServer:
                 cur.execute(sql, tuple(args) or None)
 
     def create_account(self, user: str, password: str, grants: Sequence[str]) -> None:
-        """`user`@127.0.0.1 with `password` (set again if it exists) and `grants` (each a
+        """`user`@`account_host` with `password` (set again if it exists) and `grants` (each a
         `GRANT ... TO {user}` template), written without binary logging (`run_unlogged`)."""
-        account = f"'{user}'@'127.0.0.1'"
+        account = f"'{user}'@'{self.account_host}'"
+        quoted = account.replace("%", "%%")  # in a statement with arguments
         self.run_unlogged(
             [
-                (f"CREATE USER IF NOT EXISTS {account} IDENTIFIED BY %s", (password,)),
-                (f"ALTER USER {account} IDENTIFIED BY %s", (password,)),
+                (f"CREATE USER IF NOT EXISTS {quoted} IDENTIFIED BY %s", (password,)),
+                (f"ALTER USER {quoted} IDENTIFIED BY %s", (password,)),
                 *((grant.format(user=account), ()) for grant in grants),
             ]
         )
@@ -383,10 +380,6 @@ class MariaDBServer:
         with self.root_connect() as conn, conn.cursor() as cur:
             cur.execute(sql, args)
             return list(cur.fetchall())
-
-    def gtid_position(self) -> str:
-        """`@@gtid_binlog_pos`: the GTID position of the last transaction in this binlog."""
-        return str(self.query("SELECT @@gtid_binlog_pos")[0][0] or "")
 
     def binlog_files(self) -> list[tuple[str, int]]:
         """`SHOW BINARY LOGS`: (file name, size) in order."""

@@ -24,14 +24,14 @@ from updatestream.binlog.events import ChangeEvent
 from updatestream.cache.invalidator import CacheConflictError, CacheServerError, Invalidator
 from updatestream.cache.keys import KeyTemplateError, KeyTemplates
 from updatestream.cache.transport import CacheAddressError
-from updatestream_jobs.sinks.base import (
+from updatestream_jobs.sinks.common import loads_object
+from updatestream_jobs.sinks.sink import (
     BatchContext,
     ReplayGuard,
     SinkContext,
     SinkError,
     SinkResult,
 )
-from updatestream_jobs.sinks.common import loads_object
 
 
 def _image(text: str | None, event: ChangeEvent) -> dict[str, Any] | None:

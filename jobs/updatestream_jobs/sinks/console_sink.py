@@ -19,7 +19,7 @@ from typing import TextIO
 
 from updatestream import spec
 from updatestream.binlog.events import ChangeEvent
-from updatestream_jobs.sinks.base import BatchContext, SinkContext, SinkError, SinkResult
+from updatestream_jobs.sinks.sink import BatchContext, SinkContext, SinkError, SinkResult
 
 
 class ConsoleSink:

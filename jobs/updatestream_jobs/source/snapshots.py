@@ -8,7 +8,7 @@ index-ordered query) into the offset it hands out. So the snapshot's progress is
 offset log: a job killed at any moment replays its last batch with the same chunks and goes on
 with the next unfinished ones; finished chunks are never read again.
 
-Each planned chunk becomes one `ChunkRange` partition per shard holding part of its key range;
+Each planned chunk becomes one `SnapshotChunkPartition` per shard holding part of its key range;
 the worker reads it as of the batch's end token of that shard (`updatestream.snapshot.chunks`).
 The batch's binlog partitions drop the events the snapshot will cover (`SnapshotFilter`).
 
@@ -29,14 +29,12 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import InputPartition
 
+from updatestream.binlog.config import ShardEndpoint
 from updatestream.binlog.errors import SourceOptionsError
-from updatestream.binlog.offsets import StreamOffset
-from updatestream.binlog.options import ShardEndpoint, SourceConfig
 from updatestream.binlog.session import ShardSession
 from updatestream.core.keyrange import KeyRange
-from updatestream.core.snapshot import (
+from updatestream.core.snapshot_plan import (
     Chunk,
     SnapshotRange,
     SnapshotState,
@@ -52,11 +50,15 @@ from updatestream.snapshot.tables import (
     estimated_rows,
     last_key,
 )
+from updatestream_jobs.source.arrow_rows import ARROW_SCHEMA
+from updatestream_jobs.source.offsets import StreamOffset
+from updatestream_jobs.source.options import SourceConfig
+from updatestream_jobs.source.partitions import SourcePartition
 
 log = logging.getLogger(__name__)
 
 
-class ChunkRange(InputPartition):
+class SnapshotChunkPartition(SourcePartition):
     """One snapshot chunk on one shard, read as of `at` (the shard's end token, JSON)."""
 
     def __init__(self, shard: str, chunk: str, at: str, endpoint: ShardEndpoint | None) -> None:
@@ -67,18 +69,21 @@ class ChunkRange(InputPartition):
         self.endpoint = endpoint
 
     def __repr__(self) -> str:
-        return f"ChunkRange({self.shard}, {self.chunk})"
+        return f"SnapshotChunkPartition({self.shard}, {self.chunk})"
+
+    def read(self, config: SourceConfig) -> Iterator[pa.RecordBatch]:
+        return chunk_batches(config, self, ARROW_SCHEMA, max(config.arrow_batch_rows, 8192))
 
 
 def chunk_batches(
-    config: SourceConfig, part: ChunkRange, schema: pa.Schema, max_rows: int
+    config: SourceConfig, part: SnapshotChunkPartition, schema: pa.Schema, max_rows: int
 ) -> Iterator[pa.RecordBatch]:
     """The chunk's `snapshot` events as Arrow record batches of `schema` (the source's), built
     column by column: the row texts come from the shard, the rest is the same for every row."""
     chunk = Chunk.from_json(json.loads(part.chunk))
     endpoint = part.endpoint or config.endpoint(part.shard)
     at = EventToken.loads(part.at)
-    found = ChunkReader(config, endpoint, chunk, at).columns()
+    found = ChunkReader(config.reader, endpoint, chunk, at).columns()
     size = len(found)
     constants: dict[str, Any] = {
         "keyspace": config.keyspace, "shard": endpoint.shard, "op": "snapshot",
@@ -118,7 +123,7 @@ class SnapshotPlanner:
 
     def _info(self, shard: str, table: str) -> TableInfo:
         if (shard, table) not in self._infos:
-            database = snapshot_database(self.config)
+            database = snapshot_database(self.config.reader)
             self._infos[(shard, table)] = describe_table(self._session(shard), database, table)
         return self._infos[(shard, table)]
 
@@ -223,7 +228,7 @@ class SnapshotPlanner:
         begin: StreamOffset,
         finish: StreamOffset,
         endpoint: Callable[[str], ShardEndpoint],
-    ) -> list[ChunkRange]:
+    ) -> list[SnapshotChunkPartition]:
         """The chunk partitions of the batch from `begin` to `finish`."""
         if finish.snapshot is None:
             return []
@@ -234,7 +239,9 @@ class SnapshotPlanner:
             text = json.dumps(chunk.to_json(), sort_keys=True)
             for shard, token in sorted(finish.tokens.items()):
                 if KeyRange.parse(shard).intersects(wanted):
-                    parts.append(ChunkRange(shard, text, token.dumps(), endpoint(shard)))
+                    parts.append(
+                        SnapshotChunkPartition(shard, text, token.dumps(), endpoint(shard))
+                    )
         return parts
 
 

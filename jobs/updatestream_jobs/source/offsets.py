@@ -24,7 +24,7 @@ from typing import Any
 
 from updatestream.binlog.errors import SourceOptionsError
 from updatestream.core.dedup import DedupFilter, DedupFilterError
-from updatestream.core.snapshot import SnapshotState, SnapshotStateError
+from updatestream.core.snapshot_plan import SnapshotState, SnapshotStateError
 from updatestream.core.token import EventToken, TokenError
 
 MAP_KEY = "_map"

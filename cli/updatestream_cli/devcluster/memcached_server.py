@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from updatestream_cli.devcluster.errors import ServerError
-from updatestream_cli.devcluster.server import free_port, pid_alive, pid_cmdline
+from updatestream_cli.devcluster.local_server import free_port, pid_alive, pid_cmdline
 
 MEMCACHED = (
     os.environ.get("UPDATESTREAM_MEMCACHED") or shutil.which("memcached") or ("/usr/bin/memcached")
