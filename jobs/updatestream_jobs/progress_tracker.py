@@ -46,6 +46,7 @@ from updatestream.core.gtid import GTIDParseError, parse_position, position_cont
 from updatestream.core.shardmap import ShardMap
 from updatestream.core.snapshot_plan import SnapshotState, progress_of
 from updatestream.core.token import EventToken
+from updatestream_jobs.batch_log import BatchLog
 from updatestream_jobs.stream_metrics import DUPLICATE_CAUSES, StreamMetrics
 
 log = logging.getLogger(__name__)
@@ -111,6 +112,8 @@ class ProgressTracker:
         self._spark_phases: tuple[int, dict[str, float]] | None = None  # Spark's, last reported
         self._clock = clock
         self._lock = threading.Lock()
+        self.batch_log = BatchLog()  # a line in the driver's log every so many batches
+        self._delivered = 0  # rows delivered (changes and snapshot rows) as of the last batch
 
     def _shard(self, shard: str) -> ShardProgress:
         if shard not in self.shards:
@@ -246,6 +249,11 @@ class ProgressTracker:
             self.batch_id = batch_id
             self.batches += 1
             self._update_lag()
+            delivered = self.snapshot_rows + sum(p.events for p in self.shards.values())
+            rows, self._delivered = delivered - self._delivered, delivered
+            lag = max((p.lag_seconds for p in self.shards.values()), default=0.0)
+            seconds = self.last_batch.total_seconds if self.last_batch is not None else 0.0
+        self.batch_log.add(batch_id, rows, lag, seconds)
         self.write_status()
 
     def observe_latest(self, latest: dict[str, Any], shard_map: str | None = None) -> None:

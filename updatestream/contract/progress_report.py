@@ -6,7 +6,9 @@ sidecar copies it into), the demo, the harnesses and the benchmarks read it with
 `loads()`. Fields:
 
 - `stream`, `keyRange`, `batchId` (the last finished micro-batch), `batches`, `updatedAt`
-  (unix seconds), `phase` (`starting`, `running`, `hopping`, `stopped`, `failed`), `error`;
+  (unix seconds), `phase` (`starting`, `running`, `hopping`, `stopped`, `failed`), `error` (a
+  failed job's fatal error, one line without Secret values) and `retryable` (whether relaunching
+  the job may get past it: false for a configuration the job will meet again);
 - `shards`: per shard the last delivered Event Token and its GTID `position`, change `events`
   and counts by op (`byOp`, heartbeats included), the timestamps of the last change and the last
   heartbeat, the latest position Spark knows, and `lagSeconds`;
@@ -158,7 +160,8 @@ class ProgressReport(_Report):
     batches: Count = 0
     updated_at: Seconds = Field(None, alias="updatedAt")
     phase: str | None = None
-    error: str | None = None
+    error: str | None = None  # the job's fatal error, one line
+    retryable: bool | None = None  # with `error`: whether a relaunch may get past it
     shard_map: ShardMapValue | None = Field(None, alias="shardMap")
     hops: list[HopReport] = Field(default_factory=list)
     # the dedup rule the stream applies now (after the hops it started after and made)
