@@ -65,6 +65,8 @@ def startup(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
         else no_webhook_server
     )
     store = KubeStore.connect(cfg.kubeconfig)
+    # kopf starts watching after this handler: not while the CRDs' storage initialises
+    store.wait_until_served(cfg.namespace)
     book = metrics_book.MetricsBook()
     memo.service = StreamService(
         store,

@@ -11,6 +11,7 @@ import base64
 import datetime as dt
 import logging
 import os
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -166,6 +167,33 @@ class KubeStore:
                 API_GROUP, VERSION, namespace, "updatestreams"
             )
         return list(found.get("items", []))
+
+    def wait_until_served(self, namespace: str | None, timeout: float = 120.0) -> None:
+        """Return once the API server lists UpdateStreams and Keyspaces: just after their CRDs
+        are installed it answers 429 ("storage is (re)initializing") for a moment, which kopf
+        would log as an error at start-up."""
+        deadline = time.monotonic() + timeout
+        waited = False
+        for plural in ("updatestreams", "keyspaces"):
+            while True:
+                try:
+                    with _calling(f"listing {plural}"):
+                        if namespace is None:
+                            self.custom.list_cluster_custom_object(
+                                API_GROUP, VERSION, plural, limit=1
+                            )
+                        else:
+                            self.custom.list_namespaced_custom_object(
+                                API_GROUP, VERSION, namespace, plural, limit=1
+                            )
+                    break
+                except KubeError as exc:
+                    if exc.status not in (429, 503) or time.monotonic() > deadline:
+                        raise
+                if not waited:
+                    log.info("waiting for the API server to serve %s (it is initialising)", plural)
+                    waited = True
+                time.sleep(1.0)
 
     def patch_stream_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         """Replace the operator's status fields (a merge patch of the status subresource)."""

@@ -143,6 +143,7 @@ class World:
         shard_map: str | None = None,
         hops: tuple[ReportedHop, ...] = (),
         dedup: DedupFilter | None = None,
+        batches: int = 1,
         **named: EventToken,
     ) -> None:
         entry = self.status.key_range(key_range)
@@ -157,6 +158,7 @@ class World:
             shard_map=shard_map,
             hops=hops,
             dedup=dedup,
+            batches=batches,
         )
 
 

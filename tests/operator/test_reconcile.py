@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import replace
 from typing import Any
 
@@ -74,13 +75,26 @@ def test_a_new_stream_launches_one_job_per_key_range_then_is_ready() -> None:
     assert condition(first.status, "Progressing") == ("True", "Launching")
     second = world.step()
     assert second.actions == ()
-    assert condition(second.status, "Ready") == ("True", "Launched")
+    assert condition(second.status, "Ready") == ("False", "Pending")
     assert second.status.shards == "-80,80-"
     assert second.status.observed_generation == 3
+    world.run()
+    assert condition(world.step().status, "Ready") == ("False", "Starting")
+    world.report("-80", token("-80", T0 + 1, 1), batches=1)
+    starting = world.step()
+    assert condition(starting.status, "Ready") == ("False", "Starting")
+    ready = starting.status.condition("Ready")
+    assert ready is not None and "key range 80-: job" in ready.message
+    assert "first batch" in ready.message and "-80:" not in ready.message
+    # Ready once every key range's job has delivered a batch
+    world.report("80-", token("80-", T0 + 1, 1), batches=1)
+    flowing = world.step()
+    assert condition(flowing.status, "Ready") == ("True", "Streaming")
+    assert condition(flowing.status, "Progressing") == ("False", "Streaming")
     # the same state again: nothing to do, the Ready transition time is kept
-    third = world.step()
-    assert third.actions == ()
-    ready2, ready3 = second.status.condition("Ready"), third.status.condition("Ready")
+    again = world.step()
+    assert again.actions == ()
+    ready2, ready3 = flowing.status.condition("Ready"), again.status.condition("Ready")
     assert ready2 is not None and ready3 is not None
     assert ready3.last_transition_time == ready2.last_transition_time
 
@@ -120,7 +134,7 @@ def test_suspend_stops_jobs_keeping_positions_and_resume_continues_from_them() -
     assert relaunch.dedup is None and relaunch.hop_started_at is None
     assert relaunch.spec.start.tokens is not None
     assert relaunch.spec.start.tokens["-80"]["pos"] == "0-1-7"
-    assert condition(world.status, "Ready") == ("True", "Launched")
+    assert condition(world.status, "Ready") == ("False", "Pending")
 
 
 @pytest.mark.parametrize(
@@ -169,7 +183,7 @@ def test_a_split_hops_once_from_the_planned_positions(world: World) -> None:
     completed = world.step()
     assert completed.actions == ()
     assert condition(completed.status, "Hopping") == ("False", "HopCompleted")
-    assert condition(completed.status, "Ready") == ("True", "Launched")
+    assert condition(completed.status, "Ready") == ("False", "Pending")
     assert completed.status.hop_count == 1
     (hop,) = completed.status.hops
     assert (names(hop.from_shards), names(hop.to_shards), hop.phase) == (
@@ -230,18 +244,113 @@ def test_a_changed_configuration_relaunches_from_positions(
     assert world.launches()[-1].job.spec.start.tokens == {"-80": token("-80", T0, 1).to_json()}
 
 
-def test_failed_jobs_are_relaunched_then_left_degraded() -> None:
+def _fail(world: World, message: str = "the driver exited with code 1") -> None:
+    world.jobs = [
+        replace(j, phase=JobPhase.FAILED, message=message, reason="DriverExited")
+        for j in world.jobs
+    ]
+
+
+def test_a_failed_job_is_degraded_at_once_then_relaunched_after_a_growing_backoff() -> None:
+    world = World(settings=rec.Settings(max_restarts=2, restart_backoff=(10.0, 300.0)))
+    world.settle()
+    world.run()
+    world.report("-", a=token("-80", T0, 1))
+    world.step()
+    for attempt, backoff in ((1, 10), (2, 20)):
+        _fail(world)
+        entry = world.status.key_range("-")
+        assert entry is not None
+        world.progress["-"] = JobProgress(
+            launch_id=entry.launch_id, error="memcached 10.0.0.1:1 does not answer", retryable=True
+        )
+        seen = world.step()
+        assert seen.actions == ()  # not at once: after the backoff
+        assert condition(seen.status, "Degraded") == ("True", "JobFailed")
+        assert condition(seen.status, "Ready") == ("False", "JobFailed")
+        degraded = seen.status.condition("Degraded")
+        assert degraded is not None
+        assert "memcached 10.0.0.1:1 does not answer" in degraded.message
+        assert f"relaunching it from its positions in {backoff}s" in degraded.message
+        assert [n.reason for n in seen.notes] == ["JobFailed"]
+        assert [e.phase for e in seen.status.key_ranges] == ["Degraded"]
+        world.now += dt.timedelta(seconds=backoff - 4)
+        assert world.step().actions == ()
+        assert world.decisions[-1].notes == ()  # one Event per failure
+        world.now += dt.timedelta(seconds=4)
+        steps = world.settle()
+        assert [type(a) for a in steps[0].actions] == [rec.Stop]
+        assert world.status.key_ranges[0].restarts == attempt
+        assert world.launches()[-1].job.launch_id == attempt + 1
+        # still Degraded until the relaunched job delivers
+        assert condition(world.status, "Degraded")[0] == "True"
+    _fail(world)
+    decision = world.step()
+    world.now += dt.timedelta(seconds=600)
+    assert decision.actions == () and world.step().actions == ()
+    assert condition(world.status, "Degraded") == ("True", "JobFailed")
+    degraded = world.status.condition("Degraded")
+    assert degraded is not None and "relaunched 2 times" in degraded.message
+
+
+def test_a_relaunched_job_that_delivers_clears_degraded() -> None:
     world = World()
     world.settle()
-    for attempt in range(1, 4):
-        world.jobs = [replace(j, phase=JobPhase.FAILED, message="boom") for j in world.jobs]
-        steps = world.settle()
-        assert "JobFailed" in [n.reason for n in steps[0].notes]
-        assert world.status.key_ranges[0].restarts == attempt
-    world.jobs = [replace(j, phase=JobPhase.FAILED, message="boom") for j in world.jobs]
+    world.run()
+    _fail(world)
+    world.step()
+    world.now += dt.timedelta(seconds=10)
+    world.settle()
+    world.run()
+    assert condition(world.step().status, "Degraded") == ("True", "JobError")
+    world.report("-", a=token("-80", T0, 1))
+    assert condition(world.step().status, "Degraded") == ("False", "AsExpected")
+    assert condition(world.status, "Ready") == ("True", "Streaming")
+
+
+def test_a_job_that_ended_on_its_configuration_is_not_relaunched_until_the_spec_changes() -> None:
+    world = World()
+    world.settle()
+    _fail(world)
+    entry = world.status.key_range("-")
+    assert entry is not None
+    error = "spec.sinks[0].keyTemplate.users: key template 'user:{emial}' names column 'emial'"
+    world.progress["-"] = JobProgress(launch_id=entry.launch_id, error=error, retryable=False)
+    world.step()
+    world.now += dt.timedelta(seconds=900)
+    assert world.step().actions == ()
+    degraded = world.status.condition("Degraded")
+    assert degraded is not None and error in degraded.message
+    assert "a relaunch would meet it again" in degraded.message
+    world.spec = stream_spec(sinks=[{"type": "console", "path": "/tmp/fixed.jsonl"}])
+    steps = world.settle()
+    assert "Reconfiguring" in [n.reason for n in steps[0].notes]
+    assert world.launches()[-1].job.launch_id == 2
+    assert world.status.key_ranges[0].restarts == 0
+
+
+@pytest.mark.parametrize("reason", ["ImagePullBackOff", "CrashLoopBackOff"])
+def test_a_driver_that_cannot_start_by_waiting_is_degraded(reason: str) -> None:
+    world = World()
+    world.settle()
+    world.jobs = [replace(j, reason=reason, message=f"{reason}: back-off") for j in world.jobs]
     decision = world.step()
     assert decision.actions == ()
-    assert condition(decision.status, "Degraded") == ("True", "JobFailed")
+    assert condition(decision.status, "Degraded") == ("True", "JobCannotStart")
+    assert [n.reason for n in decision.notes] == ["JobCannotStart"]
+    assert world.step().notes == ()  # posted once
+
+
+def test_an_unschedulable_driver_says_so_in_ready() -> None:
+    world = World()
+    world.settle()
+    message = "0/1 nodes are available: 1 Insufficient cpu."
+    world.jobs = [replace(j, reason="Unschedulable", message=message) for j in world.jobs]
+    decision = world.step()
+    assert condition(decision.status, "Ready") == ("False", "Unschedulable")
+    ready = decision.status.condition("Ready")
+    assert ready is not None and ready.message.endswith(f"cannot be scheduled: {message}")
+    assert condition(decision.status, "Degraded") == ("False", "AsExpected")
 
 
 def test_a_job_reporting_an_error_degrades_the_stream() -> None:

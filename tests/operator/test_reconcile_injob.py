@@ -195,12 +195,16 @@ def test_a_relaunch_after_in_job_hops_starts_with_the_dedup_rule_the_job_reporte
     assert entry is not None and entry.dedup is not None
     assert entry.dedup.to_json() == applied.to_json()  # kept in status with the positions
     world.jobs = [replace(j, phase=JobPhase.FAILED) for j in world.jobs]
+    world.step()
+    world.now += dt.timedelta(seconds=10)  # the first relaunch's backoff
     world.settle()
     relaunch = world.launches()[-1].job
     assert relaunch.launch_id == 2
     assert relaunch.dedup is not None and relaunch.dedup.to_json() == applied.to_json()
     # the relaunched job has reported nothing yet, and fails too: its rule is still known
     world.jobs = [replace(j, phase=JobPhase.FAILED) for j in world.jobs]
+    world.step()
+    world.now += dt.timedelta(seconds=20)  # the second's
     world.settle()
     again = world.launches()[-1].job
     assert again.launch_id == 3

@@ -32,6 +32,22 @@ from updatestream.spec import (
 _TYPED = ConfigDict(arbitrary_types_allowed=True)
 
 
+# Why a job's driver waits (`JobInfo.reason`) when waiting will not get it past: it cannot run
+# until someone fixes the image, the configuration or the crash.
+STUCK_REASONS = frozenset(
+    {
+        "CrashLoopBackOff",
+        "ImagePullBackOff",
+        "ErrImagePull",
+        "ErrImageNeverPull",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+    }
+)
+
+
 class JobPhase(enum.StrEnum):
     """What a launcher can tell about one job."""
 
@@ -72,6 +88,9 @@ class JobInfo:
     message: str = ""
     created_at: dt.datetime | None = None
     namespace: str = ""
+    # why the job is in its phase, when something is wrong or it waits: Unschedulable,
+    # ImagePullBackOff, CrashLoopBackOff, DriverExited, ... ("" when nothing is to say)
+    reason: str = ""
     launcher: str = ""  # which launcher runs it (set when listed)
     # launched watching its Keyspace, so it can hop inside its running query (jobs launched
     # by an operator that did not record this are assumed not to)
@@ -123,8 +142,11 @@ class JobProgress:
     shards: dict[KeyRangeValue, ShardProgress] = field(default_factory=dict)
     duplicates: dict[str, int] = field(default_factory=dict)  # cause -> count
     updated_at: float | None = None
-    error: str | None = None
+    error: str | None = None  # the job's fatal error, one line
+    retryable: bool | None = None  # with error: whether a relaunch may get past it
     phase: str | None = None  # the job's own phase: starting, running, hopping, ...
+    batches: int = 0  # micro-batches the job finished (this process)
+    duplicates_delivered: dict[str, int] = field(default_factory=dict)  # sink -> count
     # a job that hops inside its query: the serving map it reads now, and its hops, oldest first
     shard_map: ShardMapValue | None = None
     hops: tuple[ReportedHop, ...] = ()
@@ -140,6 +162,7 @@ class JobStatus:
     phase: JobPhase
     message: str = ""
     progress: JobProgress | None = None
+    reason: str = ""  # as JobInfo.reason
 
 
 @dataclass(frozen=True)
@@ -258,7 +281,12 @@ class KeyRangeStatus(_Status):
     duplicates: dict[str, int] = Field(default_factory=dict)
     duplicates_dropped: int = Field(0, alias="duplicatesDropped")
     restarts: int = 0
-    message: str | None = None
+    message: str | None = None  # what is wrong with the key range's job, for Degraded
+    failed_at: str | None = Field(None, alias="failedAt")  # when its job was seen ended
+    # the job's last report: when (RFC 3339), its batches, duplicates its sinks recognised
+    reported_at: str | None = Field(None, alias="reportedAt")
+    batches: int = 0
+    duplicates_delivered: dict[str, int] = Field(default_factory=dict, alias="duplicatesDelivered")
     hop: HopRecord | None = None  # the hop in progress, if any
     # the dedup rule the launch applies: what it started with, then what its job reports
     dedup: DedupValue | None = None

@@ -45,7 +45,12 @@ def job_progress(report: ProgressReport, *, launch_id: int | None) -> JobProgres
         duplicates=dict(report.duplicates),
         updated_at=report.updated_at,
         error=report.error or None,
+        retryable=report.retryable,
         phase=report.phase or None,
+        batches=report.batches,
+        duplicates_delivered={
+            name: sink.duplicates_delivered for name, sink in sorted(report.sinks.items())
+        },
         shard_map=report.shard_map,
         hops=tuple(_hop(hop) for hop in report.hops),
         snapshot=report.snapshot,

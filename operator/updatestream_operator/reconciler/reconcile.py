@@ -15,7 +15,7 @@ No Kubernetes client and no kopf here: everything is data in, data out.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from updatestream.core.hop_plan import HopPlanningError
 from updatestream.core.keyrange import KeyRange
@@ -30,16 +30,16 @@ from updatestream_operator.reconciler.hop_steps import (
     plan_relaunch,
     stop_for_hop,
 )
+from updatestream_operator.reconciler.job_failures import job_ended, job_stuck
 from updatestream_operator.reconciler.models import (
     JobInfo,
     JobPhase,
-    JobProgress,
     JobSpec,
     KeyRangeStatus,
     ShardPosition,
-    StreamStatus,
 )
 from updatestream_operator.reconciler.naming import job_name
+from updatestream_operator.reconciler.readiness import set_conditions, summarise
 from updatestream_operator.reconciler.shard_positions import (
     fold_progress,
     initial_positions,
@@ -184,7 +184,10 @@ def _key_range_step(
     if job.phase is JobPhase.TERMINATING:
         return entry.model_copy(update={"phase": "Stopping"})
     if job.phase in (JobPhase.FAILED, JobPhase.SUCCEEDED):
-        return _job_ended(step, entry, job)
+        return job_ended(step, entry, job, spec, keyspace)
+    stuck = job_stuck(step, entry, job)
+    if stuck is not None:
+        return stuck
     if relevant_shards(reads, entry.key_range) != relevant_shards(serving, entry.key_range):
         why = can_hop_in_job(step, entry, job)
         if why:
@@ -245,22 +248,6 @@ def _follow_job(
     return complete_relaunch(step, entry, job), reads
 
 
-def _job_ended(step: _Step, entry: KeyRangeStatus, job: JobInfo) -> KeyRangeStatus:
-    """A streaming job ended: relaunch it from its positions, up to `max_restarts` times."""
-    if entry.restarts >= step.settings.max_restarts:
-        message = (
-            f"job {job.job_id} of key range {entry.key_range} ended ({job.phase.value}: "
-            f"{job.message or entry.message or 'no message'}) and was relaunched "
-            f"{entry.restarts} times; fix the cause, then set spec.suspend to true and "
-            "back to false to relaunch it from its positions"
-        )
-        step.degraded.append(Problem("JobFailed", message))
-        return entry.model_copy(update={"message": message})
-    step.stop(job, f"it ended ({job.phase.value}); relaunching from its positions")
-    step.note("Warning", "JobFailed", f"job {job.job_id} ended: {job.message or job.phase}")
-    return entry.model_copy(update={"restarts": entry.restarts + 1, "phase": "Restarting"})
-
-
 def _running(
     step: _Step,
     entry: KeyRangeStatus,
@@ -290,96 +277,6 @@ def _running(
     if entry.message:
         step.degraded.append(Problem("JobError", f"key range {entry.key_range}: {entry.message}"))
     return entry
-
-
-def _conditions(step: _Step, suspended: bool) -> None:
-    status, now, gen = step.status, step.obs.now, step.obs.stream.generation
-    entries = status.key_ranges
-    hopping = [e for e in entries if e.hop is not None]
-    running = [e for e in entries if e.phase == JobPhase.RUNNING.value]
-    launched = [e for e in entries if e.phase in (JobPhase.PENDING.value, JobPhase.RUNNING.value)]
-    settled = not step.actions and not hopping and len(launched) == len(step.obs.spec.key_ranges)
-
-    conditions = list(status.conditions)
-
-    def put(type_: str, value: bool, reason: str, message: str) -> None:
-        nonlocal conditions
-        conditions = cond.set_condition(
-            conditions, type_, value, reason, message, now=now, generation=gen
-        )
-
-    if step.degraded:
-        first = step.degraded[0]
-        put(cond.DEGRADED, True, first.reason, "; ".join(p.message for p in step.degraded))
-    else:
-        put(cond.DEGRADED, False, "AsExpected", "no problem found")
-    if hopping:
-        ranges = ", ".join(
-            f"{e.key_range} to {','.join(s.name for s in e.hop.to_shards)}"
-            for e in hopping
-            if e.hop
-        )
-        put(cond.HOPPING, True, "ServingShardsChanged", f"hopping key ranges {ranges}")
-    elif status.hop_count:
-        put(cond.HOPPING, False, "HopCompleted", f"{status.hop_count} hops completed")
-    else:
-        put(cond.HOPPING, False, "NoHop", "reading the serving shards")
-    snapshotting = _snapshotting(step.obs.progress)
-    if snapshotting is not None:
-        put(cond.SNAPSHOTTING, *snapshotting)
-    if suspended:
-        put(cond.READY, False, "Suspended", "spec.suspend is true; positions are kept")
-        put(cond.PROGRESSING, False, "Suspended", "spec.suspend is true")
-    elif step.degraded:
-        put(cond.READY, False, step.degraded[0].reason, step.degraded[0].message)
-        put(cond.PROGRESSING, bool(step.actions), "Degraded", "see the Degraded condition")
-    elif settled:
-        all_running = len(running) == len(entries)
-        reason = "Streaming" if all_running else "Launched"
-        message = (
-            "every key range's job is running"
-            if all_running
-            else "every key range has its job; waiting for the drivers to run"
-        )
-        put(cond.READY, True, reason, message)
-        put(cond.PROGRESSING, not all_running, reason, message)
-    else:
-        reason = "Hopping" if hopping else "Launching"
-        put(cond.READY, False, reason, "jobs are being launched or relaunched")
-        put(cond.PROGRESSING, True, reason, "jobs are being launched or relaunched")
-    status.conditions = conditions
-
-
-def _snapshotting(progress: Mapping[KeyRange, JobProgress]) -> tuple[bool, str, str] | None:
-    """The Snapshotting condition from the jobs' snapshot reports; None when none snapshots."""
-    reports = {kr: p.snapshot for kr, p in sorted(progress.items()) if p.snapshot is not None}
-    if not reports:
-        return None
-    reading = {kr: s for kr, s in reports.items() if not s.finished}
-    if not reading:
-        rows = sum(s.rows for s in reports.values())
-        return False, "SnapshotFinished", f"every key range's snapshot is done ({rows:,} rows)"
-    parts = []
-    for key_range, report in reading.items():
-        eta = "unknown" if report.eta_seconds is None else f"{report.eta_seconds:.0f}s"
-        parts.append(
-            f"key range {key_range}: {report.chunks_done}/{report.chunks_total} chunks, "
-            f"{report.rows:,} rows, {report.rows_per_second:,.0f} rows/s, ETA {eta}"
-        )
-    return True, "ReadingChunks", "; ".join(parts)
-
-
-def _summarise(status: StreamStatus, generation: int) -> None:
-    shards: set[KeyRange] = set()
-    lags: list[float] = []
-    for entry in status.key_ranges:
-        for position in entry.shards:
-            shards.add(position.name)
-            if position.lag_seconds is not None:
-                lags.append(position.lag_seconds)
-    status.shards = ",".join(s.name for s in sorted(shards, key=lambda s: s.start)) or None
-    status.max_lag_seconds = max(lags) if lags else None
-    status.observed_generation = generation
 
 
 def reconcile(obs: Observed, settings: Settings | None = None) -> Decision:
@@ -419,8 +316,8 @@ def reconcile(obs: Observed, settings: Settings | None = None) -> Decision:
             entries.append(entry.model_copy(update={"phase": "Stopping"}))
     step.status.key_ranges = entries
 
-    _conditions(step, spec.suspend)
-    _summarise(step.status, obs.stream.generation)
+    set_conditions(step, jobs, spec.suspend)
+    summarise(step.status, obs.stream.generation)
     return Decision(step.status, tuple(step.actions), tuple(step.notes), tuple(watchers))
 
 

@@ -190,10 +190,20 @@ def fold_progress(entry: KeyRangeStatus, progress: JobProgress | None) -> KeyRan
             "shards": shards,
             "duplicates": dict(progress.duplicates),
             "duplicates_dropped": sum(progress.duplicates.values()),
-            "message": progress.error,
+            # the job's fatal error; a launch that delivers leaves its predecessor's behind
+            "message": progress.error or (None if progress.batches else entry.message),
             "dedup": progress.dedup if progress.dedup is not None else entry.dedup,
+            "reported_at": _reported_at(progress) or entry.reported_at,
+            "batches": progress.batches,
+            "duplicates_delivered": dict(progress.duplicates_delivered),
         }
     )
+
+
+def _reported_at(progress: JobProgress) -> str | None:
+    if progress.updated_at is None:
+        return None
+    return cond.rfc3339(dt.datetime.fromtimestamp(progress.updated_at, dt.UTC))
 
 
 def seconds_between(start: str, end: dt.datetime) -> float:

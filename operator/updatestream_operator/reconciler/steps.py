@@ -45,6 +45,8 @@ class Observed:
 class Settings:
     launcher: str = "spark-submit"
     max_restarts: int = 3  # relaunches of a failed job before the stream is left Degraded
+    # seconds before the first relaunch of a failed job, doubled for each further one, at most
+    restart_backoff: tuple[float, float] = (10.0, 300.0)
     hops_kept: int = 20  # hop records kept in status.hops (counters keep the totals)
     # Launch jobs watching their Keyspace, and let such a job hop inside its running query
     # when the serving shards change; off: every hop stops the job and relaunches it.
