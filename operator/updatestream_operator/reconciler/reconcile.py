@@ -274,8 +274,6 @@ def _running(
         return entry.model_copy(update={"phase": "Restarting"})
     if job.launch_id == entry.launch_id and entry.shard_map != serving:
         entry = entry.model_copy(update={"shard_map": serving})  # change elsewhere: no hop
-    if entry.message:
-        step.degraded.append(Problem("JobError", f"key range {entry.key_range}: {entry.message}"))
     return entry
 
 
@@ -303,7 +301,12 @@ def reconcile(obs: Observed, settings: Settings | None = None) -> Decision:
             if job is not None:
                 entry = entry.model_copy(update={"job": job.job_id, "phase": job.phase.value})
         else:
+            found = len(step.degraded)
             entry = _key_range_step(step, entry, job, spec, keyspace)
+            if entry.message and len(step.degraded) == found:
+                # its job's error stays the key range's problem until a launch delivers
+                message = f"key range {entry.key_range}: {entry.message}"
+                step.degraded.append(Problem("JobError", message))
             if job is not None and _watches(step, job):
                 watchers.append(job)
         entries.append(entry)
