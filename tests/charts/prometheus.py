@@ -1,6 +1,9 @@
 """A real Prometheus (Debian's /usr/bin/prometheus) on loopback, scraping given targets.
 
-Started with a one-second scrape interval and its own TSDB directory; stopped by pid.
+Started with a one-second scrape interval and its own TSDB directory; stopped by pid. The
+chart's monitors (Prometheus Operator PodMonitors) become scrape configurations here the way
+the Prometheus Operator makes them (`monitor_scrape_config`): Kubernetes service discovery of
+Pods, kept by the monitor's label selector and port name, with its metric relabelings.
 """
 
 from __future__ import annotations
@@ -76,6 +79,63 @@ class Prometheus:
                 self.process.wait(timeout=10)
 
 
+def _relabel(rule: dict[str, Any]) -> dict[str, Any]:
+    """A monitor's relabeling (camelCase) as Prometheus configuration (snake_case)."""
+    names = {"sourceLabels": "source_labels", "targetLabel": "target_label"}
+    return {names.get(key, key.lower()): value for key, value in rule.items()}
+
+
+def _label(name: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in name)
+
+
+def monitor_scrape_config(
+    monitor: dict[str, Any], discovery: dict[str, Any] | None, interval: str = "1s"
+) -> dict[str, Any]:
+    """A PodMonitor's first endpoint as a Prometheus scrape configuration.
+
+    With `discovery` (a `kubernetes_sd_configs` entry without role and namespaces: the API
+    server and its credentials) Pods are discovered as the Prometheus Operator would: those in
+    the monitor's namespaces with its labels, at the container port of its name. Without it the
+    configuration has no targets yet: add `static_configs` (the relabelings still apply)."""
+    spec = monitor["spec"]
+    endpoint = spec["podMetricsEndpoints"][0]
+    config: dict[str, Any] = {
+        "job_name": f"podMonitor/{monitor['metadata']['namespace']}/{monitor['metadata']['name']}",
+        "honor_labels": bool(endpoint.get("honorLabels")),
+        "metrics_path": endpoint.get("path", "/metrics"),
+        "scrape_interval": interval,
+        "scrape_timeout": interval,
+        "metric_relabel_configs": [_relabel(r) for r in endpoint.get("metricRelabelings") or []],
+    }
+    if discovery is None:
+        return config
+    namespaces = spec.get("namespaceSelector") or {}
+    sd = {**discovery, "role": "pod"}
+    if namespaces.get("matchNames"):
+        sd["namespaces"] = {"names": namespaces["matchNames"]}
+    keep = [
+        {
+            "source_labels": [f"__meta_kubernetes_pod_label_{_label(key)}"],
+            "regex": value,
+            "action": "keep",
+        }
+        for key, value in (spec.get("selector") or {}).get("matchLabels", {}).items()
+    ]
+    keep.append(
+        {
+            "source_labels": ["__meta_kubernetes_pod_container_port_name"],
+            "regex": endpoint["port"],
+            "action": "keep",
+        }
+    )
+    keep += [
+        {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
+        {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+    ]
+    return {**config, "kubernetes_sd_configs": [sd], "relabel_configs": keep}
+
+
 def _ready(url: str) -> bool:
     try:
         with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as response:
@@ -89,16 +149,18 @@ def start_prometheus(
     targets: dict[str, Sequence[str]],
     timeout: float = 60.0,
     rule_files: Sequence[Path] = (),
+    scrape_configs: Sequence[dict[str, Any]] = (),
 ) -> Prometheus:
-    """Prometheus scraping each job's `host:port` targets every second, evaluating the alerting
-    rules of `rule_files` every second."""
+    """Prometheus scraping each job's `host:port` targets every second, and `scrape_configs`
+    as given, evaluating the alerting rules of `rule_files` every second."""
     config = {
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(path) for path in rule_files],
         "scrape_configs": [
             {"job_name": job, "static_configs": [{"targets": list(addresses)}]}
             for job, addresses in targets.items()
-        ],
+        ]
+        + list(scrape_configs),
     }
     config_file = workdir / "prometheus.yml"
     config_file.write_text(yaml.safe_dump(config))
@@ -133,9 +195,14 @@ def start_prometheus(
 
 @contextlib.contextmanager
 def running_prometheus(
-    workdir: Path, targets: dict[str, Sequence[str]], rule_files: Sequence[Path] = ()
+    workdir: Path,
+    targets: dict[str, Sequence[str]],
+    rule_files: Sequence[Path] = (),
+    scrape_configs: Sequence[dict[str, Any]] = (),
 ) -> Iterator[Prometheus]:
-    prometheus = start_prometheus(workdir, targets, rule_files=rule_files)
+    prometheus = start_prometheus(
+        workdir, targets, rule_files=rule_files, scrape_configs=scrape_configs
+    )
     try:
         yield prometheus
     finally:
