@@ -112,6 +112,7 @@ class ProgressTracker:
         self._spark_phases: tuple[int, dict[str, float]] | None = None  # Spark's, last reported
         self._clock = clock
         self._lock = threading.Lock()
+        self.idle_triggers = 0  # triggers that found nothing new to read
         self.batch_log = BatchLog()  # a line in the driver's log every so many batches
         self._delivered = 0  # rows delivered (changes and snapshot rows) as of the last batch
 
@@ -161,6 +162,12 @@ class ProgressTracker:
             self.phase = "hopping"
             if hop.get("dedup"):  # a marker that carries the hop's rule
                 self.dedup = DedupFilter.from_json(hop["dedup"])
+
+    def observe_idle(self) -> None:
+        """The query read the shards' positions and found nothing new: it runs, caught up."""
+        with self._lock:
+            self.idle_triggers += 1
+        self.write_status()
 
     def observe_dedup(self, dedup: DedupFilter) -> None:
         """The dedup rule the source applies as of the batch that just finished."""
@@ -321,6 +328,7 @@ class ProgressTracker:
                 key_range=self.key_range,
                 batch_id=self.batch_id,
                 batches=self.batches,
+                idle_triggers=self.idle_triggers,
                 updated_at=self._clock(),
                 phase=self.phase,
                 shard_map=self.shard_map,
@@ -361,9 +369,11 @@ class ProgressListener(StreamingQueryListener):
     def __init__(self, tracker: ProgressTracker, query_name: str) -> None:
         self.tracker = tracker
         self.query_name = query_name
+        self.query_id: str | None = None  # idle events name the query by id only
 
     def onQueryStarted(self, event: Any) -> None:
-        return None
+        if getattr(event, "name", None) == self.query_name:
+            self.query_id = str(event.id)
 
     def onQueryProgress(self, event: Any) -> None:
         progress = event.progress
@@ -388,7 +398,9 @@ class ProgressListener(StreamingQueryListener):
                 log.warning("cannot read the source's latest offset: %s", exc)
 
     def onQueryIdle(self, event: Any) -> None:
-        return None
+        """A trigger found nothing new to read (Spark says so at most every 10 s)."""
+        if self.query_id is not None and str(getattr(event, "id", "")) == self.query_id:
+            self.tracker.observe_idle()
 
     def onQueryTerminated(self, event: Any) -> None:
         return None

@@ -341,6 +341,33 @@ def test_a_driver_that_cannot_start_by_waiting_is_degraded(reason: str) -> None:
     assert world.step().notes == ()  # posted once
 
 
+def test_a_changed_spec_relaunches_without_the_old_configurations_error() -> None:
+    world = World()
+    world.settle()
+    world.run()
+    entry = world.status.key_range("-")
+    assert entry is not None
+    world.progress["-"] = JobProgress(launch_id=entry.launch_id, error="memcached mc:1 is down")
+    assert condition(world.step().status, "Degraded") == ("True", "JobError")
+    world.spec = stream_spec(sinks=[{"type": "console", "path": "/tmp/other.jsonl"}])
+    steps = world.settle()
+    assert [condition(d.status, "Degraded")[0] for d in steps] == ["False"] * len(steps)
+
+
+def test_an_idle_stream_is_ready_once_its_query_found_nothing_new() -> None:
+    """A keyspace without changes gives no batch; a trigger that read the shards and found
+    nothing new says as much about the job as a batch."""
+    world = World()
+    world.settle()
+    world.run()
+    entry = world.status.key_range("-")
+    assert entry is not None
+    world.progress["-"] = JobProgress(launch_id=entry.launch_id, idle_triggers=0)
+    assert condition(world.step().status, "Ready") == ("False", "Starting")
+    world.progress["-"] = JobProgress(launch_id=entry.launch_id, idle_triggers=1)
+    assert condition(world.step().status, "Ready") == ("True", "Streaming")
+
+
 def test_an_unschedulable_driver_says_so_in_ready() -> None:
     world = World()
     world.settle()

@@ -5,7 +5,8 @@ half a report); the operator (from the file, or in a cluster from the progress C
 sidecar copies it into), the demo, the harnesses and the benchmarks read it with `read()` or
 `loads()`. Fields:
 
-- `stream`, `keyRange`, `batchId` (the last finished micro-batch), `batches`, `updatedAt`
+- `stream`, `keyRange`, `batchId` (the last finished micro-batch), `batches`, `idleTriggers`
+  (triggers that found nothing new to read: the query runs, caught up), `updatedAt`
   (unix seconds), `phase` (`starting`, `running`, `hopping`, `stopped`, `failed`), `error` (a
   failed job's fatal error, one line without Secret values) and `retryable` (whether relaunching
   the job may get past it: false for a configuration the job will meet again);
@@ -158,6 +159,8 @@ class ProgressReport(_Report):
     key_range: KeyRangeValue | None = Field(None, alias="keyRange")
     batch_id: int | None = Field(None, alias="batchId")
     batches: Count = 0
+    # triggers of the query that found nothing new to read: it runs and is caught up
+    idle_triggers: Count = Field(0, alias="idleTriggers")
     updated_at: Seconds = Field(None, alias="updatedAt")
     phase: str | None = None
     error: str | None = None  # the job's fatal error, one line

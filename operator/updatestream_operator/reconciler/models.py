@@ -146,6 +146,7 @@ class JobProgress:
     retryable: bool | None = None  # with error: whether a relaunch may get past it
     phase: str | None = None  # the job's own phase: starting, running, hopping, ...
     batches: int = 0  # micro-batches the job finished (this process)
+    idle_triggers: int = 0  # its query's triggers that found nothing new to read
     duplicates_delivered: dict[str, int] = field(default_factory=dict)  # sink -> count
     # a job that hops inside its query: the serving map it reads now, and its hops, oldest first
     shard_map: ShardMapValue | None = None

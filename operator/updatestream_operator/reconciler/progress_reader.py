@@ -48,6 +48,7 @@ def job_progress(report: ProgressReport, *, launch_id: int | None) -> JobProgres
         retryable=report.retryable,
         phase=report.phase or None,
         batches=report.batches,
+        idle_triggers=report.idle_triggers,
         duplicates_delivered={
             name: sink.duplicates_delivered for name, sink in sorted(report.sinks.items())
         },

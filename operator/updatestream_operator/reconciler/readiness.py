@@ -1,7 +1,8 @@
 """A stream's conditions and summary from one reconcile step (pure).
 
 `Ready` means changes flow: True only once every key range's job runs and has reported a
-micro-batch of its current launch. Until then it says what it waits for, the most telling
+micro-batch of its current launch (or, on a keyspace without changes, that its query read the
+shards and found nothing new). Until then it says what it waits for, the most telling
 first: a problem (Degraded's reason), a driver that cannot be scheduled, a driver that is
 pending, a job that runs but has not finished a batch yet. `Degraded` lists the problems found;
 `Hopping` and `Snapshotting` follow the hops and the snapshot.
@@ -87,7 +88,7 @@ def _readiness(
         found = [message for why, message in waits if why == reason]
         if found:
             return False, reason, "; ".join(found)
-    return True, "Streaming", "every key range's job runs and has delivered a batch"
+    return True, "Streaming", "every key range's job runs and delivers"
 
 
 def _waiting(step: Step, entry: KeyRangeStatus, job: JobInfo | None) -> tuple[str, str]:
@@ -102,7 +103,7 @@ def _waiting(step: Step, entry: KeyRangeStatus, job: JobInfo | None) -> tuple[st
         detail = f" ({job.message})" if job.message else ""
         return "Pending", f"{where}: job {job.job_id} is {job.phase.value}{detail}"
     report = step.report(entry)
-    if report is None or report.batches == 0:
+    if report is None or (report.batches == 0 and report.idle_triggers == 0):
         return "Starting", f"{where}: job {job.job_id} runs; waiting for its first batch"
     return "", ""
 

@@ -271,7 +271,9 @@ def _running(
             f"key range {entry.key_range}: configuration changed; relaunching job "
             f"{job.job_id} from its positions",
         )
-        return entry.model_copy(update={"phase": "Restarting"})
+        # a new configuration: what went wrong with the old one no longer counts
+        update = {"phase": "Restarting", "message": None, "restarts": 0, "failed_at": None}
+        return entry.model_copy(update=update)
     if job.launch_id == entry.launch_id and entry.shard_map != serving:
         entry = entry.model_copy(update={"shard_map": serving})  # change elsewhere: no hop
     return entry

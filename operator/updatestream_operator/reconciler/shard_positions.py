@@ -190,14 +190,21 @@ def fold_progress(entry: KeyRangeStatus, progress: JobProgress | None) -> KeyRan
             "shards": shards,
             "duplicates": dict(progress.duplicates),
             "duplicates_dropped": sum(progress.duplicates.values()),
-            # the job's fatal error; a launch that delivers leaves its predecessor's behind
-            "message": progress.error or (None if progress.batches else entry.message),
+            "message": _message(entry, progress),
             "dedup": progress.dedup if progress.dedup is not None else entry.dedup,
             "reported_at": _reported_at(progress) or entry.reported_at,
             "batches": progress.batches,
             "duplicates_delivered": dict(progress.duplicates_delivered),
         }
     )
+
+
+def _message(entry: KeyRangeStatus, progress: JobProgress) -> str | None:
+    """The job's fatal error; a launch that delivers leaves its predecessor's behind. Between
+    a stop and the relaunch the stopped job's report changes nothing: the stop decided."""
+    if entry.phase == "Restarting":
+        return entry.message
+    return progress.error or (None if progress.batches else entry.message)
 
 
 def _reported_at(progress: JobProgress) -> str | None:
