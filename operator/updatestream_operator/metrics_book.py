@@ -8,7 +8,7 @@ operator restart and a relaunch, and they cover a job that cannot run or never r
   and the operator's fold). A dead, stuck or never-started job's lag therefore keeps growing
   instead of freezing at its last value, and `UpdateStreamLagHigh` fires for it.
 * `updatestream_report_age_seconds{namespace,stream,key_range}`: seconds since the key range's
-  job last reported (since its launch when it never did).
+  job last reported (since its first launch when none ever did, however often it relaunched).
 * `updatestream_job_phase{namespace,stream,key_range,phase}`: 1 for the key range's phase in
   status (`Degraded` when its job failed or cannot run), 0 for the other phases.
 * `updatestream_events_total`, `updatestream_duplicates_total`,

@@ -254,6 +254,8 @@ def _fail(world: World, message: str = "the driver exited with code 1") -> None:
 def test_a_failed_job_is_degraded_at_once_then_relaunched_after_a_growing_backoff() -> None:
     world = World(settings=rec.Settings(max_restarts=2, restart_backoff=(10.0, 300.0)))
     world.settle()
+    # nothing reported yet: the lag of the key range counts from its first launch
+    assert world.status.key_ranges[0].reported_at == "2024-05-01T12:00:00Z"
     world.run()
     world.report("-", a=token("-80", T0, 1))
     world.step()
@@ -284,6 +286,7 @@ def test_a_failed_job_is_degraded_at_once_then_relaunched_after_a_growing_backof
         assert world.launches()[-1].job.launch_id == attempt + 1
         # Degraded throughout the relaunch, until the relaunched job delivers
         assert [condition(d.status, "Degraded")[0] for d in steps] == ["True"] * len(steps)
+    assert world.status.key_ranges[0].reported_at == "2024-05-01T12:00:00Z"  # not a relaunch's
     _fail(world)
     decision = world.step()
     world.now += dt.timedelta(seconds=600)

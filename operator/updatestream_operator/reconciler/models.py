@@ -284,7 +284,9 @@ class KeyRangeStatus(_Status):
     restarts: int = 0
     message: str | None = None  # what is wrong with the key range's job, for Degraded
     failed_at: str | None = Field(None, alias="failedAt")  # when its job was seen ended
-    # the job's last report: when (RFC 3339), its batches, duplicates its sinks recognised
+    # the job's last report: when (RFC 3339; the first launch's time until a job reports, so
+    # the lag of a key range whose jobs never report grows from there), its batches, the
+    # duplicates its sinks recognised
     reported_at: str | None = Field(None, alias="reportedAt")
     batches: int = 0
     duplicates_delivered: dict[str, int] = Field(default_factory=dict, alias="duplicatesDelivered")

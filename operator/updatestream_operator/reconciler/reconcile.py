@@ -141,6 +141,8 @@ def _launch(
             "spec_hash": job.spec_hash,
             "launch_id": launch_id,
             "launched_at": step.now_text,
+            # nothing reported before the first launch: its lag counts from there
+            "reported_at": entry.reported_at or step.now_text,
             "dedup": job.dedup,
         }
     )
