@@ -121,6 +121,50 @@ class Node:
         return list(yaml.safe_load(self.kubectl(*args)).get("items") or [])
 
 
+def create_secret(node: Node, namespace: str, name: str, folder: Path) -> None:
+    """A Secret of the `username` and `password` files in `folder`."""
+    node.kubectl(
+        "create", "secret", "generic", name, "-n", namespace,
+        f"--from-file=username={folder / 'username'}",
+        f"--from-file=password={folder / 'password'}",
+    )  # fmt: skip
+
+
+def chart_image_values(node: Node) -> list[str]:
+    """`--set` arguments naming the image the node holds, never pulled."""
+    registry, _, rest = node.image.partition("/")
+    repository, _, tag = rest.partition(":")
+    return [
+        "--set", f"image.registry={registry}", "--set", f"image.repository={repository}",
+        "--set", f"image.tag={tag}", "--set", "image.pullPolicy=Never",
+    ]  # fmt: skip
+
+
+def install_chart(node: Node, namespace: str, *values: str) -> None:
+    """`helm install` of the chart with the node's image, its drivers reaching the API server
+    on the bridge address and asking for half a core each; `values` are more arguments."""
+    node.helm(
+        "install", "updatestream", str(REPO_ROOT / "charts" / "updatestream-operator"),
+        "-n", namespace, "--wait", "--timeout", "180s", *chart_image_values(node),
+        "--set", f"spark.driverMaster={API_SERVER}", "--set", "spark.coreRequest=500m",
+        "--set", "operator.resources.requests.cpu=100m", *values,
+    )  # fmt: skip
+
+
+def discovery(node: Node) -> dict[str, Any]:
+    """How a Prometheus on this machine discovers the node's Pods: the API server, with the
+    admin's client certificate (a `kubernetes_sd_configs` entry without role)."""
+    pki = NODE_DIR / "pki"
+    return {
+        "api_server": API_SERVER,
+        "tls_config": {
+            "ca_file": str(pki / "ca.crt"),
+            "cert_file": str(pki / "admin.crt"),
+            "key_file": str(pki / "admin.key"),
+        },
+    }
+
+
 def wait_for(check: Callable[[], T | None], what: str, timeout: float = 180.0) -> T:
     deadline = time.monotonic() + timeout
     while True:
