@@ -59,6 +59,8 @@ ALERT_VALUES = [
     "--set", "metrics.jobPodMonitor.enabled=true",
 ]  # fmt: skip
 REPORT = REPO_ROOT / ".updatestream" / "node-status-report.txt"
+# the module's first test also waits for the node and the image (built when its inputs changed)
+pytestmark = pytest.mark.timeout(1800)
 
 
 @dataclass
@@ -140,6 +142,7 @@ def world(node: Node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worl
         create_secret(node, NS, reader, cluster.secrets_dir / reader)
         node.apply(NS, yaml.safe_load(cluster.manifest_path.read_text()))
         configs, rules = _monitoring(node, workdir)
+        (workdir / "prometheus").mkdir()
         prometheus = start_prometheus(
             workdir / "prometheus", {}, rule_files=[rules], scrape_configs=configs
         )

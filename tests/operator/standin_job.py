@@ -56,6 +56,7 @@ class StandIn:
         self.hops: list[dict[str, Any]] = []
         self.phase = "running"
         self.dropped = 0
+        self.batches = 0  # one per tick, as a job reports its micro-batches
 
     def keyspace(self) -> tuple[str, float | None] | None:
         """The serving map of the watched Keyspace and when it last changed."""
@@ -72,6 +73,7 @@ class StandIn:
 
     def tick(self) -> None:
         now = int(time.time())
+        self.batches += 1
         for shard in self.shards(self.shard_map):
             self.seq[shard] = self.seq.get(shard, 0) + 1
             self.tokens[shard] = {
@@ -86,6 +88,7 @@ class StandIn:
             "stream": self.name,
             "keyRange": self.key_range.name,
             "updatedAt": time.time(),
+            "batches": self.batches,
             "phase": self.phase,
             "shardMap": self.shard_map,
             "hops": self.hops,
