@@ -2,8 +2,8 @@
 
 Started with a one-second scrape interval and its own TSDB directory; stopped by pid. The
 chart's monitors (Prometheus Operator PodMonitors) become scrape configurations here the way
-the Prometheus Operator makes them (`monitor_scrape_config`): Kubernetes service discovery of
-Pods, kept by the monitor's label selector and port name, with its metric relabelings.
+the Prometheus Operator makes them (`monitor_scrape_config`): discovered Pods kept by the
+monitor's namespaces, label selector and port name, with its metric relabelings.
 """
 
 from __future__ import annotations
@@ -90,14 +90,15 @@ def _label(name: str) -> str:
 
 
 def monitor_scrape_config(
-    monitor: dict[str, Any], discovery: dict[str, Any] | None, interval: str = "1s"
+    monitor: dict[str, Any], discovery_url: str | None, interval: str = "1s"
 ) -> dict[str, Any]:
     """A PodMonitor's first endpoint as a Prometheus scrape configuration.
 
-    With `discovery` (a `kubernetes_sd_configs` entry without role and namespaces: the API
-    server and its credentials) Pods are discovered as the Prometheus Operator would: those in
-    the monitor's namespaces with its labels, at the container port of its name. Without it the
-    configuration has no targets yet: add `static_configs` (the relabelings still apply)."""
+    With `discovery_url` (an HTTP service discovery listing the cluster's Pods with the meta
+    labels of Prometheus' Kubernetes discovery: Debian's Prometheus is built without the
+    latter) Pods are kept as the Prometheus Operator keeps them: those in the monitor's
+    namespaces with its labels, at the container port of its name. Without it the
+    configuration has no targets yet: add `static_configs` (the metric relabelings apply)."""
     spec = monitor["spec"]
     endpoint = spec["podMetricsEndpoints"][0]
     config: dict[str, Any] = {
@@ -108,13 +109,19 @@ def monitor_scrape_config(
         "scrape_timeout": interval,
         "metric_relabel_configs": [_relabel(r) for r in endpoint.get("metricRelabelings") or []],
     }
-    if discovery is None:
+    if discovery_url is None:
         return config
-    namespaces = spec.get("namespaceSelector") or {}
-    sd = {**discovery, "role": "pod"}
-    if namespaces.get("matchNames"):
-        sd["namespaces"] = {"names": namespaces["matchNames"]}
-    keep = [
+    keep = []
+    namespaces = (spec.get("namespaceSelector") or {}).get("matchNames")
+    if namespaces:
+        keep.append(
+            {
+                "source_labels": ["__meta_kubernetes_namespace"],
+                "regex": "|".join(namespaces),
+                "action": "keep",
+            }
+        )
+    keep += [
         {
             "source_labels": [f"__meta_kubernetes_pod_label_{_label(key)}"],
             "regex": value,
@@ -122,18 +129,47 @@ def monitor_scrape_config(
         }
         for key, value in (spec.get("selector") or {}).get("matchLabels", {}).items()
     ]
-    keep.append(
+    keep += [
         {
             "source_labels": ["__meta_kubernetes_pod_container_port_name"],
             "regex": endpoint["port"],
             "action": "keep",
-        }
-    )
-    keep += [
+        },
         {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
         {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
     ]
-    return {**config, "kubernetes_sd_configs": [sd], "relabel_configs": keep}
+    discovery = [{"url": discovery_url, "refresh_interval": "2s"}]
+    return {**config, "http_sd_configs": discovery, "relabel_configs": keep}
+
+
+def pod_targets(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Running Pods as HTTP service discovery target groups: one per container port, with the
+    meta labels Prometheus' Kubernetes discovery gives (role pod)."""
+    groups = []
+    for pod in pods:
+        ip = (pod.get("status") or {}).get("podIP")
+        if not ip or pod["status"].get("phase") != "Running":
+            continue
+        metadata = pod["metadata"]
+        common = {
+            "__meta_kubernetes_namespace": metadata["namespace"],
+            "__meta_kubernetes_pod_name": metadata["name"],
+            "__meta_kubernetes_pod_ip": ip,
+            **{
+                f"__meta_kubernetes_pod_label_{_label(k)}": v
+                for k, v in (metadata.get("labels") or {}).items()
+            },
+        }
+        for container in pod["spec"]["containers"]:
+            for port in container.get("ports") or []:
+                labels = {
+                    **common,
+                    "__meta_kubernetes_pod_container_name": container["name"],
+                    "__meta_kubernetes_pod_container_port_name": port.get("name", ""),
+                    "__meta_kubernetes_pod_container_port_number": str(port["containerPort"]),
+                }
+                groups.append({"targets": [f"{ip}:{port['containerPort']}"], "labels": labels})
+    return groups
 
 
 def _ready(url: str) -> bool:

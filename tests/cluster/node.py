@@ -11,6 +11,8 @@ nothing listens on an outside interface.
 from __future__ import annotations
 
 import contextlib
+import http.server
+import json
 import os
 import socket
 import subprocess
@@ -24,6 +26,7 @@ from typing import Any, TypeVar
 import yaml
 
 from harness.kube import ensure_kube_tools
+from tests.charts.prometheus import pod_targets
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO_ROOT / "scripts"
@@ -151,18 +154,34 @@ def install_chart(node: Node, namespace: str, *values: str) -> None:
     )  # fmt: skip
 
 
-def discovery(node: Node) -> dict[str, Any]:
-    """How a Prometheus on this machine discovers the node's Pods: the API server, with the
-    admin's client certificate (a `kubernetes_sd_configs` entry without role)."""
-    pki = NODE_DIR / "pki"
-    return {
-        "api_server": API_SERVER,
-        "tls_config": {
-            "ca_file": str(pki / "ca.crt"),
-            "cert_file": str(pki / "admin.crt"),
-            "key_file": str(pki / "admin.key"),
-        },
-    }
+class PodDiscovery:
+    """An HTTP service discovery on loopback for a Prometheus on this machine: the node's Pods
+    (read through the API server on each request) with the meta labels of Prometheus'
+    Kubernetes discovery, which Debian's Prometheus is built without."""
+
+    def __init__(self, node: Node) -> None:
+        node_ref = node
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                pods = yaml.safe_load(node_ref.kubectl("get", "pods", "-A", "-o", "yaml"))
+                body = json.dumps(pod_targets(pods.get("items") or [])).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return None
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/pods"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
 def wait_for(check: Callable[[], T | None], what: str, timeout: float = 180.0) -> T:

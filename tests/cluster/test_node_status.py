@@ -12,9 +12,9 @@ Prometheus sees it through the chart's monitoring configuration.
   MissingClusterDNS warning, no stack trace at a driver's shutdown, a line per 100 batches.
 
 Real components: kubelet runs the Pods; the shards are a development cluster listening on
-the bridge address; memcached and the traffic run on this machine; Prometheus runs here and
-discovers the Pods through the API server, as the Prometheus Operator would from the chart's
-PodMonitors, with the rules of the chart's PrometheusRule.
+the bridge address; memcached and the traffic run on this machine; Prometheus runs here,
+scraping the Pods the chart's PodMonitors select (found through the API server and kept by the
+monitors' rules, as the Prometheus Operator configures it), with the chart's PrometheusRule.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ from tests.cluster.node import (
     REPO_ROOT,
     Forwarder,
     Node,
+    PodDiscovery,
     create_secret,
-    discovery,
     install_chart,
     wait_for,
 )
@@ -109,7 +109,9 @@ class World:
         self.node.kubectl("delete", "updatestream", name, "-n", NS, "--wait=true", "--timeout=180s")
 
 
-def _monitoring(node: Node, workdir: Path) -> tuple[list[dict[str, Any]], Path]:
+def _monitoring(
+    node: Node, workdir: Path, discovery: PodDiscovery
+) -> tuple[list[dict[str, Any]], Path]:
     """The chart's PodMonitors as scrape configurations and its PrometheusRule as a rule file,
     rendered with the values of the installed release plus ALERT_VALUES."""
     rendered = node.helm("template", "updatestream", str(CHART), "-n", NS, *ALERT_VALUES)
@@ -118,7 +120,7 @@ def _monitoring(node: Node, workdir: Path) -> tuple[list[dict[str, Any]], Path]:
     (rule,) = [d for d in documents if d["kind"] == "PrometheusRule"]
     rules = workdir / "rules.yaml"
     rules.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
-    return [monitor_scrape_config(m, discovery(node), interval="2s") for m in monitors], rules
+    return [monitor_scrape_config(m, discovery.url, interval="2s") for m in monitors], rules
 
 
 @pytest.fixture(scope="module")
@@ -129,6 +131,7 @@ def world(node: Node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worl
     forwarder: Forwarder | None = None
     prometheus: Prometheus | None = None
     traffic: TrafficGenerator | None = None
+    pods: PodDiscovery | None = None
     try:
         cluster.up("-80,80-")
         memcached.start()
@@ -141,7 +144,8 @@ def world(node: Node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worl
         reader = cluster.secret_ref("reader").name
         create_secret(node, NS, reader, cluster.secrets_dir / reader)
         node.apply(NS, yaml.safe_load(cluster.manifest_path.read_text()))
-        configs, rules = _monitoring(node, workdir)
+        pods = PodDiscovery(node)
+        configs, rules = _monitoring(node, workdir, pods)
         (workdir / "prometheus").mkdir()
         prometheus = start_prometheus(
             workdir / "prometheus", {}, rule_files=[rules], scrape_configs=configs
@@ -158,6 +162,8 @@ def world(node: Node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worl
             traffic.stop()
         if prometheus is not None:
             prometheus.stop()
+        if pods is not None:
+            pods.close()
         if forwarder is not None:
             forwarder.close()
         memcached.stop()
@@ -267,7 +273,11 @@ def test_ready_only_after_the_first_batch_and_the_driver_scraped_through_the_cha
     assert found[0]["metric"]["job"].endswith("-jobs"), found  # the chart's job PodMonitor
     # counted once: the driver's own events are dropped, the operator's kept
     assert not w.prometheus.query(f'updatestream_events_total{{pod="{pod}"}}')
-    assert w.prometheus.query(f'updatestream_events_total{{stream="{name}"}}')
+    wait_for(
+        lambda: w.prometheus.query(f'updatestream_events_total{{stream="{name}"}}'),
+        "the stream's events from the operator",
+        timeout=120,
+    )
 
     log = w.node.kubectl("logs", "-n", NS, pod, "-c", "spark-kubernetes-driver")
     assert "INFO updatestream_jobs.batches: batch 0:" in log, log[-3000:]
