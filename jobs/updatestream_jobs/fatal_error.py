@@ -20,7 +20,7 @@ from updatestream.binlog.errors import (
     SourceOptionsError,
     UnknownTable,
 )
-from updatestream.cache.keys import KeyTemplateError
+from updatestream.cache.key_templates import KeyTemplateError
 from updatestream.contract.job_config import JobConfig
 from updatestream.contract.progress_report import ProgressError, ProgressReport
 from updatestream.core.errors import UpdateStreamError

@@ -18,7 +18,7 @@ from contextlib import closing
 import pymysql
 
 from updatestream.binlog.errors import ShardUnreachable
-from updatestream.cache.keys import KeyTemplate
+from updatestream.cache.key_templates import KeyTemplate
 from updatestream.contract.job_config import JobConfig
 from updatestream.core.errors import UpdateStreamError
 from updatestream.core.keyrange import KeyRange
