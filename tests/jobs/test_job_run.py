@@ -23,7 +23,7 @@ from updatestream_jobs.job import Job
 
 from updatestream import spec
 from updatestream.binlog.vreplication import binlog_source
-from updatestream.contract.job import JobConfig
+from updatestream.contract.job_config import JobConfig
 from updatestream.core.dedup import DedupFilter
 from updatestream.core.gtid import parse_position
 
