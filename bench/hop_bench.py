@@ -35,7 +35,7 @@ from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 
 from bench.report import machine
 from bench.summary import merge_summary
-from harness.hop import StreamJob, completed_hops, job_from_now, reshard, traffic_generator
+from harness.stream_job import StreamJob, completed_hops, job_from_now, reshard, traffic_generator
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -53,6 +53,7 @@ from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.ledger import LedgerEntry, read_ledger
 from updatestream_cli.devcluster.mariadb_server import MariaDBServer
 from updatestream_cli.devcluster.memcached_server import MemcachedServer
+from updatestream_cli.manifests import update_stream
 from updatestream_jobs.job import Job, spark_session
 from updatestream_jobs.sinks.cdcv2_sink import stream_directory
 from updatestream_jobs.sinks.sink import BatchContext
@@ -61,6 +62,7 @@ from bench.lagtools import BatchRecord, TimedSink, cdcv2_complete_times, event_l
 from bench.report import console, machine, median, print_table, say_load, write_result
 from bench.sinks_bench import DURABLE
 from bench.summary import merge_summary
+from harness.accounts import account_with_secret
 from updatestream import spec
 from updatestream.contract.job import JobConfig
 
@@ -97,34 +99,21 @@ class Rig:
         )
         self.stack.callback(self.versionstream.stop)
         self.versionstream.start()
-        self.versionstream.create_account(
-            "vs", "vs-bench-pw", ["GRANT ALL PRIVILEGES ON *.* TO {user}"]
-        )
-        secret = self.cluster.secrets_dir / "bench-versionstream"
-        secret.mkdir(parents=True)
-        (secret / "username").write_text("vs")
-        (secret / "password").write_text("vs-bench-pw")
+        secret = "bench-versionstream"
+        account_with_secret(self.versionstream, self.cluster.secrets_dir, secret, "vs")
         self.cdc = self.root / "cdc"
-        stream = spec.parse_update_stream(
+        sink_specs: list[dict[str, Any]] = [
             {
-                "apiVersion": "updatestream.io/v1alpha1",
-                "kind": "UpdateStream",
-                "metadata": {"name": STREAM},
-                "spec": {
-                    "keyspace": self.cluster.keyspace_name,
-                    "keyRanges": ["-"],
-                    "start": {"mode": "gtid", "gtid": self.positions()},
-                    "sinks": [
-                        {
-                            "type": "versionStream",
-                            "mysql": {"host": "127.0.0.1", "port": self.versionstream.port},
-                            "credentialsSecret": {"name": "bench-versionstream"},
-                        },
-                        {"type": "memcached", "servers": [self.memcached.address]},
-                        {"type": "cdcv2", "path": str(self.cdc)},
-                    ],
-                },
-            }
+                "type": "versionStream",
+                "mysql": {"host": "127.0.0.1", "port": self.versionstream.port},
+                "credentialsSecret": {"name": secret},
+            },
+            {"type": "memcached", "servers": [self.memcached.address]},
+            {"type": "cdcv2", "path": str(self.cdc)},
+        ]
+        start = {"mode": "gtid", "gtid": self.positions()}
+        stream = spec.parse_update_stream(
+            update_stream(STREAM, self.cluster.keyspace_name, start, sink_specs)
         )
         self.spark = spark_session("local[2]", "lag-bench")
         self.stack.callback(self.spark.stop)
@@ -372,9 +361,7 @@ def report(
         ["load", "rows/s", "sink", "p50", "p99", "max"],
         rows,
     )
-    goal = loads["50%"]["median"]["versionstream"]
-    p50, p99 = goal["p50_s"], goal["p99_s"]
-    met = p50 is not None and p99 is not None and p50 < 1 and p99 < 2  # the README's goal
+    half = loads["50%"]["median"]["versionstream"]  # the goals are judged in the summary
     write_result(
         "lag",
         {
@@ -389,15 +376,14 @@ def report(
             "max_rate": probe,
             "shard_connect_ms": connect,
             "loads": loads,
-            "goal_50pct_versionstream": {"p50_s": p50, "p99_s": p99, "met": met},
         },
     )
     merge_summary(
         {
             "machine": machine(),
-            "lag_p50_s": goal["p50_s"],
-            "lag_p99_s": goal["p99_s"],
-            "lag_max_s": goal["max_s"],
+            "lag_p50_s": half["p50_s"],
+            "lag_p99_s": half["p99_s"],
+            "lag_max_s": half["max_s"],
             "lag_trigger_s": args.trigger_seconds,
             "max_rate_rows_per_s": probe["sustained_rows_per_s"],
         }

@@ -33,6 +33,7 @@ from updatestream_jobs.sinks.versionstream_sink import VersionStreamSink
 
 from bench.report import machine, say_load, write_result
 from bench.summary import merge_summary
+from harness.accounts import account_with_secret
 from harness.sink_events import ShardLog
 from updatestream import spec
 from updatestream.binlog.events import ChangeEvent
@@ -100,10 +101,7 @@ def bench_versionstream(events: int, naive: int, rounds: int) -> dict[str, Any]:
         server.start()
         try:
             secrets = Path(tmp) / "secrets"
-            (secrets / "bench").mkdir(parents=True)
-            server.create_account("bench", "bench-pw", ["GRANT ALL PRIVILEGES ON *.* TO {user}"])
-            (secrets / "bench" / "username").write_text("bench")
-            (secrets / "bench" / "password").write_text("bench-pw")
+            account_with_secret(server, secrets, "bench", "bench")
             batched: list[float] = []
             single: list[float] = []
             for round_no in range(rounds):

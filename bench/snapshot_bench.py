@@ -167,7 +167,7 @@ def run_jdbc(cluster: DevCluster, rows: int) -> dict[str, Any]:
 
 def run_debezium(cluster: DevCluster, build_dir: Path, rows: int, log: Path) -> dict[str, Any]:
     """Debezium's initial snapshot of `orders`, one engine per shard, side by side."""
-    from bench.peers_bench import debezium_properties, harness_command
+    from bench.debezium_peer import debezium_properties, harness_command
     from bench.peertools import parse_lines
 
     admin = cluster.credentials("admin")
@@ -208,7 +208,7 @@ def child_main(args: argparse.Namespace) -> None:
     print(json.dumps(figures))
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--rss-rows", type=int, default=3_000_000)
@@ -217,18 +217,21 @@ def main() -> None:
     parser.add_argument("--child", choices=("updatestream", "jdbc"))
     parser.add_argument("--directory", type=Path)
     parser.add_argument("--debezium-dir", type=Path, help="the bench-peers harness build")
-    args = parser.parse_args()
-    if args.child:
-        child_main(args)
-        return
-    connector_jar()
-    before = say_load()
+    return parser.parse_args()
+
+
+Rounds = dict[str, list[dict[str, Any]]]  # reader -> one figure set per round
+
+
+def measure(args: argparse.Namespace) -> tuple[Rounds, dict[str, Any], dict[str, Any]]:
+    """The readers' rounds over `--rows`, then our snapshot's figures at `--rows` (its last
+    round) and at `--rss-rows`."""
     with tempfile.TemporaryDirectory(prefix="bench-snapshot-") as tmp:
         directory = Path(tmp) / "cluster"
         with DevCluster(directory).running(",".join(SHARDS)) as cluster:
             load(cluster, 1, args.rows)
             kinds = ["updatestream", "jdbc"] + (["debezium"] if args.debezium_dir else [])
-            rounds: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}
+            rounds: Rounds = {kind: [] for kind in kinds}
             for number in range(args.rounds):
                 for kind in kinds:
                     if kind == "debezium":
@@ -244,23 +247,29 @@ def main() -> None:
             load(cluster, args.rows + 1, args.rss_rows - args.rows)
             big = child("updatestream", directory, args.rss_rows, args.chunk_rows)
             assert big["rows"] == args.rss_rows, big
-    after = say_load()
-    ours = median(r["rows_per_s"] for r in rounds["updatestream"])
-    jdbc = median(r["rows_per_s"] for r in rounds["jdbc"])
-    ratios = [
-        u["rows_per_s"] / j["rows_per_s"]
-        for u, j in zip(rounds["updatestream"], rounds["jdbc"], strict=True)
-    ]
-    debezium = median(r["rows_per_s"] for r in rounds["debezium"]) if "debezium" in rounds else None
-    versus = [
-        u["rows_per_s"] / d["rows_per_s"]
-        for u, d in zip(rounds["updatestream"], rounds.get("debezium", []), strict=False)
-    ]
-    result = {
-        "machine": machine(), "load_before": before, "load_after": after,
+    return rounds, small, big
+
+
+def rates(rounds: Rounds, kind: str) -> list[float]:
+    return [r["rows_per_s"] for r in rounds.get(kind, [])]
+
+
+def ratios(rounds: Rounds, kind: str) -> list[float]:
+    """Our snapshot over `kind`, round by round (the readers ran side by side in each)."""
+    ours = rates(rounds, "updatestream")
+    return [mine / theirs for mine, theirs in zip(ours, rates(rounds, kind), strict=False)]
+
+
+def figures_of(
+    args: argparse.Namespace, rounds: Rounds, small: dict[str, Any], big: dict[str, Any]
+) -> dict[str, Any]:
+    debezium = median(rates(rounds, "debezium")) if "debezium" in rounds else None
+    versus = ratios(rounds, "debezium")
+    return {
         "rows": args.rows, "chunk_rows": args.chunk_rows, "rounds": rounds,
-        "snapshot_rows_per_s": round(ours), "jdbc_rows_per_s": round(jdbc),
-        "snapshot_vs_jdbc_ratio": round(median(ratios), 3),
+        "snapshot_rows_per_s": round(median(rates(rounds, "updatestream"))),
+        "jdbc_rows_per_s": round(median(rates(rounds, "jdbc"))),
+        "snapshot_vs_jdbc_ratio": round(median(ratios(rounds, "jdbc")), 3),
         "debezium_rows_per_s": None if debezium is None else round(debezium),
         "snapshot_vs_debezium_ratio": round(median(versus), 3) if versus else None,
         "rss": {
@@ -269,33 +278,50 @@ def main() -> None:
             "worker_rss_mb": [small["worker_rss_mb"], big["worker_rss_mb"]],
         },
     }  # fmt: skip
+
+
+def print_result(args: argparse.Namespace, result: dict[str, Any]) -> None:
+    rounds = result["rounds"]
+
+    def row(label: str, value: str, values: list[float], form: str) -> list[str]:
+        return [label, value, ", ".join(format(v, form) for v in values)]
+
+    table = [
+        row("updatestream snapshot", f"{result['snapshot_rows_per_s']:,}",
+            rates(rounds, "updatestream"), ",.0f"),
+        row("Spark JDBC reader", f"{result['jdbc_rows_per_s']:,}", rates(rounds, "jdbc"), ",.0f"),
+        row("ratio", f"{result['snapshot_vs_jdbc_ratio']:.2f}", ratios(rounds, "jdbc"), ".2f"),
+    ]  # fmt: skip
+    if result["debezium_rows_per_s"] is not None:
+        table += [
+            row("Debezium initial snapshot", f"{result['debezium_rows_per_s']:,}",
+                rates(rounds, "debezium"), ",.0f"),
+            row("ratio to Debezium", f"{result['snapshot_vs_debezium_ratio']:.2f}",
+                ratios(rounds, "debezium"), ".2f"),
+        ]  # fmt: skip
+    print_table("snapshot of orders, 2 shards", ["reader", "rows/s (median)", "per round"], table)
+    rss = result["rss"]
+    print(f"peak RSS at {args.rows:,} / {args.rss_rows:,} rows: driver {rss['driver_rss_mb']} MB, "
+          f"workers {rss['worker_rss_mb']} MB")  # fmt: skip
+
+
+def main() -> None:
+    args = parse_args()
+    if args.child:
+        child_main(args)
+        return
+    connector_jar()
+    before = say_load()
+    rounds, small, big = measure(args)
+    after = say_load()
+    result = {"machine": machine(), "load_before": before, "load_after": after,
+              **figures_of(args, rounds, small, big)}  # fmt: skip
     write_result("snapshot", result)
     summary = {key: result[key] for key in
                ("snapshot_rows_per_s", "snapshot_vs_jdbc_ratio", "snapshot_vs_debezium_ratio")
                if result[key] is not None}  # fmt: skip
     merge_summary(summary)
-
-    def per_round(values: list[float], form: str) -> str:
-        return ", ".join(format(v, form) for v in values)
-
-    print_table(
-        "snapshot of orders, 2 shards",
-        ["reader", "rows/s (median)", "per round"],
-        [
-            ["updatestream snapshot", f"{ours:,.0f}",
-             per_round([r["rows_per_s"] for r in rounds["updatestream"]], ",.0f")],
-            ["Spark JDBC reader", f"{jdbc:,.0f}",
-             per_round([r["rows_per_s"] for r in rounds["jdbc"]], ",.0f")],
-            ["ratio", f"{result['snapshot_vs_jdbc_ratio']:.2f}", per_round(ratios, ".2f")],
-            *([["Debezium initial snapshot", f"{debezium:,.0f}",
-                per_round([r["rows_per_s"] for r in rounds["debezium"]], ",.0f")],
-               ["ratio to Debezium", f"{result['snapshot_vs_debezium_ratio']:.2f}",
-                per_round(versus, ".2f")]] if debezium is not None else []),
-        ],
-    )  # fmt: skip
-    rss = result["rss"]
-    print(f"peak RSS at {args.rows:,} / {args.rss_rows:,} rows: driver {rss['driver_rss_mb']} MB, "
-          f"workers {rss['worker_rss_mb']} MB")  # fmt: skip
+    print_result(args, result)
 
 
 if __name__ == "__main__":

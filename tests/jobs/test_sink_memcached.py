@@ -20,7 +20,7 @@ from updatestream import spec
 from updatestream.binlog.events import ChangeEvent
 from updatestream.cache.entry import decode, encode
 from updatestream.cache.invalidator import Invalidator
-from updatestream.cache.keys import KeyTemplateError, KeyTemplates
+from updatestream.cache.key_templates import KeyTemplateError, KeyTemplates
 from updatestream.cache.transport import StoreOp
 from updatestream.core.gtid import MariaDBPosition
 from updatestream.core.token import EventToken

@@ -13,7 +13,7 @@ import pytest
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.traffic import TrafficOptions
 
-from harness.hop import traffic_generator
+from harness.stream_job import traffic_generator
 from tests.binlogs import config_for, positions, read
 from updatestream.binlog.errors import ShardUnreachable
 from updatestream.binlog.session import ShardSession

@@ -20,7 +20,7 @@ from updatestream_jobs.source.binlog_ranges import read_shard_range
 from updatestream_jobs.source.partitions import BinlogRangePartition
 from updatestream_jobs.source.planner import BatchPlanner
 
-from harness.hop import traffic_generator
+from harness.stream_job import traffic_generator
 from tests.binlogs import config_for, positions, read
 from updatestream.binlog.events import ChangeEvent
 from updatestream.binlog.range_reader import BinlogRangeReader

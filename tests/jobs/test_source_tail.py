@@ -24,7 +24,7 @@ from updatestream_jobs.source.partitions import (
     SourcePartition,
 )
 
-from harness.hop import traffic_generator
+from harness.stream_job import traffic_generator
 from tests.binlogs import config_for, positions
 from updatestream.binlog.range_reader import BinlogRangeReader
 from updatestream.binlog.row_converter import RowConverter

@@ -17,7 +17,7 @@ from tests.verify.streams import Run, batches, feed, verify
 from updatestream import spec
 from updatestream.binlog.events import ChangeEvent
 from updatestream.cache.entry import encode
-from updatestream.cache.keys import KeyTemplates
+from updatestream.cache.key_templates import KeyTemplates
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from updatestream.clickopts import json_option, seconds_option
 from updatestream_cli.devcluster.cluster import DEFAULT_DIR, DEFAULT_KEYSPACE, DevCluster
 from updatestream_cli.devcluster.cluster_status import cluster_status
 from updatestream_cli.devcluster.local_server import FLAVORS, ServerFlavor
-from updatestream_cli.options import directory_option, ledger_option
+from updatestream_cli.tool_options import directory_option, ledger_option
 
 if TYPE_CHECKING:
     from updatestream_cli.devcluster.replay import ReplayWindow

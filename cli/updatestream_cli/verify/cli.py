@@ -28,7 +28,7 @@ from updatestream.clickopts import (
 )
 from updatestream.core.errors import UpdateStreamError
 from updatestream_cli.devcluster.ledger import LedgerEntry, read_ledger
-from updatestream_cli.options import ledger_option
+from updatestream_cli.tool_options import ledger_option
 from updatestream_cli.verify import sinks, tablestate
 from updatestream_cli.verify.compare import (
     Report,
@@ -38,7 +38,7 @@ from updatestream_cli.verify.compare import (
     compare_final,
 )
 from updatestream_cli.verify.inputs import VerifyInputError, read_duplicates, within_key_range
-from updatestream_cli.verify.mirror import MirrorReport, MirrorTarget, verify_mirror
+from updatestream_cli.verify.mirror_check import MirrorReport, MirrorTarget, verify_mirror
 
 EXIT_FINDINGS = 1
 EXIT_INPUT = 2

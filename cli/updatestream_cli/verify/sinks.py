@@ -27,7 +27,7 @@ import pymysql.cursors
 
 from updatestream import spec
 from updatestream.cache.entry import EntryError, decode
-from updatestream.cache.keys import KeyTemplateError, KeyTemplates
+from updatestream.cache.key_templates import KeyTemplateError, KeyTemplates
 from updatestream.cache.transport import CacheAddressError, Servers
 from updatestream.cdcv2.format import (
     CDCv2FormatError,

@@ -2,9 +2,9 @@
 
 For every row change the sink computes the keys to invalidate (the row's key, and the extra
 composite-object keys, from the images before and after the change; see
-:mod:`updatestream.cache.keys`) and hands each key the change's Event Token, in stream order, to
-the invalidator (:mod:`updatestream.cache.invalidator`), which applies seed 000's rules with
-CAS. Replaying a batch finds the same or newer tokens and writes nothing; a hop duplicate has a
+:mod:`updatestream.cache.key_templates`) and hands each key the change's Event Token, in stream
+order, to the invalidator (:mod:`updatestream.cache.invalidator`), which applies seed 000's rules
+with CAS. Replaying a batch finds the same or newer tokens and writes nothing; a hop duplicate has a
 token that compares EQUAL (same source transaction) or older, and writes nothing either.
 
 ``SinkResult`` counts keys for this sink: ``written`` keys were added or replaced, ``skipped``
@@ -22,7 +22,7 @@ from typing import Any
 from updatestream import spec
 from updatestream.binlog.events import ChangeEvent
 from updatestream.cache.invalidator import CacheConflictError, CacheServerError, Invalidator
-from updatestream.cache.keys import KeyTemplateError, KeyTemplates
+from updatestream.cache.key_templates import KeyTemplateError, KeyTemplates
 from updatestream.cache.transport import CacheAddressError
 from updatestream_jobs.sinks.common import loads_object
 from updatestream_jobs.sinks.sink import (

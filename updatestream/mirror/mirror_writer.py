@@ -28,8 +28,7 @@ from pymysql.converters import escape_string
 
 from updatestream.binlog.events import encode_value
 from updatestream.mirror.changes import Change, Collapsed, key_of
-from updatestream.mirror.order import Order, Verdict, classify, update_assignments
-from updatestream.mirror.schema import (
+from updatestream.mirror.mirror_tables import (
     INTERNAL_PREFIX,
     MirrorSchemaError,
     SourceSchemas,
@@ -42,12 +41,14 @@ from updatestream.mirror.schema import (
     source_columns,
     view_sql,
 )
+from updatestream.mirror.order import Order, Verdict, classify, update_assignments
 from updatestream.mirror.values import to_sql
 
 Connect = Callable[[], Any]
 READ_CHUNK = 1000
 WRITE_CHUNK = 2000  # rows per INSERT statement (well below max_allowed_packet for most rows)
 PROVENANCE = ("_us_deleted", "_us_gtid", "_us_read_from")
+TOKEN_COLUMNS = (*PROVENANCE, "_us_idx", "_us_seq", "_us_shard", "_us_ts")  # after a row's data
 
 
 @dataclass
@@ -259,7 +260,7 @@ class MirrorWriter:
     def _write_group(
         self, table: str, schema: TableSchema, data: list[str], changes: list[Change]
     ) -> None:
-        names = [*data, *PROVENANCE, "_us_idx", "_us_seq", "_us_shard", "_us_ts"]
+        names = [*data, *TOKEN_COLUMNS]
         listed = ", ".join(f"`{n}`" for n in names)
         head = f"INSERT INTO `{self.database}`.`{self.mirror_name(table)}` ({listed}) VALUES "
         tail = f" ON DUPLICATE KEY UPDATE {update_assignments([*data, *PROVENANCE])}"
@@ -328,18 +329,15 @@ def _data_type(schema: TableSchema, name: str) -> str:
 def _values(change: Change, data: list[str], types: list[str]) -> tuple[Any, ...]:
     image = change.row if change.row is not None else change.pk
     values = [to_sql(image.get(c), t) for c, t in zip(data, types, strict=True)]
+    return (*values, *token_values(change))
+
+
+def token_values(change: Change) -> tuple[Any, ...]:
+    """The values of :data:`TOKEN_COLUMNS` for `change`: whether it deletes the row, its
+    provenance, then its order token."""
     order = change.order
     deleted = 1 if change.row is None else 0
-    return (
-        *values,
-        deleted,
-        change.gtid,
-        change.read_from,
-        order.idx,
-        order.seq,
-        order.shard,
-        order.ts,
-    )
+    return (deleted, change.gtid, change.read_from, order.idx, order.seq, order.shard, order.ts)
 
 
-__all__ = ["INTERNAL_PREFIX", "ApplyResult", "MirrorWriter"]
+__all__ = ["INTERNAL_PREFIX", "TOKEN_COLUMNS", "ApplyResult", "MirrorWriter", "token_values"]

@@ -22,6 +22,9 @@ import yaml
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.reshard import ReshardOptions, ReshardWorkflow, plan_reshard
 from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
+from updatestream_cli.manifests import update_stream
+
+from harness.accounts import write_secret
 
 CLI = str(Path(sys.executable).with_name("updatestream"))
 
@@ -55,44 +58,28 @@ class StreamJob:
     process: subprocess.Popen[bytes] | None = None
     launches: int = 0
     logs: list[Path] = field(default_factory=list)
+    # in `workdir`: the status file, the checkpoint, the job's default trace file (Spark's and
+    # Python's diagnostic output) and the CDCv2 sink's folder
+    status: Path = field(init=False)
+    checkpoint: Path = field(init=False)
+    trace: Path = field(init=False)
+    cdc: Path = field(init=False)
 
-    @property
-    def status(self) -> Path:
-        return self.workdir / "status.json"
-
-    @property
-    def checkpoint(self) -> Path:
-        return self.workdir / "checkpoint"
-
-    @property
-    def trace(self) -> Path:
-        """Spark's and Python's diagnostic output (the job's default trace file)."""
-        return self.workdir / "checkpoint.log"
-
-    @property
-    def cdc(self) -> Path:
-        return self.workdir / "cdc"
+    def __post_init__(self) -> None:
+        self.status, self.checkpoint = self.workdir / "status.json", self.workdir / "checkpoint"
+        self.trace, self.cdc = self.workdir / "checkpoint.log", self.workdir / "cdc"
 
     def write_stream(self, start: dict[str, Any]) -> Path:
-        stream = {
-            "apiVersion": "updatestream.io/v1alpha1",
-            "kind": "UpdateStream",
-            "metadata": {"name": self.name},
-            "spec": {
-                "keyspace": "commerce",
-                "keyRanges": [self.key_range],
-                "start": start,
-                "sinks": [
-                    {
-                        "type": "versionStream",
-                        "mysql": {"host": self.sink.host, "port": self.sink.port},
-                        "database": self.sink.database,
-                        "credentialsSecret": {"name": self.sink.secret},
-                    },
-                    {"type": "cdcv2", "path": str(self.cdc), "allowedLatenessSeconds": 1},
-                ],
+        sinks: list[dict[str, Any]] = [
+            {
+                "type": "versionStream",
+                "mysql": {"host": self.sink.host, "port": self.sink.port},
+                "database": self.sink.database,
+                "credentialsSecret": {"name": self.sink.secret},
             },
-        }
+            {"type": "cdcv2", "path": str(self.cdc), "allowedLatenessSeconds": 1},
+        ]
+        stream = update_stream(self.name, "commerce", start, sinks, [self.key_range])
         path = self.workdir / "stream.yaml"
         path.write_text(yaml.safe_dump(stream))
         return path
@@ -180,15 +167,19 @@ class StreamJob:
                 self.process.wait()
 
     def verify(self, ledger: Path) -> dict[str, dict[str, Any]]:
+        """`updatestream verify` of both sinks against the traffic's ledger."""
+        return self._verify("--ledger", str(ledger), "--status-file", str(self.status))
+
+    def verify_state(self) -> dict[str, dict[str, Any]]:
+        """`updatestream verify --table-state` of both sinks: what each holds against the
+        shards' rows in the job's key range."""
+        return self._verify("--table-state", "--keyspace-manifest", str(self.cluster.manifest_path))
+
+    def _verify(self, *common: str) -> dict[str, dict[str, Any]]:
         def run(sink: str, *options: str) -> dict[str, Any]:
-            command = [CLI, "verify", "--ledger", str(ledger), "--sink", sink]
-            command += ["--key-range", self.key_range, *options, "--json"]
-            done = subprocess.run(
-                command,
-                capture_output=True,
-                text=True,
-                timeout=300,
-            )
+            command = [CLI, "verify", *common, "--sink", sink, "--key-range", self.key_range]
+            command += ["--secrets-dir", str(self.cluster.secrets_dir), *options, "--json"]
+            done = subprocess.run(command, capture_output=True, text=True, timeout=300)
             assert done.returncode in (0, 1), done.stderr
             return dict(json.loads(done.stdout))
 
@@ -196,36 +187,16 @@ class StreamJob:
             "versionstream": run(
                 "versionstream",
                 "--mysql", f"{self.sink.host}:{self.sink.port}",
-                "--secrets-dir", str(self.cluster.secrets_dir),
                 "--secret", self.sink.secret,
                 "--database", self.sink.database,
-                "--status-file", str(self.status),
             ),
-            "cdcv2": run("cdcv2", "--path", str(self.cdc), "--status-file", str(self.status)),
+            "cdcv2": run("cdcv2", "--path", str(self.cdc)),
         }  # fmt: skip
 
 
 def verify_state(job: StreamJob) -> dict[str, dict[str, Any]]:
-    """`updatestream verify --table-state` of both sinks: what each holds against the shards'
-    rows in the job's key range."""
-
-    def run(sink: str, *options: str) -> dict[str, Any]:
-        command = [CLI, "verify", "--table-state", "--sink", sink, "--key-range", job.key_range]
-        command += ["--keyspace-manifest", str(job.cluster.manifest_path)]
-        command += ["--secrets-dir", str(job.cluster.secrets_dir), *options, "--json"]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
-        assert done.returncode in (0, 1), done.stderr
-        return dict(json.loads(done.stdout))
-
-    return {
-        "versionstream": run(
-            "versionstream",
-            "--mysql", f"{job.sink.host}:{job.sink.port}",
-            "--secret", job.sink.secret,
-            "--database", job.sink.database,
-        ),
-        "cdcv2": run("cdcv2", "--path", str(job.cdc)),
-    }  # fmt: skip
+    """`updatestream verify --table-state` of both sinks (see `StreamJob.verify_state`)."""
+    return job.verify_state()
 
 
 def completed_hops(status: dict[str, Any]) -> list[dict[str, Any]]:
@@ -250,11 +221,7 @@ def reshard(
 
 
 def sink_secret(cluster: DevCluster, name: str, username: str, password: str) -> str:
-    folder = cluster.secrets_dir / name
-    folder.mkdir(exist_ok=True)
-    (folder / "username").write_text(username)
-    (folder / "password").write_text(password)
-    return name
+    return write_secret(cluster.secrets_dir, name, username, password)
 
 
 def job_from_now(
