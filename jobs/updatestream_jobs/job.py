@@ -40,6 +40,7 @@ from updatestream import spec
 from updatestream.binlog.errors import SourceOptionsError
 from updatestream.binlog.events import HOP_MARKER, ChangeEvent
 from updatestream.contract.job import JobConfig
+from updatestream.core.dedup import DROPPED_VERDICTS
 from updatestream.core.errors import UpdateStreamError
 from updatestream_jobs.metrics import StreamMetrics
 from updatestream_jobs.progress import ProgressListener, ProgressTracker
@@ -54,7 +55,7 @@ log = logging.getLogger(__name__)
 SINGLE_PASS_EVENTS = 10_000
 
 # the dedup verdicts whose events sinks never receive (they are counted by cause)
-DROPPED = frozenset({"hop", "reverse"})
+DROPPED = DROPPED_VERDICTS
 
 # how many micro-batches' phase timings a job keeps (`Job.batch_phases`)
 KEPT_BATCH_PHASES = 1000
@@ -111,6 +112,9 @@ def source_options(config: JobConfig, key_range: str) -> dict[str, str]:
         found["snapshotRequests"] = config.snapshot_requests
     if config.dedup is not None and not config.dedup.is_empty():
         found["dedup"] = json.dumps(config.dedup.to_json(), sort_keys=True)
+    ahead = [s for s in stream.sinks if isinstance(s, spec.MemcachedSink) and s.fast_lane]
+    if ahead:  # the source's fast lane invalidates ahead of the batches (`source.fast_lane`)
+        found["fastLaneSinks"] = json.dumps([s.model_dump(by_alias=True) for s in ahead])
     return {**found, **config.source_options}
 
 

@@ -28,7 +28,6 @@ from updatestream.binlog.start_positions import (
 from updatestream.core.dedup import DedupFilter
 from updatestream.core.gtid import position_contains
 from updatestream.core.keyrange import KeyRange
-from updatestream.core.snapshot_plan import SnapshotRange
 from updatestream.core.start import Start
 from updatestream.core.token import EventToken
 from updatestream.spec import Keyspace
@@ -213,7 +212,7 @@ class BatchPlanner:
         planned: list[Planned] = []
         for shard in sorted(finish.tokens):
             planned += self._shard_ranges(batch, shard, hopper, tails)
-        holdback = _holdback(begin)
+        holdback = begin.holdback()
         parts: list[SourcePartition] = []
         held = [(part.with_holdback(holdback), rows) for part, rows in planned if rows is not None]
         for part, rows in planned:
@@ -302,13 +301,6 @@ class BatchPlanner:
         # The retired shard's own heartbeat: it was read up to `end`.
         pieces.append((ShardRange(shard, end.dumps(), end.dumps(), True), None))
         return pieces
-
-
-def _holdback(begin: StreamOffset) -> tuple[SnapshotRange, ...] | None:
-    """The unfinished snapshot ranges whose binlog events the batch after `begin` drops."""
-    if begin.snapshot is None or begin.snapshot.finished:
-        return None
-    return tuple(begin.snapshot.pending())
 
 
 def _shards_in_maps(keyspace: Keyspace, key_range: KeyRange) -> set[str]:
