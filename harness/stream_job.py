@@ -1,9 +1,10 @@
 """A streaming job run as `updatestream run` against a development cluster, for the hop tests.
 
-The job writes to a Version Stream (on a MariaDB server of its own) and to CDCv2 files, follows
-the cluster's Keyspace manifest, and reports through its status file; the cluster reshards
-under traffic that keeps a ledger; `updatestream verify` then compares both sinks with the
-ledger.
+The job writes to a Version Stream (on a MariaDB server of its own) and to CDCv2 files, and,
+given a memcached server, invalidates its keys (with the fast lane, the sink's default); it
+follows the cluster's Keyspace manifest and reports through its status file; the cluster
+reshards under traffic that keeps a ledger; `updatestream verify` then compares every sink with
+the ledger.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class StreamJob:
     name: str = "hop-feed"
     trigger_seconds: float = 1.0
     extra: Sequence[str] = ()
+    memcached: str | None = None  # host:port of a memcached server to invalidate, if any
     process: subprocess.Popen[bytes] | None = None
     launches: int = 0
     logs: list[Path] = field(default_factory=list)
@@ -79,6 +81,8 @@ class StreamJob:
             },
             {"type": "cdcv2", "path": str(self.cdc), "allowedLatenessSeconds": 1},
         ]
+        if self.memcached is not None:
+            sinks.append({"type": "memcached", "servers": [self.memcached]})
         stream = update_stream(self.name, "commerce", start, sinks, [self.key_range])
         path = self.workdir / "stream.yaml"
         path.write_text(yaml.safe_dump(stream))
@@ -183,7 +187,7 @@ class StreamJob:
             assert done.returncode in (0, 1), done.stderr
             return dict(json.loads(done.stdout))
 
-        return {
+        reports = {
             "versionstream": run(
                 "versionstream",
                 "--mysql", f"{self.sink.host}:{self.sink.port}",
@@ -192,6 +196,15 @@ class StreamJob:
             ),
             "cdcv2": run("cdcv2", "--path", str(self.cdc)),
         }  # fmt: skip
+        if self.memcached is not None and "--ledger" in common:
+            manifest = ("--keyspace-manifest", str(self.cluster.manifest_path))
+            reports["memcached"] = run("memcached", "--servers", self.memcached, *manifest)
+        return reports
+
+    def sink_status(self, kind: str) -> dict[str, Any]:
+        """The status file's results of the job's sink of `kind` (e.g. `memcached`)."""
+        sinks = read_status(self.status).get("sinks", {})
+        return dict(next(v for k, v in sinks.items() if k.startswith(f"{kind}(")))
 
 
 def verify_state(job: StreamJob) -> dict[str, dict[str, Any]]:

@@ -226,6 +226,8 @@ class MemcachedSink(_Model):
     key_template: dict[str, str] = Field(default_factory=dict, alias="keyTemplate")
     # table -> more key templates to invalidate (composite objects keyed by part of the pk)
     extra_keys: dict[str, list[str]] = Field(default_factory=dict, alias="extraKeys")
+    # invalidate as soon as the stream's binlog tail holds a change, ahead of its micro-batch
+    fast_lane: bool = Field(True, alias="fastLane")
 
 
 class VersionStreamSink(_Model):

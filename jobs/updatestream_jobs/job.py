@@ -7,10 +7,8 @@ shard map changes, the source hops inside the running query (see `source.hopping
 batch starts with a `hop` marker row and the reader marks each row with the dedup rule's verdict.
 Each micro-batch then goes, in the driver, to every sink with `write_batch(events,
 BatchContext(stream, key_range, batch_id))`, in stream order (per shard in GTID order,
-heartbeats last), without the hop duplicates, which are counted; markers are recorded as hops.
-With several sinks the batch is read from Spark once and held in the driver for all of them
-when it has at most `SINGLE_PASS_EVENTS` events (the usual micro-batch); a larger one streams
-to each sink in turn from the persisted batch, so a huge transaction is never held whole.
+heartbeats last), without the hop duplicates, which are counted; markers are recorded as hops
+(`batch_delivery`: a small batch is read once and written to every sink at the same time).
 
 Spark runs in local mode (`local[*]`) unless a master is given or the job runs under
 spark-submit. Spark's own logging is kept to errors; credentials are read from Secret files on
@@ -20,7 +18,6 @@ the workers and never appear in options, logs or the status file.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import logging
 import os
@@ -32,15 +29,15 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from updatestream import spec
 from updatestream.binlog.errors import SourceOptionsError
-from updatestream.binlog.events import HOP_MARKER, ChangeEvent
+from updatestream.binlog.events import ChangeEvent
 from updatestream.contract.job_config import JobConfig
 from updatestream.core.errors import UpdateStreamError
+from updatestream_jobs.batch_delivery import BatchDelivery, BatchPhases
 from updatestream_jobs.progress_tracker import ProgressListener, ProgressTracker
 from updatestream_jobs.sinks import BatchContext, Sink, SinkContext, build_sinks
 from updatestream_jobs.source.options import start_option
@@ -48,35 +45,8 @@ from updatestream_jobs.stream_metrics import StreamMetrics
 
 log = logging.getLogger(__name__)
 
-# With several sinks, a micro-batch of at most this many events is read from Spark once and
-# kept in the driver for every sink (each Spark pass over a batch costs a fixed ~0.1 s); a
-# larger one is read once per sink from the persisted batch.
-SINGLE_PASS_EVENTS = 10_000
-
-# the dedup verdicts whose events sinks never receive (they are counted by cause)
-DROPPED = frozenset({"hop", "reverse"})
-
 # how many micro-batches' phase timings a job keeps (`Job.batch_phases`)
 KEPT_BATCH_PHASES = 1000
-
-
-@dataclass
-class BatchPhases:
-    """Where one micro-batch's time went in the driver (seconds, from `time.perf_counter`).
-
-    `read_s`: reading the batch back from Spark before the first sink (runs the batch's Spark
-    job, the source's read included) when it is held for several sinks; 0 with one sink, whose
-    write then reads it lazily. `sinks_s`: each sink's `write_batch`, in order (a lazily read
-    batch's reading included). `finish_s`: hop bookkeeping and the progress report after the
-    sinks. `total_s`: the whole batch function. `started_at`: unix seconds at its start.
-    """
-
-    batch_id: int
-    started_at: float
-    read_s: float = 0.0
-    sinks_s: dict[str, float] = field(default_factory=dict)
-    finish_s: float = 0.0
-    total_s: float = 0.0
 
 
 _LOG4J = """\
@@ -111,6 +81,9 @@ def source_options(config: JobConfig, key_range: str) -> dict[str, str]:
         found["snapshotRequests"] = config.snapshot_requests
     if config.dedup is not None and not config.dedup.is_empty():
         found["dedup"] = json.dumps(config.dedup.to_json(), sort_keys=True)
+    ahead = [s for s in stream.sinks if isinstance(s, spec.MemcachedSink) and s.fast_lane]
+    if ahead:  # the source's fast lane invalidates ahead of the batches (`source.fast_lane`)
+        found["fastLaneSinks"] = json.dumps([s.model_dump(by_alias=True) for s in ahead])
     return {**found, **config.source_options}
 
 
@@ -169,7 +142,7 @@ class Job:
         )
         self.metrics_port: int | None = None
         self.query: Any = None
-        self.single_pass_events = SINGLE_PASS_EVENTS
+        self.delivery = BatchDelivery(self.sinks, self.tracker)
         self._hop_pending = config.hop_started_at is not None
         self.stop_requested = threading.Event()
         self.batch_phases: deque[BatchPhases] = deque(maxlen=KEPT_BATCH_PHASES)
@@ -177,33 +150,35 @@ class Job:
         self.tracker.shard_map = config.keyspace.spec.serving_map
         self.tracker.dedup = config.dedup  # until the source reports the one it applies
 
-    def _deduplicated(
-        self, events: Iterator[ChangeEvent], *, count: bool = True
-    ) -> Iterator[ChangeEvent]:
-        """What sinks receive: no hop markers (recorded as hops) and no hop duplicates; `count`
-        duplicates and undecidable events, and record hops, on one pass only."""
-        for event in events:
-            if event.op == HOP_MARKER:
-                if count and event.after:
-                    self.tracker.hop_announced(json.loads(event.after))
-                continue
-            if event.dedup in DROPPED:  # a copy delivered already, or read later from its shard
-                if count:
-                    self.tracker.count_duplicate(event.dedup)
-                continue
-            if event.dedup is not None and count:  # delivered, counted: "unknown", "straddle"
-                self.tracker.count_duplicate(event.dedup)
-            yield event
+    @property
+    def single_pass_events(self) -> int:
+        return self.delivery.single_pass_events
+
+    @single_pass_events.setter
+    def single_pass_events(self, value: int) -> None:
+        self.delivery.single_pass_events = value
 
     def write_batch(self, frame: Any, batch_id: int) -> None:
         """The foreachBatch function: runs in the driver for every micro-batch."""
         began = time.perf_counter()
         phases = BatchPhases(batch_id, time.time())
         ctx = BatchContext(self.name, self.key_range, batch_id, batch_id in self.replays)
+        self.delivery.sinks = self.sinks  # (a caller may wrap or replace the sinks)
         dropped_before = self.tracker.duplicates["hop"]
-        self._write_sinks(frame, ctx, phases, began)
+        self.delivery.deliver(frame, ctx, phases)
         fault_after_sink_write(batch_id)
         finish_began = time.perf_counter()
+        self._after_sinks(batch_id, dropped_before)
+        self.tracker.batch_timings(
+            batch_id, phases.read_s, phases.sinks_s, time.perf_counter() - began
+        )
+        self.tracker.finish_batch(batch_id)
+        done = time.perf_counter()
+        phases.finish_s, phases.total_s = done - finish_began, done - began
+        self.batch_phases.append(phases)
+
+    def _after_sinks(self, batch_id: int, dropped_before: int) -> None:
+        """Hops the batch completed, and the relaunch's hop when it is the first batch."""
         if any(hop.completed_at is None for hop in self.tracker.hops):
             fault_after_hop_write(batch_id)
         for hop in self.tracker.complete_hops(self.tracker.duplicates["hop"] - dropped_before):
@@ -221,58 +196,6 @@ class Job:
             elapsed = max(0.0, time.time() - self.config.hop_started_at)
             self.metrics.hop_duration.labels(self.name).observe(elapsed)
             self.tracker.set_phase("running")
-        self.tracker.batch_timings(
-            batch_id, phases.read_s, phases.sinks_s, time.perf_counter() - began
-        )
-        self.tracker.finish_batch(batch_id)
-        done = time.perf_counter()
-        phases.finish_s, phases.total_s = done - finish_began, done - began
-        self.batch_phases.append(phases)
-
-    def _write_sinks(
-        self, frame: Any, ctx: BatchContext, phases: BatchPhases, began: float
-    ) -> None:
-        """The batch to every sink in turn, without hop duplicates; the first sink's pass counts
-        them and feeds the tracker."""
-
-        def events() -> Iterator[ChangeEvent]:
-            # one Spark job per partition: the next one runs while this one is taken
-            for row in frame.toLocalIterator(prefetchPartitions=True):
-                yield ChangeEvent.from_row(row.asDict())
-
-        several = len(self.sinks) > 1
-        if several:
-            frame.persist()
-        try:
-            first = events()
-            held: list[ChangeEvent] | None = None
-            if several:
-                # what sinks receive, once: small batches are read once for every sink
-                head = list(itertools.islice(first, self.single_pass_events + 1))
-                if len(head) <= self.single_pass_events:
-                    held, first = head, iter(head)
-                else:
-                    first = itertools.chain(head, first)
-                phases.read_s = time.perf_counter() - began
-            for index, sink in enumerate(self.sinks):
-                sink_began = time.perf_counter()
-                if index == 0:
-                    source = first
-                elif held is not None:
-                    source = iter(held)
-                else:
-                    source = events()  # too large to hold: read again, from the persisted batch
-                stream = self._deduplicated(source, count=index == 0)
-                if index == 0:
-                    stream = self.tracker.observe(stream)
-                self.tracker.sink_result(sink.name, sink.write_batch(stream, ctx))
-                phases.sinks_s[sink.name] = time.perf_counter() - sink_began
-            if not self.sinks:
-                for _ in self.tracker.observe(self._deduplicated(first)):
-                    pass
-        finally:
-            if several:
-                frame.unpersist()
 
     def start(self, spark: Any | None = None) -> Any:
         config = self.config
@@ -315,6 +238,7 @@ class Job:
                 raise
             log.info("the query was gone already: %s", exc)
         finally:
+            self.delivery.close()
             for sink in self.sinks:
                 sink.close()
             self.tracker.set_phase("failed" if failed else "stopped")

@@ -34,7 +34,9 @@ def snapshot_job(
     name: str = "snap",
     start: str = "snapshot",
     tables: tuple[str, ...] = (),
+    sinks: tuple[dict[str, Any], ...] = (),
 ) -> Job:
+    """A stream job into the `console` file (and `sinks`, after it)."""
     stream = spec.parse_update_stream(
         {
             "apiVersion": "updatestream.io/v1alpha1",
@@ -45,7 +47,7 @@ def snapshot_job(
                 "keyRanges": [key_range],
                 "start": {"mode": start},
                 "tables": list(tables),
-                "sinks": [{"type": "console", "path": str(console)}],
+                "sinks": [{"type": "console", "path": str(console)}, *sinks],
             },
         }
     )

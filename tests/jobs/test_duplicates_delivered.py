@@ -28,7 +28,8 @@ from harness.sink_events import ShardLog
 from tests.conftest import MariaDBFixture
 from updatestream import spec
 from updatestream.binlog.events import ChangeEvent
-from updatestream.cache.entry import encode
+from updatestream.cache.entry import FAST_LANE_FLAG, encode
+from updatestream.cache.transport import PipelinedClient
 
 T0 = 1_700_000_000
 
@@ -165,3 +166,50 @@ def test_uncommitted_batches_are_the_offsets_logged_after_the_last_commit(tmp_pa
     assert uncommitted_batches(checkpoint) == frozenset({3})
     (checkpoint / "commits" / "3").write_text("v1\n")
     assert uncommitted_batches(checkpoint) == frozenset()
+
+
+def test_a_change_the_fast_lane_applied_is_no_duplicate_and_a_real_one_still_is(
+    memcached: MemcachedServer,
+) -> None:
+    """The fast lane invalidates every change before its batch (flagged entries); the batches
+    then find their own changes there and count nothing, but the copy in batch 1 of a change
+    batch 0 delivered is still a duplicate delivered. A restarted job's sink does not take the
+    entries an earlier process's fast lane wrote ahead for duplicates either."""
+    keyspace = f"ks{uuid.uuid4().hex[:8]}"
+    config = spec.MemcachedSink.model_validate(
+        {"type": "memcached", "servers": [memcached.address]}
+    )
+    ahead = MemcachedSink(config, keyspace=keyspace, ahead=True)
+    sink = memcached_sink(memcached, keyspace)
+    # as `batches()`, each batch ending with its shard's heartbeat at the batch's end
+    source, destination = ShardLog("-80", 1), ShardLog("-40", 3)
+    one = source.transaction(T0, [("insert", "users", None, {"id": 1, "name": "a"})])
+    first = [*one, source.heartbeat(T0)]
+    two = source.transaction(T0 + 1, [("insert", "users", None, {"id": 5, "name": "b"})])
+    second = [*two, *source.copy_to(one, destination), source.heartbeat(T0 + 1)]
+    later = source.transaction(T0 + 3, [("insert", "users", None, {"id": 9})])
+    for one in (ahead, sink):
+        one.open()
+    try:
+        for events in (first, second, later):  # the lane runs ahead of every batch
+            ahead.invalidate_ahead(events)
+        key = next(iter(sink.changes(first)))
+        raw = PipelinedClient(memcached.address)
+        (stored, _cas) = raw.gets_many([key])[key]
+        raw.close()
+        assert stored.flags & FAST_LANE_FLAG
+        results = [
+            sink.write_batch(first, BatchContext("orders", "-", 0)),
+            sink.write_batch(second, BatchContext("orders", "-", 1)),
+        ]
+        restarted = memcached_sink(memcached, keyspace)
+        restarted.open()
+        try:
+            results.append(restarted.write_batch(later, BatchContext("orders", "-", 2)))
+        finally:
+            restarted.close()
+    finally:
+        for one in (ahead, sink):
+            one.close()
+    assert [r.duplicates_delivered for r in results] == [0, 1, 0]
+    assert [r.written for r in results] == [0, 0, 0]  # the lane had written every change

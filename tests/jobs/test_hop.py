@@ -8,7 +8,9 @@ workflow, `updatestream run` (Spark local mode) into a Version Stream on its own
 and CDCv2 files. The live split and merge, the kill during the hop and the stream stopped across
 a split whose source is then retired run on both flavors of shards (the Version Stream on the
 shards' flavor for the first, on the other for the second); the other cases depend on the hop
-planning only, which is the same for both, and run on MariaDB.
+planning only, which is the same for both, and run on MariaDB. The live split and merge and the
+killed job also invalidate a real memcached with the fast lane on, and no cache entry may be
+stale and no duplicate delivered there either.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 import pytest
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.local_server import FLAVORS
+from updatestream_cli.devcluster.memcached_server import MemcachedServer
 from updatestream_cli.devcluster.reshard import ReshardOptions
 from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 from updatestream_jobs.job import FAULT_EXIT_AFTER_HOP_WRITE
@@ -70,6 +73,7 @@ def assert_clean(
         assert report["duplicates_delivered"] == 0, (sink, report)
         if progress:
             assert report.get("progress_violations", 0) == 0, (sink, report)
+        assert not report.get("stale_keys"), (sink, report)  # memcached
         assert report["committed"] >= committed_at_least, (sink, report)  # type: ignore[operator]
         dropped = report["duplicates_dropped_by_cause"]
         assert isinstance(dropped, dict) and dropped.get("hop", 0) > 0, (sink, report)
@@ -77,9 +81,16 @@ def assert_clean(
 
 @pytest.mark.parametrize("flavor", FLAVORS)
 def test_live_split_then_merge_hops_in_the_query_without_loss_or_duplicates(
-    cluster: DevCluster, request: pytest.FixtureRequest, flavor: str, tmp_path: Path
+    cluster: DevCluster,
+    request: pytest.FixtureRequest,
+    flavor: str,
+    memcached: MemcachedServer,
+    tmp_path: Path,
 ) -> None:
-    job = stream_job(cluster, sink_server(request, flavor), tmp_path, "us_hop_live")
+    memcached.flush()
+    job = stream_job(
+        cluster, sink_server(request, flavor), tmp_path, "us_hop_live", memcached=memcached.address
+    )
     ledger = tmp_path / "ledger.jsonl"
     traffic = traffic_generator(cluster, ledger, TrafficOptions(rate=500, seed=11))
     job.start()
@@ -111,15 +122,24 @@ def test_live_split_then_merge_hops_in_the_query_without_loss_or_duplicates(
     assert set(final["shards"]) >= {"-40", "40-80", "-80", "80-"}
     assert final["duplicates"]["hop"] == split["duplicatesDropped"] + merge["duplicatesDropped"]
     assert_clean(job.verify(ledger), committed_at_least=stats.rows // 2)
+    assert job.sink_status("memcached")["duplicatesDelivered"] == 0
 
 
 @pytest.mark.parametrize("flavor", FLAVORS)
 def test_a_job_killed_after_writing_the_hop_batch_replays_the_hop_from_its_checkpoint(
-    cluster: DevCluster, request: pytest.FixtureRequest, flavor: str, tmp_path: Path
+    cluster: DevCluster,
+    request: pytest.FixtureRequest,
+    flavor: str,
+    memcached: MemcachedServer,
+    tmp_path: Path,
 ) -> None:
     """Also a key range that is not shard-aligned: 40-c0 reads -80 and 80-, then -80, 80-c0."""
+    memcached.flush()
     server = sink_server(request, other(flavor))
-    job = stream_job(cluster, server, tmp_path, "us_hop_kill", key_range="40-c0")
+    job = stream_job(
+        cluster, server, tmp_path, "us_hop_kill", key_range="40-c0",
+        memcached=memcached.address,
+    )  # fmt: skip
     ledger = tmp_path / "ledger.jsonl"
     traffic = traffic_generator(cluster, ledger, TrafficOptions(rate=300, seed=12))
     job.start(env={FAULT_EXIT_AFTER_HOP_WRITE: "1"})
@@ -150,6 +170,7 @@ def test_a_job_killed_after_writing_the_hop_batch_replays_the_hop_from_its_check
     assert versionstream["skipped"] > 0  # the replayed hop batch reached the sink again
     # 40-c0 holds about half of the keyspace ids: the ledger rows the stream must deliver.
     assert_clean(job.verify(ledger), committed_at_least=stats.rows // 4)
+    assert job.sink_status("memcached")["duplicatesDelivered"] == 0
 
 
 def stopped_then_resharded(

@@ -1,15 +1,19 @@
 """How the job hands one micro-batch to several sinks (Spark local mode, a real DataFrame):
-read from Spark once when it is small, once per sink when it is larger than the driver should
-hold; either way every sink gets the same events in the same order, duplicates counted once."""
+read from Spark once when it is small (then written to every sink at the same time), once per
+sink when it is larger than the driver should hold; either way every sink gets the same events
+in the same order, duplicates counted once."""
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from updatestream_jobs.job import SINGLE_PASS_EVENTS, Job
+from updatestream_jobs.batch_delivery import SINGLE_PASS_EVENTS
+from updatestream_jobs.job import Job
+from updatestream_jobs.sinks import SinkError
 
 from updatestream import spec
 from updatestream.binlog.events import HOP_MARKER, SPARK_SCHEMA_DDL, ChangeEvent
@@ -127,7 +131,7 @@ def test_every_sink_gets_the_same_batch_read_once_when_it_fits(
     assert frame.persisted == 0  # persisted for the batch, released after it
     for path in paths:
         assert _written(path) == DELIVERED, path.name
-    assert job.tracker.duplicates == {"hop": 1, "unknown": 1}
+    assert +job.tracker.duplicates == {"hop": 1, "unknown": 1}  # (causes at 0 left out)
     assert [hop.number for hop in job.tracker.hops] == [1]
     for sink in job.sinks:
         assert job.tracker.sinks[sink.name]["written"] == len(DELIVERED)
@@ -140,7 +144,7 @@ def test_one_sink_streams_the_batch_without_holding_it(spark: Any, tmp_path: Pat
     job.write_batch(frame, 0)
     assert frame.reads == 1 and frame.persisted == 0
     assert _written(path) == DELIVERED
-    assert job.tracker.duplicates == {"hop": 1, "unknown": 1}
+    assert +job.tracker.duplicates == {"hop": 1, "unknown": 1}  # (causes at 0 left out)
 
 
 @pytest.mark.parametrize("sinks", [1, 2])
@@ -152,7 +156,9 @@ def test_each_batch_records_where_its_time_went(spark: Any, tmp_path: Path, sink
     for phases in job.batch_phases:
         assert list(phases.sinks_s) == [sink.name for sink in job.sinks]  # in stream order
         assert (phases.read_s > 0) == (sinks > 1)  # held for several sinks, else read lazily
-        parts = phases.read_s + sum(phases.sinks_s.values()) + phases.finish_s
+        assert phases.concurrent == (sinks > 1)  # a held batch's sinks write at the same time
+        writing = max(phases.sinks_s.values())  # (the sum, when they write one after another)
+        parts = phases.read_s + writing + phases.finish_s
         assert 0 < parts <= phases.total_s
         assert phases.started_at > 1_700_000_000
 
@@ -167,9 +173,42 @@ def test_the_status_report_says_where_the_last_batch_went(spark: Any, tmp_path: 
     last = report.last_batch
     assert last is not None and last.batch_id == 1
     assert list(last.sink_seconds) == [sink.name for sink in job.sinks]
-    assert 0 < last.read_seconds + sum(last.sink_seconds.values()) <= last.total_seconds
+    assert 0 < last.read_seconds + max(last.sink_seconds.values()) <= last.total_seconds
     # Spark reports a batch after it commits: the report carries the last one it reported
     assert last.spark_batch_id == 0
     assert last.spark_seconds == {"addBatch": 0.18, "latestOffset": 0.003, "walCommit": 0.051}
     data = json.loads(report.dumps())["lastBatch"]
     assert set(data) >= {"batchId", "readSeconds", "sinkSeconds", "sparkSeconds", "totalSeconds"}
+
+
+class Paced:
+    """A sink that takes `seconds` longer, or fails, and notes when its write returned."""
+
+    def __init__(self, inner: Any, seconds: float = 0.0, fail: bool = False) -> None:
+        self.inner, self.seconds, self.fail = inner, seconds, fail
+        self.name = inner.name
+        self.returned: list[float] = []
+
+    def write_batch(self, events: Any, ctx: Any) -> Any:
+        result = self.inner.write_batch(events, ctx)
+        time.sleep(self.seconds)
+        self.returned.append(time.monotonic())
+        if self.fail:
+            raise SinkError(f"{self.name}: unreachable")
+        return result
+
+
+def test_a_held_batch_s_sinks_write_at_the_same_time(spark: Any, tmp_path: Path) -> None:
+    """A slow sink does not hold the others back; a failing one fails the batch once every
+    sink has returned (Spark runs it again: every sink is idempotent)."""
+    job, paths = _job(tmp_path, sinks=3)
+    slow, quick, failing = Paced(job.sinks[0], 1.5), Paced(job.sinks[1]), Paced(job.sinks[2])
+    job.sinks = [slow, quick, failing]
+    job.write_batch(_batch(spark, EVENTS), 0)
+    assert quick.returned[0] < slow.returned[0] - 1.0
+    failing.fail = True
+    with pytest.raises(SinkError, match="unreachable"):
+        job.write_batch(_batch(spark, EVENTS), 1)
+    assert len(slow.returned) == len(quick.returned) == 2  # the others wrote batch 1 anyway
+    for path in paths:
+        assert _written(path) == DELIVERED * 2, path.name

@@ -1,13 +1,13 @@
 """A crash between the sink write and the checkpoint commit delivers nothing twice.
 
 `updatestream run` runs as a subprocess against its own two-shard cluster (MariaDB, then MySQL 8)
-with traffic, writing to
-the Version Stream sink (MariaDB) and the CDCv2 sink. The fault-injection variable makes it exit
-with status 137 right after both sinks wrote batch 1, before Spark commits that batch. Restarted
+with traffic, writing to the Version Stream sink (MariaDB), the CDCv2 sink and the memcached sink
+(its fast lane on, as by default). The fault-injection variable makes it exit
+with status 137 right after the sinks wrote batch 1, before Spark commits that batch. Restarted
 from the same checkpoint (without the variable, `--available-now`), Spark replays batch 1 and
 then reads the rest; `updatestream verify` must find nothing lost and no duplicate delivered in
-either sink. The first launch also starts in the operator's `resume` mode with a dedup filter and
-a hop start, as a relaunch after a hop does.
+any sink, and no stale cache entry. The first launch also starts in the operator's `resume`
+mode with a dedup filter and a hop start, as a relaunch after a hop does.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import pytest
 import yaml
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.local_server import FLAVORS
+from updatestream_cli.devcluster.memcached_server import MemcachedServer
 from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 from updatestream_jobs.job import FAULT_EXIT_AFTER_SINK_WRITE
 
@@ -57,8 +58,9 @@ def verify(sink: str, ledger: Path, *options: str) -> dict[str, Any]:
 
 
 def test_a_crash_after_the_sink_write_replays_the_batch_without_duplicates(
-    cluster: DevCluster, mariadb_server: MariaDBFixture, tmp_path: Path
+    cluster: DevCluster, mariadb_server: MariaDBFixture, memcached: MemcachedServer, tmp_path: Path
 ) -> None:
+    memcached.flush()
     secret = cluster.secrets_dir / "crash-versionstream"
     secret.mkdir(exist_ok=True)
     (secret / "username").write_text(mariadb_server.admin.username)
@@ -82,6 +84,7 @@ def test_a_crash_after_the_sink_write_replays_the_batch_without_duplicates(
                     "credentialsSecret": {"name": "crash-versionstream"},
                 },
                 {"type": "cdcv2", "path": str(cdc), "allowedLatenessSeconds": 1},
+                {"type": "memcached", "servers": [memcached.address]},
             ],
         },
     }
@@ -144,6 +147,8 @@ def test_a_crash_after_the_sink_write_replays_the_batch_without_duplicates(
     versionstream = next(v for k, v in sinks.items() if k.startswith("versionstream("))
     assert versionstream["skipped"] > 0, json.dumps([final, crashed])
     assert versionstream["duplicatesDelivered"] == 0
+    cache = next(v for k, v in sinks.items() if k.startswith("memcached("))
+    assert cache["duplicatesDelivered"] == 0 and cache["skipped"] > 0, cache
 
     reports = {
         "versionstream": verify(
@@ -155,8 +160,16 @@ def test_a_crash_after_the_sink_write_replays_the_batch_without_duplicates(
             "--status-file", str(status),
         ),
         "cdcv2": verify("cdcv2", ledger, "--path", str(cdc), "--status-file", str(status)),
+        "memcached": verify(
+            "memcached", ledger,
+            "--servers", memcached.address,
+            "--keyspace-manifest", str(cluster.manifest_path),
+            "--secrets-dir", str(cluster.secrets_dir),
+        ),
     }  # fmt: skip
     for sink, report in reports.items():
         assert report["lost"] == 0, (sink, report)
         assert report["duplicates_delivered"] == 0, (sink, report)
+        assert not report.get("stale_keys"), (sink, report)
+    assert reports["memcached"]["delivered"] > 50  # entries exist: they were invalidated
     assert sum(1 for _ in ledger.open()) > 100

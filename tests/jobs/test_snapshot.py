@@ -1,12 +1,15 @@
 """Snapshot, then stream (Spark local, real shards): every existing row once as a `snapshot`
 event, then every change, under live traffic that hits rows in chunks being read; the state the
 events build equals the shards' rows, with no duplicate and no change older than its key's
-snapshot row."""
+snapshot row. The same stream invalidates a real memcached with the fast lane on (it holds back
+what the snapshot holds back): no entry is stale and no duplicate is delivered there."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -14,6 +17,7 @@ from typing import Any
 import pytest
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.local_server import FLAVORS
+from updatestream_cli.devcluster.memcached_server import MemcachedServer
 from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 
 from tests.jobs.snapshot_support import (
@@ -45,14 +49,18 @@ def stop_quietly(generator: TrafficGenerator) -> None:
 
 
 def test_snapshot_then_stream_under_traffic(
-    spark: Any, cluster: DevCluster, tmp_path: Path
+    spark: Any, cluster: DevCluster, memcached: MemcachedServer, tmp_path: Path
 ) -> None:
     loader = traffic(cluster, tmp_path, 1, rate=0)
     loader.preload(PRELOAD, batch=2000)
     live = traffic(cluster, tmp_path, 2, rate=300, duration=None, max_tx_rows=4)
     live.adopt_existing_rows()
     console = tmp_path / "events.jsonl"
-    job = snapshot_job(cluster, tmp_path, console, options={"snapshotChunkRows": "10000"})
+    memcached.flush()
+    cache = {"type": "memcached", "servers": [memcached.address]}
+    job = snapshot_job(
+        cluster, tmp_path, console, options={"snapshotChunkRows": "10000"}, sinks=(cache,)
+    )
     live.start()
     job.start(spark)
     try:
@@ -80,6 +88,23 @@ def test_snapshot_then_stream_under_traffic(
     last = report["lastBatch"]
     assert last["batchId"] is not None and last["totalSeconds"] > 0
     assert {"addBatch", "walCommit", "commitOffsets", "latestOffset"} <= set(last["sparkSeconds"])
+    invalidated = next(v for k, v in report["sinks"].items() if k.startswith("memcached("))
+    assert invalidated["duplicatesDelivered"] == 0, invalidated
+    checked = verify_cache(cluster, memcached, tmp_path / "ledger-2.jsonl")
+    assert checked["stale_keys"] == 0 and checked["delivered"] > 100, checked
+
+
+def verify_cache(cluster: DevCluster, memcached: MemcachedServer, ledger: Path) -> dict[str, Any]:
+    """`updatestream verify --sink memcached` of the live traffic's ledger."""
+    command = [
+        str(Path(sys.executable).with_name("updatestream")), "verify", "--sink", "memcached",
+        "--ledger", str(ledger), "--servers", memcached.address,
+        "--keyspace-manifest", str(cluster.manifest_path),
+        "--secrets-dir", str(cluster.secrets_dir), "--json",
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode in (0, 1), done.stderr
+    return dict(json.loads(done.stdout))
 
 
 @pytest.mark.parametrize("flavor", FLAVORS, indirect=True, scope="module")

@@ -141,6 +141,17 @@ class TailBuffer:
                 and not self.overflowed
             )
 
+    def wait_past(self, position: GTIDPosition, timeout: float) -> bool:
+        """Wait up to `timeout` seconds until the buffer has a transaction after `position`
+        (its position is another); False on timeout or once it overflowed or failed."""
+        with self._changed:
+            return (
+                self._changed.wait_for(
+                    lambda: self.overflowed or self.position != position, timeout
+                )
+                and not self.overflowed
+            )
+
     def rows_between(
         self, start: GTIDPosition, end: GTIDPosition, max_rows: int
     ) -> list[EventRow] | None:

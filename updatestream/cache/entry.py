@@ -6,8 +6,12 @@ position the value was read at). An entry is stored in memcached as bytes::
     b"T" <token>                     token only: the value must be loaded again
     b"V" <token> b"\\n" <value>       token and value (value bytes as the application encodes)
 
-``<token>`` is ``EventToken.dumps()``: compact JSON, which never contains a newline. The
-memcached flags are not used, so any client that can read bytes can read entries.
+``<token>`` is ``EventToken.dumps()``: compact JSON, which never contains a newline.
+Applications do not need the memcached flags: any client that can read bytes can read entries.
+The stream sets one flag bit, ``FAST_LANE_FLAG``, on the token-only entries its fast lane writes
+(an invalidation applied as soon as the stream's binlog tail holds the change, ahead of the
+micro-batch that records it): the micro-batch then knows that finding its own change there is
+no duplicate. Writes by applications and by the micro-batch carry no flag.
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ from updatestream.core.token import EventToken, TokenError
 
 TOKEN_ONLY = b"T"
 WITH_VALUE = b"V"
+# memcached flags bit of an entry written by the stream's fast lane; a bit no common client
+# serializer uses (pymemcache's use bits 0-4), so their deserializers return the bytes as they are
+FAST_LANE_FLAG = 1 << 16
 
 
 class EntryError(UpdateStreamError):

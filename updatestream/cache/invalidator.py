@@ -18,7 +18,8 @@ invalidator). Those keys are read again and decided again, at most ``max_attempt
 
 All keys of a batch are read with pipelined ``gets`` and written with pipelined ``add``/``cas``
 commands, grouped per server, in chunks worked on by ``connections`` connections per server at
-once; the connections are kept between batches.
+once; the connections are kept between batches. An invalidator made with ``flags``
+(``FAST_LANE_FLAG``: the stream's fast lane) writes its entries with those memcached flags.
 Token comparison is :func:`updatestream.core.token.compare`.
 """
 
@@ -26,19 +27,23 @@ from __future__ import annotations
 
 import logging
 import queue
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from pymemcache.exceptions import MemcacheError
 
-from updatestream.cache.entry import EntryError, TokenCache, decode, encode
+from updatestream.cache.entry import FAST_LANE_FLAG, Entry, EntryError, TokenCache, decode, encode
 from updatestream.cache.transport import STORED, PipelinedClient, Servers, StoreOp
 from updatestream.core.errors import UpdateStreamError
 from updatestream.core.gtid import Comparison, PositionError
 from updatestream.core.token import compare
 
 log = logging.getLogger(__name__)
+
+# Given the token text of an entry the fast lane wrote: was that change delivered by a
+# micro-batch already (then finding it again is a repeat)?
+Delivered = Callable[[str], bool]
 
 
 class CacheServerError(UpdateStreamError):
@@ -74,6 +79,7 @@ class Invalidator:
         chunk: int = 1000,
         connections: int = 4,
         tokens: TokenCache | None = None,
+        flags: int = 0,
     ) -> None:
         if connections < 1:
             raise ValueError(f"connections must be at least 1, got {connections}")
@@ -87,6 +93,7 @@ class Invalidator:
         self.max_attempts = max_attempts
         self.chunk = chunk
         self.tokens = tokens or TokenCache()
+        self.flags = flags
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
@@ -103,18 +110,26 @@ class Invalidator:
             result = Comparison.UNKNOWN
         return result in (Comparison.BEFORE, Comparison.UNKNOWN)
 
-    def repeats(self, key: str, found: tuple[bytes, bytes] | None, texts: Sequence[str]) -> int:
+    def repeats(
+        self,
+        key: str,
+        found: tuple[bytes, bytes] | None,
+        texts: Sequence[str],
+        delivered: Delivered | None = None,
+    ) -> int:
         """How many of ``texts`` the key already had from an invalidation: each compares EQUAL
         (same transaction, or the same source transaction by provenance) to the token of an
         entry without a value, or to an earlier change of this batch. An entry with a value was
-        loaded by an application, which may have read exactly at a change: no repeat."""
+        loaded by an application, which may have read exactly at a change: no repeat. An entry
+        the fast lane wrote counts only when ``delivered`` says a micro-batch delivered its
+        change already: otherwise it is this batch's own change, applied ahead of it."""
         seen: list[str] = []
         if found is not None:
             try:
-                entry = decode(found[0], key)
+                entry: Entry | None = decode(found[0], key)
             except EntryError:
                 entry = None
-            if entry is not None and entry.value is None:
+            if entry is not None and entry.value is None and _had(found[0], entry, delivered):
                 seen.append(entry.token_text)
         count = 0
         for text in texts:
@@ -165,8 +180,11 @@ class Invalidator:
                 state, moved = text, True
         return state, moved
 
-    def invalidate(self, changes: Mapping[str, Sequence[str]]) -> InvalidationReport:
-        """Apply one batch: ``changes`` maps each key to its changes' token texts in order."""
+    def invalidate(
+        self, changes: Mapping[str, Sequence[str]], delivered: Delivered | None = None
+    ) -> InvalidationReport:
+        """Apply one batch: ``changes`` maps each key to its changes' token texts in order
+        (``delivered``: see `repeats`)."""
         pending = {k: v for k, v in changes.items() if v}
         changed = unchanged = conflicts = repeats = 0
         for _attempt in range(self.max_attempts):
@@ -179,7 +197,8 @@ class Invalidator:
                 for start in range(0, len(keys), self.chunk)
             ]
             futures = [
-                self._pool.submit(self._round, server, part, pending) for server, part in chunks
+                self._pool.submit(self._round, server, part, pending, delivered)
+                for server, part in chunks
             ]
             for future in futures:
                 done, lost, kept, repeated = future.result()
@@ -200,11 +219,15 @@ class Invalidator:
         return InvalidationReport(len(changes), changed, unchanged, conflicts, repeats)
 
     def _round(
-        self, server: str, keys: list[str], pending: Mapping[str, Sequence[str]]
+        self,
+        server: str,
+        keys: list[str],
+        pending: Mapping[str, Sequence[str]],
+        delivered: Delivered | None,
     ) -> tuple[int, list[str], int, int]:
         servers = self._spare.get()
         try:
-            return self._round_on(servers.clients[server], server, keys, pending)
+            return self._round_on(servers.clients[server], server, keys, pending, delivered)
         finally:
             self._spare.put(servers)
 
@@ -214,6 +237,7 @@ class Invalidator:
         server: str,
         keys: list[str],
         pending: Mapping[str, Sequence[str]],
+        delivered: Delivered | None,
     ) -> tuple[int, list[str], int, int]:
         """One read-decide-write round: (written, keys lost to a concurrent writer, kept,
         repeats among the keys decided for good)."""
@@ -223,13 +247,13 @@ class Invalidator:
             kept = 0
             repeats: dict[str, int] = {}
             for key in keys:
-                repeats[key] = self.repeats(key, found.get(key), pending[key])
+                repeats[key] = self.repeats(key, found.get(key), pending[key], delivered)
                 op = self._decide(key, found.get(key), pending[key])
                 if op is None:
                     kept += 1
                 else:
                     ops.append(op)
-            replies = client.store_many(ops)
+            replies = client.store_many(ops, flags=self.flags)
         except (OSError, MemcacheError) as exc:
             raise CacheServerError(
                 server, f"memcached {server}: {type(exc).__name__}: {exc}"
@@ -237,3 +261,11 @@ class Invalidator:
         lost = [op[1] for op, reply in zip(ops, replies, strict=True) if reply != STORED]
         repeated = sum(repeats.values()) - sum(repeats[key] for key in lost)
         return len(ops) - len(lost), lost, kept, repeated
+
+
+def _had(raw: bytes, entry: Entry, delivered: Delivered | None) -> bool:
+    """Whether a token-only entry holds a change a micro-batch delivered: any entry but one
+    the fast lane wrote, and that one when ``delivered`` says so."""
+    if not getattr(raw, "flags", 0) & FAST_LANE_FLAG:
+        return True
+    return delivered is not None and delivered(entry.token_text)

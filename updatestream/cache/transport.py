@@ -5,8 +5,10 @@ Keys are spread over servers by rendezvous hashing (pymemcache's ``RendezvousHas
 
 pymemcache has pipelined reads (``gets_many``) but sends one conditional store per round trip.
 :class:`PipelinedClient` adds :meth:`~PipelinedClient.store_many`: a run of ``add`` / ``cas``
-commands, each with its own CAS unique, written at once and answered in order. It reuses
-pymemcache's connection handling and line reader; pymemcache is pinned in requirements.lock.
+commands, each with its own CAS unique, written at once and answered in order, all with the
+same memcached flags; its reads return each entry's bytes as a :class:`StoredValue` that also
+carries the item's flags. It reuses pymemcache's connection handling and line reader; pymemcache
+is pinned in requirements.lock.
 """
 
 from __future__ import annotations
@@ -33,6 +35,24 @@ CLIENT_OPTIONS: dict[str, Any] = {
 }
 
 
+class StoredValue(bytes):
+    """An item's bytes as memcached returned them, with the item's memcached flags."""
+
+    flags: int = 0
+
+
+class _KeepFlags:
+    """pymemcache's serializer protocol: bytes in and out, the flags kept with the bytes read."""
+
+    def serialize(self, key: Any, value: bytes) -> tuple[bytes, int]:
+        return value, 0
+
+    def deserialize(self, key: Any, value: bytes, flags: int) -> StoredValue:
+        stored = StoredValue(value)
+        stored.flags = flags
+        return stored
+
+
 class CacheAddressError(UpdateStreamError):
     """A memcached server address is not host:port."""
 
@@ -51,11 +71,15 @@ class PipelinedClient(Client):  # type: ignore[misc]
 
     def __init__(self, server: str, *, timeout: float = 5.0, connect_timeout: float = 2.0) -> None:
         super().__init__(
-            parse_server(server), connect_timeout=connect_timeout, timeout=timeout, **CLIENT_OPTIONS
+            parse_server(server),
+            connect_timeout=connect_timeout,
+            timeout=timeout,
+            serde=_KeepFlags(),
+            **CLIENT_OPTIONS,
         )
         self.address = server
 
-    def store_many(self, ops: Sequence[StoreOp], expire: int = 0) -> list[bytes]:
+    def store_many(self, ops: Sequence[StoreOp], expire: int = 0, flags: int = 0) -> list[bytes]:
         """Send every op, then read one reply per op: STORED, NOT_STORED, EXISTS, NOT_FOUND."""
         if not ops:
             return []
@@ -63,7 +87,7 @@ class PipelinedClient(Client):  # type: ignore[misc]
         exp = str(expire).encode()
         for command, key, value, cas in ops:
             name = self.check_key(key, self.key_prefix)
-            line = b"%s %s 0 %s %d" % (command, name, exp, len(value))
+            line = b"%s %s %d %s %d" % (command, name, flags, exp, len(value))
             if cas is not None:
                 line += b" " + cas
             parts += [line, b"\r\n", value, b"\r\n"]

@@ -59,6 +59,12 @@ class DedupVerdict(Enum):
     STRADDLE = "straddle"  # a group across the watermark: its delivered prefix is resolved per row
 
 
+# the verdicts (as the source marks rows) whose events no sink receives: dropped and counted
+DROPPED_VERDICTS = frozenset(
+    {DedupVerdict.DUPLICATE_HOP.value, DedupVerdict.DUPLICATE_REVERSE.value}
+)
+
+
 class DedupFilterError(UpdateStreamError):
     """A dedup filter (or its JSON form) is malformed; the message names the field."""
 

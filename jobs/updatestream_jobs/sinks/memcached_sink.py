@@ -12,6 +12,14 @@ keys already held the same or a newer token. ``duplicates_delivered`` counts cha
 already received from an invalidation (a token-only entry whose token compares EQUAL, or an
 earlier change of the batch) in a batch that is not a replay: the stream delivered a change
 twice. Two streams invalidating the same keys would count each other's changes.
+
+**The fast lane.** With ``fastLane`` on (the default) the stream's source applies each change's
+invalidation as soon as its binlog tail holds the transaction (`updatestream_jobs.source.
+fast_lane`), through a sink made with ``ahead=True``: the same keys and rules, entries written
+with ``FAST_LANE_FLAG``. The micro-batch applies the same changes afterwards, as the durable
+record; finding its own change in a flagged entry is no repeat. A flagged entry counts as had
+(a later EQUAL change is a duplicate delivered) once a micro-batch delivered its change: the
+sink keeps, per shard, the position its batches' heartbeats reached.
 """
 
 from __future__ import annotations
@@ -21,9 +29,17 @@ from typing import Any
 
 from updatestream import spec
 from updatestream.binlog.events import SNAPSHOT_OPS, ChangeEvent
-from updatestream.cache.invalidator import CacheConflictError, CacheServerError, Invalidator
+from updatestream.cache.entry import FAST_LANE_FLAG, EntryError
+from updatestream.cache.invalidator import (
+    CacheConflictError,
+    CacheServerError,
+    InvalidationReport,
+    Invalidator,
+)
 from updatestream.cache.key_templates import KeyTemplateError, KeyTemplates
 from updatestream.cache.transport import CacheAddressError
+from updatestream.core.gtid import GTIDPosition, PositionError, position_contains
+from updatestream.core.token import EventToken
 from updatestream_jobs.sinks.common import loads_object
 from updatestream_jobs.sinks.sink import (
     BatchContext,
@@ -43,14 +59,19 @@ class MemcachedSink:
     def from_spec(cls, config: spec.MemcachedSink, context: SinkContext) -> MemcachedSink:
         return cls(config, keyspace=context.keyspace)
 
-    def __init__(self, config: spec.MemcachedSink, *, keyspace: str) -> None:
+    def __init__(self, config: spec.MemcachedSink, *, keyspace: str, ahead: bool = False) -> None:
+        """`ahead`: the fast lane's sink (one connection per server, flagged entries)."""
         self.name = f"memcached({','.join(config.servers)})"
         try:
             self.templates = KeyTemplates(keyspace, config.key_template, config.extra_keys)
-            self.invalidator = Invalidator(config.servers)
+            if ahead:
+                self.invalidator = Invalidator(config.servers, connections=1, flags=FAST_LANE_FLAG)
+            else:
+                self.invalidator = Invalidator(config.servers)
             self._replays = ReplayGuard()
         except (KeyTemplateError, CacheAddressError) as exc:
             raise SinkError(f"{self.name}: {exc}") from None
+        self._delivered: dict[str, GTIDPosition] = {}  # shard -> position its heartbeats reached
 
     def open(self) -> None:
         for server, client in self.invalidator.servers.clients.items():
@@ -61,10 +82,15 @@ class MemcachedSink:
                     f"{self.name}: memcached {server} does not answer: {type(exc).__name__}: {exc}"
                 ) from None
 
-    def changes(self, events: Iterable[ChangeEvent]) -> dict[str, list[str]]:
-        """Key -> token texts of the changes that invalidate it, in stream order."""
+    def changes(
+        self, events: Iterable[ChangeEvent], heartbeats: list[ChangeEvent] | None = None
+    ) -> dict[str, list[str]]:
+        """Key -> token texts of the changes that invalidate it, in stream order; the batch's
+        heartbeats go to `heartbeats` when given."""
         changes: dict[str, list[str]] = {}
         for event in events:
+            if event.op == "heartbeat" and heartbeats is not None:
+                heartbeats.append(event)
             if event.op == "heartbeat" or event.op in SNAPSHOT_OPS or event.table is None:
                 continue  # a snapshot row is no change: nothing cached can be stale from it
             pk = loads_object(event.pk, "pk", event)
@@ -80,14 +106,10 @@ class MemcachedSink:
         return changes
 
     def write_batch(self, events: Iterable[ChangeEvent], ctx: BatchContext) -> SinkResult:
-        try:
-            report = self.invalidator.invalidate(self.changes(events))
-        except CacheServerError as exc:
-            raise SinkError(
-                f"{self.name}: cannot invalidate batch {ctx.batch_id}; nothing acknowledged: {exc}"
-            ) from None
-        except (CacheConflictError, KeyTemplateError, ValueError) as exc:
-            raise SinkError(f"{self.name}: batch {ctx.batch_id}: {exc}") from None
+        heartbeats: list[ChangeEvent] = []
+        report = self._invalidate(self.changes(events, heartbeats), f"batch {ctx.batch_id}")
+        for heartbeat in heartbeats:  # after the batch: its own changes are not "had" in it
+            self._delivered[heartbeat.shard] = EventToken.loads(heartbeat.token).position
         # A change a key already had from an invalidation, in a batch that is no replay: the
         # stream delivered it twice (its token compares EQUAL: dropped, but counted).
         delivered = 0 if self._replays.may_repeat(ctx) else report.repeats
@@ -95,6 +117,29 @@ class MemcachedSink:
         return SinkResult(
             written=report.changed, skipped=report.unchanged, duplicates_delivered=delivered
         )
+
+    def invalidate_ahead(self, events: Iterable[ChangeEvent]) -> InvalidationReport:
+        """The fast lane's write: the changes' invalidations, nothing counted."""
+        return self._invalidate(self.changes(events), "fast lane")
+
+    def _invalidate(self, changes: dict[str, list[str]], what: str) -> InvalidationReport:
+        try:
+            return self.invalidator.invalidate(changes, self._was_delivered)
+        except CacheServerError as exc:
+            raise SinkError(
+                f"{self.name}: cannot invalidate {what}; nothing acknowledged: {exc}"
+            ) from None
+        except (CacheConflictError, KeyTemplateError, ValueError) as exc:
+            raise SinkError(f"{self.name}: {what}: {exc}") from None
+
+    def _was_delivered(self, token_text: str) -> bool:
+        """Did a batch of this sink deliver the change of a fast-lane entry's token?"""
+        try:
+            token = self.invalidator.tokens.get(token_text)
+            reached = self._delivered.get(token.shard)
+            return reached is not None and position_contains(reached, token.position)
+        except (EntryError, PositionError):
+            return False
 
     def close(self) -> None:
         self.invalidator.close()

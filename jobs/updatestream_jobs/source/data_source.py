@@ -44,6 +44,7 @@ from updatestream.core.gtid import position_contains
 from updatestream.core.recent_rows import RecentTransactions
 from updatestream.core.start import Start
 from updatestream.core.token import EventToken
+from updatestream_jobs.source.fast_lane import FastLane
 from updatestream_jobs.source.hopper import Hopper
 from updatestream_jobs.source.keyspace_watch import open_watch
 from updatestream_jobs.source.offsets import StreamOffset
@@ -68,7 +69,8 @@ class UpdateStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         self._target: StreamOffset | None = None
         self._initial: dict[str, Any] | None = None
         self._reading: list[str] | None = None  # the shards of the last offset handed out
-        self._tails = Tails(config, self._planner.endpoint) if config.tail else None
+        self.fast_lane = FastLane(config) if config.tail and config.fast_lane_sinks else None
+        self._tails = Tails(config, self._planner.endpoint, self.fast_lane) if config.tail else None
 
     def _tailing(self) -> Tails | None:
         return None if self._available_now else self._tails
@@ -87,6 +89,8 @@ class UpdateStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
 
     def _handed_out(self, offset: StreamOffset) -> dict[str, Any]:
         self._reading = sorted(offset.tokens)
+        if self.fast_lane is not None:
+            self.fast_lane.rule(offset)
         return offset.to_json()
 
     def initialOffset(self) -> dict[str, Any]:
@@ -113,6 +117,8 @@ class UpdateStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         hopper = self._hops()
         self._planner.update(hopper.keyspace())
         if self._tails is not None and not self._tails.tailers:  # before the first batch
+            if self.fast_lane is not None and not self.fast_lane.ruled:  # a restarted query
+                self.fast_lane.rule(offset)
             self._tails.follow(offset.tokens)
         hopped = hopper.check(offset)
         if hopped is not None:

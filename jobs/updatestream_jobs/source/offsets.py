@@ -28,7 +28,7 @@ from typing import Any
 from updatestream.binlog.errors import SourceOptionsError
 from updatestream.core.dedup import DedupFilter, DedupFilterError
 from updatestream.core.recent_rows import RecentRowsError, RecentTransactions
-from updatestream.core.snapshot_plan import SnapshotState, SnapshotStateError
+from updatestream.core.snapshot_plan import SnapshotRange, SnapshotState, SnapshotStateError
 from updatestream.core.token import EventToken, TokenError
 
 MAP_KEY = "_map"
@@ -141,6 +141,13 @@ class StreamOffset:
             except SnapshotStateError as exc:
                 raise SourceOptionsError(str(exc)) from None
         return cls(tokens, str(raw_map) if raw_map else None, dedup, hop, snapshot, _recent(data))
+
+    def holdback(self) -> tuple[SnapshotRange, ...] | None:
+        """The unfinished snapshot ranges whose binlog events the batch after this offset
+        drops (its snapshot reads those rows later, as they are then)."""
+        if self.snapshot is None or self.snapshot.finished:
+            return None
+        return tuple(self.snapshot.pending())
 
     def new_hop(self, previous: StreamOffset) -> HopInfo | None:
         """The hop this offset ends, when the batch from `previous` to it is a hop batch."""

@@ -26,7 +26,14 @@ from updatestream.core.errors import UpdateStreamError
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.start import Start
 from updatestream.core.vschema import VSchema
-from updatestream.spec import Keyspace, SpecError, StartPosition, load_keyspace, parse_keyspace
+from updatestream.spec import (
+    Keyspace,
+    MemcachedSink,
+    SpecError,
+    StartPosition,
+    load_keyspace,
+    parse_keyspace,
+)
 
 T = TypeVar("T")
 Parse = Callable[[str, "Option"], Any]
@@ -135,6 +142,19 @@ def _dedup(text: str, opt: Option) -> DedupFilter | None:
         raise SourceOptionsError(f"option {opt.name!r} is not a dedup filter: {exc}") from None
 
 
+def _memcached_sinks(text: str, opt: Option) -> tuple[MemcachedSink, ...]:
+    try:
+        items = json.loads(text)
+        if not isinstance(items, list):
+            raise ValueError("not a JSON list")
+        return tuple(MemcachedSink.model_validate({**item, "type": "memcached"}) for item in items)
+    except (ValueError, TypeError, SpecError) as exc:
+        raise SourceOptionsError(
+            f"option {opt.name!r} must be a JSON list of memcached sinks like "
+            f'[{{"servers": ["mc-0:11211"]}}]: {exc}'
+        ) from None
+
+
 @dataclass(frozen=True)
 class SourceConfig:
     """The data source's options, parsed; frozen and picklable (it travels to the workers).
@@ -234,6 +254,12 @@ class SourceConfig:
     max_batch_rows: int = option(
         "maxBatchRows", 20000, "admission control: a micro-batch takes at most about this many "
         "rows of a shard whose tail holds them (whole transactions; 0: no limit)",
+    )  # fmt: skip
+    fast_lane_sinks: tuple[MemcachedSink, ...] = option(
+        "fastLaneSinks", (), "memcached sinks (a JSON list of their specs: `servers`, "
+        "`keyTemplate`, `extraKeys`) whose invalidations the stream applies as soon as a "
+        "shard's tail holds each transaction, ahead of its micro-batch (needs `tail`; the job "
+        "sets it for its memcached sinks with `fastLane` on)", parse=_memcached_sinks,
     )  # fmt: skip
     # derived from `keyspace` and `keyRange` by parse_options
     keyspace: str = ""

@@ -215,7 +215,7 @@ class BatchPlanner:
         planned: list[Planned] = []
         for shard in sorted(finish.tokens):
             planned += self._shard_ranges(batch, shard, hopper, tails)
-        holdback = _holdback(begin)
+        holdback = begin.holdback()
         parts: list[SourcePartition] = []
         held = [(part.with_holdback(holdback), rows) for part, rows in planned if rows is not None]
         for part, rows in planned:
@@ -308,13 +308,6 @@ class BatchPlanner:
         # The retired shard's own heartbeat: it was read up to `end`.
         pieces.append((ShardRange(shard, end.dumps(), end.dumps(), True), None))
         return pieces
-
-
-def _holdback(begin: StreamOffset) -> tuple[SnapshotRange, ...] | None:
-    """The unfinished snapshot ranges whose binlog events the batch after `begin` drops."""
-    if begin.snapshot is None or begin.snapshot.finished:
-        return None
-    return tuple(begin.snapshot.pending())
 
 
 def _shards_in_maps(keyspace: Keyspace, key_range: KeyRange) -> set[str]:

@@ -18,6 +18,9 @@ rows:
   tails of shards the stream no longer reads stop;
 * `commit`: rows the stream committed are dropped.
 
+With a `FastLane` (memcached sinks with `fastLane` on), every tail that starts gets a lane that
+applies its transactions' invalidations as soon as the tail holds them (`fast_lane`).
+
 A tail is an optimisation only: any range it does not hold exactly is read by the workers as
 before, and the rows it hands over are produced by the same converter from the same binlog, so a
 replay after a restart (no tails yet) reads the same events.
@@ -35,6 +38,7 @@ from updatestream.binlog.tailer import ShardTailer
 from updatestream.core.gtid import GTIDPosition
 from updatestream.core.token import EventToken
 from updatestream_jobs.source.arrow_rows import FIELDS
+from updatestream_jobs.source.fast_lane import FastLane
 from updatestream_jobs.source.options import SourceConfig
 
 log = logging.getLogger(__name__)
@@ -51,9 +55,15 @@ _RETRY_AFTER = 10.0
 class Tails:
     """The tails of one stream reader (driver side)."""
 
-    def __init__(self, config: SourceConfig, endpoint: Callable[[str], ShardEndpoint]) -> None:
+    def __init__(
+        self,
+        config: SourceConfig,
+        endpoint: Callable[[str], ShardEndpoint],
+        fast_lane: FastLane | None = None,
+    ) -> None:
         self.config = config
         self._endpoint = endpoint
+        self.fast_lane = fast_lane
         self.tailers: dict[str, ShardTailer] = {}
         self._failed: dict[str, float] = {}  # shard -> when its last tail failed (monotonic)
         self._clock: dict[str, tuple[float, int]] = {}  # shard -> (monotonic, server seconds)
@@ -163,18 +173,23 @@ class Tails:
     def _start(self, endpoint: ShardEndpoint, position: GTIDPosition) -> None:
         config = self.config
         try:
-            self.tailers[endpoint.shard] = ShardTailer(
+            tailer = ShardTailer(
                 endpoint,
                 config.reader,
                 position,
                 max_rows=config.tail_buffer_rows,
                 max_bytes=config.tail_buffer_bytes,
             ).start()
+            self.tailers[endpoint.shard] = tailer
+            if self.fast_lane is not None:
+                self.fast_lane.follow(tailer)
         except Exception as exc:  # e.g. an unknown table in the VSchema: the workers will say
             self._failed[endpoint.shard] = time.monotonic()
             log.warning("cannot follow shard %s: %s", endpoint.shard, exc)
 
     def _stop(self, shard: str) -> None:
+        if self.fast_lane is not None:
+            self.fast_lane.drop(shard)
         tailer = self.tailers.pop(shard, None)
         if tailer is not None:
             tailer.stop()

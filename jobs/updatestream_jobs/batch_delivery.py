@@ -1,0 +1,160 @@
+"""One micro-batch from Spark to every sink: what sinks receive, and in which order they write.
+
+Sinks receive the batch's change events in stream order without the hop markers (recorded as
+hops) and without the hop duplicates (counted by cause); events delivered although undecidable
+(`unknown`, `straddle`) are counted too, once per batch however many sinks there are.
+
+A batch of at most `single_pass_events` events (the usual micro-batch) is read from Spark once,
+held in the driver, and written to every sink at the same time, one thread per sink: a sink
+waits for its own server (a commit, a round trip), not for the sinks before it, so each sink's
+write starts as soon as the batch is read. A larger batch streams to each sink in turn from the
+persisted batch, so a huge transaction is never held whole. Each sink is idempotent per batch
+and per event, so neither the order nor a failure of another sink changes what it holds: when
+a sink fails the batch fails once every sink has returned, and Spark runs it again.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from updatestream.binlog.events import HOP_MARKER, ChangeEvent
+from updatestream.core.dedup import DROPPED_VERDICTS
+from updatestream_jobs.progress_tracker import ProgressTracker
+from updatestream_jobs.sinks import BatchContext, Sink, SinkResult
+
+# With several sinks, a micro-batch of at most this many events is read from Spark once and
+# kept in the driver for every sink (each Spark pass over a batch costs a fixed ~0.1 s); a
+# larger one is read once per sink from the persisted batch.
+SINGLE_PASS_EVENTS = 10_000
+
+
+@dataclass
+class BatchPhases:
+    """Where one micro-batch's time went in the driver (seconds, from `time.perf_counter`).
+
+    `read_s`: reading the batch back from Spark before the first sink (runs the batch's Spark
+    job, the source's read included) when it is held for several sinks; 0 with one sink, whose
+    write then reads it lazily. `sinks_s`: each sink's `write_batch`, in the sinks' order (a
+    lazily read batch's reading included); a held batch's sinks write at the same time.
+    `finish_s`: hop bookkeeping and the progress report after the sinks. `total_s`: the whole
+    batch function. `started_at`: unix seconds at its start.
+    """
+
+    batch_id: int
+    started_at: float
+    read_s: float = 0.0
+    sinks_s: dict[str, float] = field(default_factory=dict)
+    finish_s: float = 0.0
+    total_s: float = 0.0
+    concurrent: bool = False  # the sinks wrote a held batch at the same time
+
+
+class BatchDelivery:
+    """Writes micro-batches to the job's sinks, reporting to its progress tracker."""
+
+    def __init__(self, sinks: list[Sink], tracker: ProgressTracker) -> None:
+        self.sinks = sinks
+        self.tracker = tracker
+        self.single_pass_events = SINGLE_PASS_EVENTS
+        self._pool: ThreadPoolExecutor | None = None
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def deduplicated(
+        self, events: Iterator[ChangeEvent], *, count: bool = True
+    ) -> Iterator[ChangeEvent]:
+        """What sinks receive: no hop markers (recorded as hops) and no hop duplicates; `count`
+        duplicates and undecidable events, and record hops, on one pass only."""
+        for event in events:
+            if event.op == HOP_MARKER:
+                if count and event.after:
+                    self.tracker.hop_announced(json.loads(event.after))
+                continue
+            if event.dedup in DROPPED_VERDICTS:  # a copy delivered already, or read later
+                if count:
+                    self.tracker.count_duplicate(event.dedup)
+                continue
+            if event.dedup is not None and count:  # delivered, counted: "unknown", "straddle"
+                self.tracker.count_duplicate(event.dedup)
+            yield event
+
+    def deliver(self, frame: Any, ctx: BatchContext, phases: BatchPhases) -> None:
+        """Read the batch `frame` and write it to every sink (see the module docstring)."""
+        began = time.perf_counter()
+        if not self.sinks:
+            for _ in self.tracker.observe(self.deduplicated(_events(frame))):
+                pass
+            return
+        if len(self.sinks) == 1:  # read lazily, as the sink takes it
+            sink = self.sinks[0]
+            events = self.tracker.observe(self.deduplicated(_events(frame)))
+            self.tracker.sink_result(sink.name, sink.write_batch(events, ctx))
+            phases.sinks_s[sink.name] = time.perf_counter() - began
+            return
+        frame.persist()
+        try:
+            first = _events(frame)
+            head = list(itertools.islice(first, self.single_pass_events + 1))
+            if len(head) <= self.single_pass_events:
+                held = list(self.tracker.observe(self.deduplicated(iter(head))))
+                phases.read_s = time.perf_counter() - began
+                self._concurrently(held, ctx, phases)
+            else:
+                phases.read_s = time.perf_counter() - began
+                self._in_turn(frame, itertools.chain(head, first), ctx, phases)
+        finally:
+            frame.unpersist()
+
+    def _concurrently(
+        self, held: list[ChangeEvent], ctx: BatchContext, phases: BatchPhases
+    ) -> None:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(len(self.sinks), thread_name_prefix="sink")
+        phases.concurrent = True
+
+        def write(sink: Sink) -> tuple[SinkResult, float]:
+            began = time.perf_counter()
+            result = sink.write_batch(iter(held), ctx)
+            return result, time.perf_counter() - began
+
+        futures: list[Future[tuple[SinkResult, float]]] = [
+            self._pool.submit(write, sink) for sink in self.sinks
+        ]
+        failure: BaseException | None = None
+        for sink, future in zip(self.sinks, futures, strict=True):
+            try:
+                result, seconds = future.result()
+            except BaseException as exc:  # every sink returns first; the first failure wins
+                failure = failure or exc
+                continue
+            self.tracker.sink_result(sink.name, result)
+            phases.sinks_s[sink.name] = seconds
+        if failure is not None:
+            raise failure
+
+    def _in_turn(
+        self, frame: Any, first: Iterator[ChangeEvent], ctx: BatchContext, phases: BatchPhases
+    ) -> None:
+        for index, sink in enumerate(self.sinks):
+            began = time.perf_counter()
+            if index == 0:
+                events = self.tracker.observe(self.deduplicated(first))
+            else:  # too large to hold: read again, from the persisted batch
+                events = self.deduplicated(_events(frame), count=False)
+            self.tracker.sink_result(sink.name, sink.write_batch(events, ctx))
+            phases.sinks_s[sink.name] = time.perf_counter() - began
+
+
+def _events(frame: Any) -> Iterator[ChangeEvent]:
+    # one Spark job per partition: the next one runs while this one is taken
+    for row in frame.toLocalIterator(prefetchPartitions=True):
+        yield ChangeEvent.from_row(row.asDict())
