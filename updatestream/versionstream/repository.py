@@ -36,11 +36,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import queue
 import random
 import re
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -48,14 +47,12 @@ import pymysql
 import pymysql.cursors
 
 from updatestream.core.errors import UpdateStreamError
+from updatestream.versionstream.connection_pool import Connect, Connection, ConnectionPool
 
 ENTITY_MAX = 512
 _IDENT = re.compile(r"^[A-Za-z0-9_$]{1,64}$")
-_RETRY_CODES = {1213, 1205}  # deadlock, lock wait timeout: the transaction can be run again
+RETRY_CODES = {1213, 1205}  # deadlock, lock wait timeout: the transaction can be run again
 _LOOKUP_CHUNK = 1000
-
-Connection = pymysql.connections.Connection  # generic only for the type checker
-Connect = Callable[[], "Connection[Any]"]
 
 
 class VersionStreamError(UpdateStreamError):
@@ -115,6 +112,15 @@ class Entry:
     previous_version: int | None
 
 
+def quoted_table(table: str, database: str | None = None) -> str:
+    """The table's name in SQL, with its database when given (quoted); both must be plain
+    identifiers (letters, digits, ``_``, ``$``)."""
+    for name in (table, database):
+        if name is not None and not _IDENT.match(name):
+            raise VersionStreamError(f"invalid table or database name {name!r}")
+    return table if database is None else f"`{database}`.`{table}`"
+
+
 def entity_name(table: str, pk: dict[str, Any]) -> str:
     """The entity of a row: ``<table>:<primary key as compact JSON, columns in key order>``
     (the text of ``ChangeEvent.pk``: ``json.dumps`` with ``(",", ":")`` separators)."""
@@ -135,45 +141,19 @@ class VersionStreamRepository:
         retries: int = 5,
         where: str = "",
     ) -> None:
-        for name in (table, database):
-            if name is not None and not _IDENT.match(name):
-                raise VersionStreamError(f"invalid table or database name {name!r}")
-        self._connect = connect
-        self.table = table if database is None else f"`{database}`.`{table}`"
+        self._pool = ConnectionPool(connect)
+        self.table = quoted_table(table, database)
         self.stream = stream
         self.retries = retries
         self.where = where or f"{self.table} stream {stream}"
-        self._pool: queue.LifoQueue[Connection[Any]] = queue.LifoQueue()
 
     # -- connections ------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _connection(self) -> Iterator[Connection[Any]]:
-        try:
-            conn = self._pool.get_nowait()
-        except queue.Empty:
-            conn = self._connect()
-            conn.autocommit(False)
-            with conn.cursor() as cur:
-                cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        try:
-            yield conn
-        except BaseException:
-            with contextlib.suppress(Exception):
-                conn.rollback()
-            with contextlib.suppress(Exception):
-                conn.close()
-            raise
-        self._pool.put(conn)
+    def _connection(self) -> contextlib.AbstractContextManager[Connection[Any]]:
+        return self._pool.connection()
 
     def close(self) -> None:
-        while True:
-            try:
-                conn = self._pool.get_nowait()
-            except queue.Empty:
-                return
-            with contextlib.suppress(Exception):
-                conn.close()
+        self._pool.close()
 
     # -- schema -----------------------------------------------------------------------------
 
@@ -214,7 +194,7 @@ class VersionStreamRepository:
             try:
                 return self._append_once(records)
             except pymysql.err.OperationalError as exc:
-                if exc.args and exc.args[0] in _RETRY_CODES and attempt < self.retries:
+                if exc.args and exc.args[0] in RETRY_CODES and attempt < self.retries:
                     # Two appenders that both took the gap lock of an empty stream deadlock on
                     # their inserts; run again after a random pause, so they do not collide
                     # again in step.
@@ -304,14 +284,29 @@ class VersionStreamRepository:
         )
         return None if not rows or rows[0][0] is None else int(rows[0][0])
 
-    def fetch_new_versions(self, since: int, until: int | None = None) -> dict[str, int]:
-        """Each entity changed at versions ``since..until`` (inclusive) with its last version."""
+    def fetch_new_versions(
+        self, since: int, until: int | None = None, *, prefix: str = ""
+    ) -> dict[str, int]:
+        """Each entity changed at versions ``since..until`` (inclusive) with its last version;
+        with ``prefix``, only the entities whose name starts with it (a sub-stream's)."""
         sql = f"SELECT entity, MAX(version) FROM {self.table} WHERE stream = %s AND version >= %s"
         args: tuple[Any, ...] = (self.stream, since)
         if until is not None:
             sql += " AND version <= %s"
             args += (until,)
+        if prefix:
+            sql += " AND LEFT(entity, %s) = %s"
+            args += (len(prefix), prefix)
         return {str(e): int(v) for e, v in self._query(sql + " GROUP BY entity", args)}
+
+    def fetch_version_at(self, entity: str, version: int) -> int | None:
+        """The entity's last version at or before ``version`` (None: it had none yet)."""
+        rows = self._query(
+            f"SELECT MAX(version) FROM {self.table} WHERE stream = %s AND entity = %s AND "
+            "version <= %s",
+            (self.stream, entity, version),
+        )
+        return None if not rows or rows[0][0] is None else int(rows[0][0])
 
     def fetch_data(self, entity: str, version: int) -> Any:
         """The entity's state at exactly ``version`` (decoded JSON; None for a deletion)."""

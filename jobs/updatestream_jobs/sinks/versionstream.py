@@ -21,6 +21,7 @@ from updatestream import spec
 from updatestream.binlog.events import ChangeEvent
 from updatestream.core.errors import UpdateStreamError
 from updatestream.mysql import connection_arguments
+from updatestream.versionstream.partitioned_stream import PartitionedStream
 from updatestream.versionstream.repository import (
     Origin,
     Record,
@@ -78,10 +79,12 @@ class VersionStreamSink:
         self.secrets_dir = secrets_dir
         endpoint = config.mysql
         self.address = f"{endpoint.host}:{endpoint.port}"
+        parts = f", {config.partitions} partitions" if config.partitions > 1 else ""
         self.name = (
-            f"versionstream({self.address}/{config.database}.{config.table} stream {config.stream})"
+            f"versionstream({self.address}/{config.database}.{config.table} "
+            f"stream {config.stream}{parts})"
         )
-        self._repository: VersionStreamRepository | None = None
+        self._repository: VersionStreamRepository | PartitionedStream | None = None
         self._replays = ReplayGuard()
 
     def _settings(self) -> dict[str, Any]:
@@ -90,16 +93,28 @@ class VersionStreamSink:
         )
 
     @property
-    def repository(self) -> VersionStreamRepository:
+    def repository(self) -> VersionStreamRepository | PartitionedStream:
+        """One stream, or with `partitions` > 1 the partitions written in parallel."""
         if self._repository is None:
             settings = self._settings()
-            self._repository = VersionStreamRepository(
-                lambda: pymysql.connect(**settings),
-                table=self.config.table,
-                database=self.config.database,
-                stream=self.config.stream,
-                where=self.name,
-            )
+            config = self.config
+            if config.partitions > 1:
+                self._repository = PartitionedStream(
+                    lambda: pymysql.connect(**settings),
+                    table=config.table,
+                    database=config.database,
+                    stream=config.stream,
+                    partitions=config.partitions,
+                    where=self.name,
+                )
+            else:
+                self._repository = VersionStreamRepository(
+                    lambda: pymysql.connect(**settings),
+                    table=config.table,
+                    database=config.database,
+                    stream=config.stream,
+                    where=self.name,
+                )
         return self._repository
 
     def open(self) -> None:
@@ -120,9 +135,15 @@ class VersionStreamSink:
         try:
             result = self.repository.append(records)
         except (pymysql.err.MySQLError, OSError, UpdateStreamError) as exc:
+            # partitions commit on their own: some may hold their share, which the batch's
+            # next attempt skips by origin, as the replay it then is
+            self._replays.written(ctx)
+            appended = "nothing was appended"
+            if self.config.partitions > 1:
+                appended = "partitions that committed keep their share"
             raise SinkError(
                 f"{self.name}: cannot append batch {ctx.batch_id} ({len(records)} versions); "
-                f"nothing was appended: {_describe(exc)}"
+                f"{appended}: {_describe(exc)}"
             ) from None
         skipped = min(changes, result.skipped)
         # An origin the stream already holds came again: unless this batch may repeat an
