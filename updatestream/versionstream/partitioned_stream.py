@@ -57,6 +57,7 @@ class PartitionedAppend:
     skipped: int  # records whose origin the partition already held (or repeated in the batch)
     partitions: dict[int, AppendResult]  # partition index -> its append (partitions written)
     combined_version: int | None  # the stream-of-streams' last version after recombining
+    # (None without a recombination)
 
 
 class PartitionedStream:
@@ -100,8 +101,12 @@ class PartitionedStream:
             groups.setdefault(partition_of(record.entity, self.partitions), []).append(record)
         return groups
 
-    def append(self, records: Sequence[Record]) -> PartitionedAppend:
-        """Append each partition's records in parallel, then recombine (see the module)."""
+    def append(self, records: Sequence[Record], *, recombine: bool = True) -> PartitionedAppend:
+        """Append each partition's records in parallel, then recombine (see the module).
+
+        Writers that append often and at once recombine on a period instead (``recombine=False``
+        and a :class:`~updatestream.versionstream.stream_of_streams.Recombiner`): every
+        recombination takes the stream-of-streams' lock."""
         groups = self.split(records)
         if len(groups) == 1:  # one partition: no thread needed
             ((k, group),) = groups.items()
@@ -119,7 +124,7 @@ class PartitionedStream:
                     errors.append(exc)
             if errors:
                 raise errors[0]
-        combined = self.sos.recombine() if results else self.sos.fetch_last_version()
+        combined = self.sos.recombine() if results and recombine else None
         return PartitionedAppend(
             appended=sum(r.appended for r in results.values()),
             skipped=sum(r.skipped for r in results.values()),

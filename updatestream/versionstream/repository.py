@@ -47,11 +47,15 @@ import pymysql
 import pymysql.cursors
 
 from updatestream.core.errors import UpdateStreamError
-from updatestream.versionstream.connection_pool import Connect, Connection, ConnectionPool
+from updatestream.versionstream.connection_pool import (
+    LOCK_CONFLICTS,
+    Connect,
+    Connection,
+    ConnectionPool,
+)
 
 ENTITY_MAX = 512
 _IDENT = re.compile(r"^[A-Za-z0-9_$]{1,64}$")
-RETRY_CODES = {1213, 1205}  # deadlock, lock wait timeout: the transaction can be run again
 _LOOKUP_CHUNK = 1000
 
 
@@ -145,6 +149,7 @@ class VersionStreamRepository:
         self.table = quoted_table(table, database)
         self.stream = stream
         self.retries = retries
+        self.conflicts = 0  # appends run again after losing a deadlock or a lock wait
         self.where = where or f"{self.table} stream {stream}"
 
     # -- connections ------------------------------------------------------------------------
@@ -194,7 +199,8 @@ class VersionStreamRepository:
             try:
                 return self._append_once(records)
             except pymysql.err.OperationalError as exc:
-                if exc.args and exc.args[0] in RETRY_CODES and attempt < self.retries:
+                if exc.args and exc.args[0] in LOCK_CONFLICTS and attempt < self.retries:
+                    self.conflicts += 1
                     # Two appenders that both took the gap lock of an empty stream deadlock on
                     # their inserts; run again after a random pause, so they do not collide
                     # again in step.

@@ -40,8 +40,8 @@ from typing import Any
 
 import pymysql
 
-from updatestream.versionstream.connection_pool import Connect, ConnectionPool
-from updatestream.versionstream.repository import RETRY_CODES, VersionStreamError, quoted_table
+from updatestream.versionstream.connection_pool import LOCK_CONFLICTS, Connect, ConnectionPool
+from updatestream.versionstream.repository import VersionStreamError, quoted_table
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ class StreamOfStreams:
             try:
                 return self._recombine_once()
             except pymysql.err.OperationalError as exc:
-                if exc.args and exc.args[0] in RETRY_CODES and attempt < retries:
+                if exc.args and exc.args[0] in LOCK_CONFLICTS and attempt < retries:
                     # two recombiners that both took the gap lock of an empty stream deadlock
                     # on their inserts: run again after a random pause
                     time.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
