@@ -55,7 +55,7 @@ from updatestream_cli.devcluster.server import MariaDBServer
 from updatestream_jobs.job import Job, spark_session
 
 from bench import source_bench
-from bench.lag_bench import spark_durations
+from bench.lag_rig import spark_durations
 from bench.lagtools import TimedSink, event_lags, summarize
 from bench.peertools import (
     CatchUp,

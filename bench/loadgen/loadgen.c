@@ -6,7 +6,8 @@
  * Several writers per shard (--connections), each a thread with one connection, are the only
  * writers of the rows they made: a writer updates and deletes only its own rows, so the changes
  * to one row are committed, and recorded, in order. A transaction is one round trip: its
- * statements, COMMIT and `SELECT @@last_gtid` in one multi-statement query.
+ * statements and COMMIT in one multi-statement query; the transaction's GTID comes back in
+ * COMMIT's OK packet (`session_track_system_variables = last_gtid`).
  *
  * Every committed row change is one line of the ledger (--ledger), the format
  * `updatestream verify` and `updatestream devcluster check` read, with the writer's own clock
@@ -176,7 +177,7 @@ static int build_sql(worker_t *w, size_t count, long expected[]) {
         expected[statements++] = 1;
     }
     flush_inserts(w, pending, sizes, expected, &statements);
-    buf_puts(&w->sql, "COMMIT;SELECT @@last_gtid");
+    buf_puts(&w->sql, "COMMIT");
     return statements;
 }
 
@@ -184,6 +185,24 @@ static int fail(worker_t *w, const char *what) {
     snprintf(w->error, sizeof w->error, "shard %s (%s:%u), %s: %s", w->shard->name,
              w->shard->host, w->shard->port, what, mysql_error(w->conn));
     return -1;
+}
+
+/* The GTID COMMIT's OK packet reports: the tracked `last_gtid` (name, then value). */
+static void committed_gtid(MYSQL *conn, char *gtid, size_t size) {
+    const char *data;
+    size_t length;
+    if (mysql_session_track_get_first(conn, SESSION_TRACK_SYSTEM_VARIABLES, &data, &length) != 0)
+        return;
+    do {
+        int is_name = length == 9 && memcmp(data, "last_gtid", 9) == 0;
+        if (mysql_session_track_get_next(conn, SESSION_TRACK_SYSTEM_VARIABLES, &data, &length) != 0)
+            return;
+        if (is_name && length < size) {
+            memcpy(gtid, data, length);
+            gtid[length] = '\0';
+            return;
+        }
+    } while (mysql_session_track_get_next(conn, SESSION_TRACK_SYSTEM_VARIABLES, &data, &length) == 0);
 }
 
 /* Send the transaction in one round trip; fills the GTID and the commit clock. */
@@ -197,17 +216,12 @@ static int run_transaction(worker_t *w, int statements, const long expected[], c
     int index = 0, status = 0, mismatch = 0;
     gtid[0] = '\0';
     do {
-        MYSQL_RES *result = mysql_store_result(w->conn);
-        if (result != NULL) {
-            MYSQL_ROW row = mysql_fetch_row(result);
-            if (row != NULL && row[0] != NULL) snprintf(gtid, gtid_size, "%s", row[0]);
-            mysql_free_result(result);
-        } else if (mysql_field_count(w->conn) != 0) {
-            return fail(w, "reading a result");
-        } else if (index < statements && (long)mysql_affected_rows(w->conn) != expected[index]) {
+        if (mysql_field_count(w->conn) != 0) return fail(w, "an unexpected result set");
+        if (index < statements && (long)mysql_affected_rows(w->conn) != expected[index]) {
             mismatch = 1;
         } else if (index == statements) {
             *committed_at = wall_s();
+            committed_gtid(w->conn, gtid, gtid_size);
         }
         index++;
         status = mysql_next_result(w->conn);
@@ -226,7 +240,9 @@ static int run_transaction(worker_t *w, int statements, const long expected[], c
         return -1;
     }
     if (gtid[0] == '\0') {
-        snprintf(w->error, sizeof w->error, "shard %s: no @@last_gtid after COMMIT", w->shard->name);
+        snprintf(w->error, sizeof w->error,
+                 "shard %s: COMMIT's OK packet did not report last_gtid (session tracking)",
+                 w->shard->name);
         return -1;
     }
     return 0;
@@ -264,7 +280,8 @@ static int connect_shard(worker_t *w) {
     if (mysql_real_connect(w->conn, w->shard->host, opts.user, opts.password, opts.database,
                            w->shard->port, NULL, CLIENT_MULTI_STATEMENTS | CLIENT_FOUND_ROWS) == NULL)
         return fail(w, "connect");
-    if (mysql_query(w->conn, "SET autocommit = 0") != 0) return fail(w, "SET autocommit");
+    if (mysql_query(w->conn, "SET autocommit = 0, session_track_system_variables = 'last_gtid'"))
+        return fail(w, "SET autocommit and session tracking");
     return 0;
 }
 

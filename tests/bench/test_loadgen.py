@@ -71,6 +71,14 @@ def test_the_ledger_checks_clean_against_the_shards(cluster: DevCluster, tmp_pat
     assert check.database_rows == check.ledger_rows > 0
     # the verifier reads it as a traffic ledger
     assert len(read_verify_ledger(ledger)) == len(entries)
+    # every transaction has the GTID its shard gave it: one per transaction, the last one is
+    # where the shard's binlog ends
+    transactions = {(e.tx, e.shard, e.gtid) for e in entries}
+    assert len({(shard, gtid) for _, shard, gtid in transactions}) == len(transactions)
+    assert len(transactions) == first.figures.transactions + second.figures.transactions
+    for shard in ("-80", "80-"):
+        last = max((e for e in entries if e.shard == shard), key=lambda e: e.order)
+        assert cluster.server(shard).gtid_position() == last.gtid
 
 
 def test_every_row_sits_on_the_shard_of_its_keyspace_id(
