@@ -59,6 +59,7 @@ class LoadOptions:
     seed: int = 1
     max_tx_rows: int = 5  # rows of a transaction: 1..max_tx_rows, as the Python generator
     connections: int = 4  # writers (threads, each with its own connection) per shard
+    pipeline: int = 1  # transactions per round trip of a writer (each its own COMMIT)
     weights: tuple[float, float, float] = (0.5, 0.35, 0.15)  # insert, update, delete
     progress: bool = False  # a line of figures on stderr every second
 
@@ -133,7 +134,8 @@ class Load:
         command = [
             str(build()), "--rate", str(opts.rate), "--duration", str(opts.duration),
             "--seed", str(opts.seed), "--max-tx-rows", str(opts.max_tx_rows),
-            "--connections", str(opts.connections), "--weights", ",".join(map(str, opts.weights)),
+            "--connections", str(opts.connections), "--pipeline", str(opts.pipeline),
+            "--weights", ",".join(map(str, opts.weights)),
             "--database", schema.DATABASE, "--ledger", str(self.ledger_path),
             "--first-order", str(last.order + 1 if last else 1),
             "--first-tx", str(last.tx + 1 if last else 1),

@@ -65,6 +65,27 @@ void buf_printf(buf_t *b, const char *format, ...) {
     b->len += (size_t)need;
 }
 
+void buf_u64(buf_t *b, uint64_t value) {
+    char digits[20];
+    int n = 0;
+    do {
+        digits[n++] = (char)('0' + value % 10);
+        value /= 10;
+    } while (value);
+    buf_reserve(b, (size_t)n);
+    while (n) b->data[b->len++] = digits[--n];
+    b->data[b->len] = '\0';
+}
+
+void buf_i64(buf_t *b, int64_t value) {
+    if (value < 0) {
+        buf_putc(b, '-');
+        buf_u64(b, (uint64_t)0 - (uint64_t)value);
+    } else {
+        buf_u64(b, (uint64_t)value);
+    }
+}
+
 /* The next code point of UTF-8 text at *pos; a byte that starts no complete sequence stands
  * for itself (the generator only writes valid UTF-8). */
 static uint32_t next_code_point(const unsigned char *s, size_t len, size_t *pos) {

@@ -23,6 +23,9 @@ void buf_printf(buf_t *b, const char *format, ...) __attribute__((format(printf,
 /* A JSON string literal (quotes included) of UTF-8 text, escaped like Python's json.dumps
  * with ensure_ascii=True: \uXXXX (lower-case hex, surrogate pairs) for everything outside
  * printable ASCII. */
+/* Decimal integers, without printf. */
+void buf_u64(buf_t *b, uint64_t value);
+void buf_i64(buf_t *b, int64_t value);
 void buf_json_string(buf_t *b, const char *text, size_t len);
 void buf_hex(buf_t *b, const unsigned char *data, size_t len);
 void buf_base64(buf_t *b, const unsigned char *data, size_t len);

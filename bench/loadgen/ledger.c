@@ -14,6 +14,7 @@ static double monotonic_s(void) {
 int ledger_open(ledger_t *ledger, const char *path, uint64_t first_order, uint64_t first_tx) {
     memset(ledger, 0, sizeof *ledger);
     pthread_mutex_init(&ledger->lock, NULL);
+    buf_init(&ledger->line, 1 << 16);
     ledger->next_order = first_order;
     ledger->next_tx = first_tx;
     if (path == NULL) return 0;
@@ -29,14 +30,22 @@ void ledger_write_tx(ledger_t *ledger, const char *middles, size_t count, const 
     pthread_mutex_lock(&ledger->lock);
     uint64_t tx = ledger->next_tx++;
     const char *middle = middles;
+    char tail[320];
+    int tail_len = snprintf(tail, sizeof tail, ",\"gtid\":\"%s\",\"commit_time\":%.6f}\n", gtid,
+                            commit_time);
+    buf_reset(&ledger->line);
     for (size_t i = 0; i < count; i++) {
-        if (ledger->fh != NULL)
-            fprintf(ledger->fh, "{\"order\":%llu,\"tx\":%llu,%s,\"gtid\":\"%s\",\"commit_time\":%.6f}\n",
-                    (unsigned long long)ledger->next_order, (unsigned long long)tx, middle, gtid,
-                    commit_time);
-        ledger->next_order++;
-        middle += strlen(middle) + 1;
+        size_t length = strlen(middle);
+        buf_puts(&ledger->line, "{\"order\":");
+        buf_u64(&ledger->line, ledger->next_order++);
+        buf_puts(&ledger->line, ",\"tx\":");
+        buf_u64(&ledger->line, tx);
+        buf_putc(&ledger->line, ',');
+        buf_put(&ledger->line, middle, length);
+        buf_put(&ledger->line, tail, (size_t)tail_len);
+        middle += length + 1;
     }
+    if (ledger->fh != NULL) fwrite(ledger->line.data, 1, ledger->line.len, ledger->fh);
     ledger->entries += count;
     if (ledger->fh != NULL) {
         /* readers may follow the file while it grows: whole lines at least every 0.2 s */
@@ -56,5 +65,6 @@ int ledger_close(ledger_t *ledger) {
         ledger->fh = NULL;
     }
     pthread_mutex_destroy(&ledger->lock);
+    buf_free(&ledger->line);
     return rc;
 }

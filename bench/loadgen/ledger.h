@@ -8,11 +8,14 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "buf.h"
+
 typedef struct {
     pthread_mutex_t lock;
     FILE *fh; /* NULL: count only */
     uint64_t next_order, next_tx, entries;
     double flushed_at;
+    buf_t line; /* a transaction's lines, made under the lock */
 } ledger_t;
 
 int ledger_open(ledger_t *ledger, const char *path, uint64_t first_order, uint64_t first_tx);

@@ -261,9 +261,9 @@ void row_ksid(table_id table, const row_t *row, unsigned char out[KSID_LEN]) {
 }
 
 void row_pk_json(table_id table, const row_t *row, buf_t *out) {
-    if (table == T_USERS) buf_printf(out, "{\"id\":%lld}", (long long)row->user.id);
+    if (table == T_USERS) { buf_puts(out, "{\"id\":"); buf_i64(out, row->user.id); buf_putc(out, '}'); }
     else if (table == T_ORDERS)
-        buf_printf(out, "{\"order_id\":%llu}", (unsigned long long)row->order.order_id);
+        { buf_puts(out, "{\"order_id\":"); buf_u64(out, row->order.order_id); buf_putc(out, '}'); }
     else {
         buf_puts(out, "{\"event_key\":");
         buf_json_string(out, row->event.key, row->event.key_len);
@@ -271,19 +271,36 @@ void row_pk_json(table_id table, const row_t *row, buf_t *out) {
     }
 }
 
-/* A DATETIME(6) value: `sep` ' ' for SQL, 'T' for Python's isoformat (no fraction at .000000). */
+/* A DATETIME(6) value: `sep` ' ' for SQL, 'T' for Python's isoformat (no fraction at .000000).
+ * The text of the second is kept per thread: rows of one second share it. */
 static void put_datetime(buf_t *out, int64_t us, char sep, int iso) {
+    static __thread time_t cached = -1;
+    static __thread char date[72]; /* YYYY-MM-DD HH:MM:SS (room for any int, as snprintf sees it) */
     time_t seconds = (time_t)(us / 1000000);
     long fraction = (long)(us % 1000000);
-    struct tm tm;
-    gmtime_r(&seconds, &tm);
-    buf_printf(out, "%04d-%02d-%02d%c%02d:%02d:%02d", tm.tm_year + 1900, tm.tm_mon + 1,
-               tm.tm_mday, sep, tm.tm_hour, tm.tm_min, tm.tm_sec);
-    if (fraction || !iso) buf_printf(out, ".%06ld", fraction);
+    if (seconds != cached) {
+        struct tm tm;
+        gmtime_r(&seconds, &tm);
+        snprintf(date, sizeof date, "%04d-%02d-%02d %02d:%02d:%02d", tm.tm_year + 1900,
+                 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+        cached = seconds;
+    }
+    buf_put(out, date, 10);
+    buf_putc(out, sep);
+    buf_put(out, date + 11, 8);
+    if (fraction || !iso) {
+        char digits[7];
+        for (int i = 5; i >= 0; i--, fraction /= 10) digits[i] = (char)('0' + fraction % 10);
+        buf_putc(out, '.');
+        buf_put(out, digits, 6);
+    }
 }
 
 static void put_cents(buf_t *out, int64_t cents) {
-    buf_printf(out, "%lld.%02lld", (long long)(cents / 100), (long long)(cents % 100));
+    buf_i64(out, cents / 100);
+    buf_putc(out, '.');
+    buf_putc(out, (char)('0' + cents % 100 / 10));
+    buf_putc(out, (char)('0' + cents % 10));
 }
 
 /* The JSON text of a document, as json.dumps(doc, ensure_ascii=False, sort_keys=True). */
@@ -303,6 +320,14 @@ static void order_note_text(uint8_t note, buf_t *out) {
 
 static void user_name(const user_row_t *u, buf_t *out) {
     buf_printf(out, "%s %s", NAMES[u->first], SURNAMES[u->last]);
+}
+
+/* A scratch buffer of this thread, empty. */
+static buf_t *scratch_buffer(void) {
+    static __thread buf_t scratch;
+    if (scratch.data == NULL) buf_init(&scratch, 512);
+    buf_reset(&scratch);
+    return &scratch;
 }
 
 /* -- the after image as JSON ---------------------------------------------------------------- */
@@ -347,13 +372,12 @@ static void json_datetime(buf_t *out, int64_t us) {
 }
 
 void row_image_json(table_id table, const row_t *row, buf_t *out) {
-    buf_t scratch;
-    buf_init(&scratch, 256);
+    buf_t *scratch = scratch_buffer();
     if (table == T_USERS) {
         const user_row_t *u = &row->user;
         buf_printf(out, "{\"id\":%lld,\"name\":", (long long)u->id);
-        user_name(u, &scratch);
-        json_text_value(out, &scratch);
+        user_name(u, scratch);
+        json_text_value(out, scratch);
         if (u->has_email) buf_printf(out, ",\"email\":\"user%lld@example.com\"", (long long)u->id);
         else buf_puts(out, ",\"email\":null");
         buf_puts(out, ",\"balance\":\"");
@@ -362,7 +386,7 @@ void row_image_json(table_id table, const row_t *row, buf_t *out) {
                    STATUSES[u->status]);
         json_set_value(out, u->flags, FLAG_LABELS);
         buf_puts(out, ",\"profile\":");
-        json_doc_value(out, &u->profile, &scratch);
+        json_doc_value(out, &u->profile, scratch);
         buf_puts(out, ",\"created_at\":");
         json_datetime(out, u->created_us);
         buf_puts(out, ",\"updated_at\":");
@@ -375,8 +399,8 @@ void row_image_json(table_id table, const row_t *row, buf_t *out) {
         put_cents(out, o->price);
         buf_puts(out, "\",\"note\":");
         if (o->note) {
-            order_note_text(o->note, &scratch);
-            json_text_value(out, &scratch);
+            order_note_text(o->note, scratch);
+            json_text_value(out, scratch);
         } else buf_puts(out, "null");
         buf_printf(out, ",\"state\":\"%s\",\"placed_at\":", STATES[o->state]);
         json_datetime(out, o->placed_us);
@@ -392,14 +416,13 @@ void row_image_json(table_id table, const row_t *row, buf_t *out) {
             buf_puts(out, "\"}");
         } else buf_puts(out, "null");
         buf_puts(out, ",\"attrs\":");
-        json_doc_value(out, &e->attrs, &scratch);
+        json_doc_value(out, &e->attrs, scratch);
         buf_puts(out, ",\"tags\":");
         json_set_value(out, e->tags, TAG_LABELS);
         buf_puts(out, ",\"occurred_at\":");
         json_datetime(out, e->occurred_us);
     }
     buf_putc(out, '}');
-    buf_free(&scratch);
 }
 
 /* -- SQL ------------------------------------------------------------------------------------ */
@@ -463,14 +486,14 @@ static void sql_column(MYSQL *conn, table_id table, const row_t *row, int column
     if (table == T_USERS) {
         const user_row_t *u = &row->user;
         switch (column) {
-            case 0: buf_printf(out, "%lld", (long long)u->id); return;
+            case 0: buf_i64(out, u->id); return;
             case 1: user_name(u, scratch); sql_scratch(conn, out, scratch); return;
             case 2:
                 if (u->has_email) buf_printf(out, "'user%lld@example.com'", (long long)u->id);
                 else buf_puts(out, "NULL");
                 return;
             case 3: put_cents(out, u->balance); return;
-            case 4: buf_printf(out, "%d", u->visits); return;
+            case 4: buf_i64(out, u->visits); return;
             case 5: buf_printf(out, "'%s'", STATUSES[u->status]); return;
             case 6: sql_set(out, u->flags, FLAG_LABELS); return;
             case 7:
@@ -484,10 +507,10 @@ static void sql_column(MYSQL *conn, table_id table, const row_t *row, int column
     if (table == T_ORDERS) {
         const order_row_t *o = &row->order;
         switch (column) {
-            case 0: buf_printf(out, "%llu", (unsigned long long)o->order_id); return;
-            case 1: buf_printf(out, "%lld", (long long)o->user_id); return;
+            case 0: buf_u64(out, o->order_id); return;
+            case 1: buf_i64(out, o->user_id); return;
             case 2: buf_printf(out, "'%s'", SKUS[o->sku]); return;
-            case 3: buf_printf(out, "%d", o->quantity); return;
+            case 3: buf_i64(out, o->quantity); return;
             case 4: put_cents(out, o->price); return;
             case 5:
                 if (!o->note) buf_puts(out, "NULL");
@@ -501,7 +524,7 @@ static void sql_column(MYSQL *conn, table_id table, const row_t *row, int column
     switch (column) {
         case 0: sql_text(conn, out, e->key, e->key_len); return;
         case 1: buf_printf(out, "'%s'", KINDS[e->kind]); return;
-        case 2: buf_printf(out, "%llu", (unsigned long long)e->seq); return;
+        case 2: buf_u64(out, e->seq); return;
         case 3:
             if (!e->payload_len) buf_puts(out, "NULL");
             else { buf_puts(out, "X'"); buf_hex(out, e->payload, e->payload_len); buf_putc(out, '\''); }
@@ -516,37 +539,30 @@ static void sql_column(MYSQL *conn, table_id table, const row_t *row, int column
 }
 
 void sql_values(MYSQL *conn, table_id table, const row_t *row, buf_t *out) {
-    buf_t scratch;
-    buf_init(&scratch, 256);
+    buf_t *scratch = scratch_buffer();
     buf_putc(out, '(');
     for (int c = 0; c < COLUMN_COUNT[table]; c++) {
         if (c) buf_puts(out, ", ");
-        sql_column(conn, table, row, c, out, &scratch);
+        sql_column(conn, table, row, c, out, scratch);
     }
     buf_putc(out, ')');
-    buf_free(&scratch);
 }
 
 static void sql_where(MYSQL *conn, table_id table, const row_t *row, buf_t *out) {
-    buf_t scratch;
-    buf_init(&scratch, 64);
     buf_printf(out, " WHERE `%s` = ", COLUMNS[table][0]);
-    sql_column(conn, table, row, 0, out, &scratch);
-    buf_free(&scratch);
+    sql_column(conn, table, row, 0, out, scratch_buffer());
 }
 
 void sql_update(MYSQL *conn, const change_t *change, buf_t *out) {
-    buf_t scratch;
-    buf_init(&scratch, 256);
+    buf_t *scratch = scratch_buffer();
     buf_printf(out, "UPDATE `%s` SET ", TABLE_NAMES[change->table]);
     int first = 1;
     for (int c = 0; c < COLUMN_COUNT[change->table]; c++) {
         if (!(change->updated & (1u << c))) continue;
         buf_printf(out, "%s`%s` = ", first ? "" : ", ", COLUMNS[change->table][c]);
-        sql_column(conn, change->table, &change->image, c, out, &scratch);
+        sql_column(conn, change->table, &change->image, c, out, scratch);
         first = 0;
     }
-    buf_free(&scratch);
     sql_where(conn, change->table, &change->image, out);
 }
 
