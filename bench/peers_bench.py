@@ -35,142 +35,35 @@ to last) into `bench/results/summary.json`. Run with ``make bench-peers``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import secrets
 import subprocess
-import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from updatestream_cli.devcluster.cluster import DevCluster
-from updatestream_cli.devcluster.ledger import LedgerEntry, read_ledger
-from updatestream_cli.devcluster.schema import DATABASE
 from updatestream_cli.devcluster.server import MariaDBServer
-from updatestream_jobs.job import Job, spark_session
+from updatestream_jobs.job import spark_session
 
 from bench import source_bench
-from bench.lag_rig import spark_durations
-from bench.lagtools import TimedSink, event_lags, summarize
+from bench.debezium_harness import DEBEZIUM, debezium_properties, harness_command
+from bench.peers_lag import SINK_LABELS, LagRig, lag_medians, lag_rounds
 from bench.peertools import (
     CatchUp,
-    HarnessOutput,
     catch_up,
-    driver_phases,
     medians,
     parse_lines,
     ratio,
-    received_at,
-    sink_phases,
 )
 from bench.report import RESULTS, console, machine, print_table, say_load, write_result
-from bench.sinks_bench import DURABLE
 from bench.summary import merge_summary
-from updatestream import spec
-from updatestream.contract.job import JobConfig
 
-HARNESS_CLASS = "io.updatestream.bench.DebeziumPeer"
-UPDATESTREAM = str(Path(sys.executable).parent / "updatestream")
-SHARD = "-"
-SINK_LABELS = ("console", "versionstream")
 DEFAULT_RATE = 600
-DEBEZIUM = "2.6.2.Final, embedded engine, MySQL connector with connector.adapter=mariadb"
 
 
-# -- Debezium -------------------------------------------------------------------------------------
-
-
-def debezium_properties(
-    port: int,
-    user: str,
-    password: str,
-    database: str,
-    server_id: int,
-    snapshot_mode: str,
-    poll_interval_ms: int | None = None,
-) -> dict[str, str]:
-    """The engine's and the connector's properties: one MariaDB on 127.0.0.1, memory offsets
-    and schema history, row changes of `database` only."""
-    props = {
-        "name": f"peer-{server_id}",
-        "connector.class": "io.debezium.connector.mysql.MySqlConnector",
-        "connector.adapter": "mariadb",
-        "database.protocol": "jdbc:mariadb",
-        "database.jdbc.driver": "org.mariadb.jdbc.Driver",
-        "database.ssl.mode": "disabled",
-        "database.hostname": "127.0.0.1",
-        "database.port": str(port),
-        "database.user": user,
-        "database.password": password,
-        "database.server.id": str(server_id),
-        "topic.prefix": "peer",
-        "database.include.list": database,
-        "snapshot.mode": snapshot_mode,
-        "snapshot.locking.mode": "none",
-        "include.schema.changes": "false",
-        "tombstones.on.delete": "false",
-        "offset.storage": "org.apache.kafka.connect.storage.MemoryOffsetBackingStore",
-        "offset.flush.interval.ms": "60000",
-        "schema.history.internal": "io.debezium.relational.history.MemorySchemaHistory",
-    }
-    if poll_interval_ms is not None:
-        props["poll.interval.ms"] = str(poll_interval_ms)
-    return props
-
-
-def harness_command(build_dir: Path, props: dict[str, str], expect: int | None) -> list[str]:
-    classpath = f"{build_dir / 'debezium-peer.jar'}{os.pathsep}{build_dir / 'lib' / '*'}"
-    command = ["java", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", classpath,
-               HARNESS_CLASS]  # fmt: skip
-    if expect is not None:
-        command += ["--expect", str(expect)]
-    return command + [f"{key}={value}" for key, value in props.items()]
-
-
-class Harness:
-    """The Debezium harness streaming in the background; `stop()` closes its input and waits."""
-
-    def __init__(self, command: list[str], log: Path) -> None:
-        self.output = HarnessOutput()
-        self._log = log.open("ab")
-        self.process = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True
-        )
-        self._reader = threading.Thread(target=self._read, args=(self.process.stdout,))
-        self._reader.start()
-
-    def _read(self, stream: IO[str] | None) -> None:
-        assert stream is not None
-        for line in stream:
-            self.output.add(line)
-
-    def wait_for(self, what: str, ready: Callable[[HarnessOutput], bool], timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while not ready(self.output):
-            if self.output.errors:
-                raise SystemExit(f"Debezium failed: {self.output.errors[0]}")
-            if self.process.poll() is not None:
-                raise SystemExit(f"the Debezium harness exited ({self.process.returncode})")
-            if time.monotonic() > deadline:
-                raise SystemExit(f"Debezium: no {what} within {timeout:.0f}s")
-            time.sleep(0.2)
-
-    def stop(self) -> None:
-        with contextlib.suppress(OSError):
-            if self.process.stdin is not None:
-                self.process.stdin.close()
-        try:
-            self.process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self._reader.join(timeout=10)
-        self._log.close()
+# -- catch-up -------------------------------------------------------------------------------------
 
 
 def debezium_catch_up(
@@ -186,9 +79,6 @@ def debezium_catch_up(
     if done.returncode != 0:
         raise SystemExit(f"the Debezium harness exited with {done.returncode}")
     return result
-
-
-# -- catch-up -------------------------------------------------------------------------------------
 
 
 def timed_rate(count: Callable[[], int], expected: int, label: str) -> float:
@@ -244,225 +134,6 @@ def catch_up_rounds(
     return out
 
 
-# -- end-to-end lag -------------------------------------------------------------------------------
-
-
-class LagRig:
-    """A one-shard development cluster, a durable Version Stream server and Spark."""
-
-    def __init__(self, root: Path, build_dir: Path, trigger: float) -> None:
-        self.root = root
-        self.build_dir = build_dir
-        self.trigger = trigger
-        self.seq = 0
-        self.stack = contextlib.ExitStack()
-        try:
-            self._start()
-        except BaseException:
-            self.stack.close()
-            raise
-
-    def _start(self) -> None:
-        self.cluster = DevCluster(self.root / "cluster")
-        self.stack.callback(self.cluster.down)
-        self.cluster.up(SHARD)
-        self.shard = self.cluster.server(SHARD)
-        self.dbz_password = secrets.token_urlsafe(16)
-        self.shard.create_account(
-            "dbz", self.dbz_password, ["GRANT ALL PRIVILEGES ON *.* TO {user}"]
-        )
-        self.versionstream = MariaDBServer(
-            base_dir=self.root / "versionstream", server_id=4242, extra_args=DURABLE
-        )
-        self.stack.callback(self.versionstream.stop)
-        self.versionstream.start()
-        vs_password = secrets.token_urlsafe(16)
-        self.versionstream.create_account(
-            "vs", vs_password, ["GRANT ALL PRIVILEGES ON *.* TO {user}"]
-        )
-        secret = self.cluster.secrets_dir / "bench-versionstream"
-        secret.mkdir(parents=True)
-        (secret / "username").write_text("vs")
-        (secret / "password").write_text(vs_password)
-        self.spark = spark_session("local[2]", "peers-bench-lag")
-        self.stack.callback(self.spark.stop)
-
-    def close(self) -> None:
-        self.stack.close()
-
-    def traffic(self, rate: float, duration: float) -> list[LedgerEntry]:
-        """Single-row transactions at `rate` for `duration` seconds, from the generator's own
-        process; returns its ledger."""
-        self.seq += 1
-        ledger = self.root / f"ledger-{self.seq}.jsonl"
-        command = [
-            UPDATESTREAM, "devcluster", "traffic", "--dir", str(self.cluster.dir),
-            "--rate", f"{rate:.0f}", "--duration", str(duration), "--ledger", str(ledger),
-            "--seed", str(self.seq), "--max-tx-rows", "1",
-        ]  # fmt: skip
-        with (self.root / "traffic.log").open("ab") as log:
-            subprocess.run(command, check=True, stdout=log, stderr=log, timeout=duration + 600)
-        return list(read_ledger(ledger))
-
-    def debezium(
-        self, poll_ms: int | None, rate: float, duration: float, warmup: float
-    ) -> dict[str, Any]:
-        self.seq += 1
-        props = debezium_properties(
-            int(self.shard.port or 0),
-            "dbz",
-            self.dbz_password,
-            DATABASE,
-            5400 + self.seq,
-            "no_data",
-            poll_ms,
-        )
-        harness = Harness(harness_command(self.build_dir, props, None), self.root / "debezium.log")
-        try:
-            harness.wait_for("connector start", lambda o: o.started_at is not None, 180)
-            warm = {(e.shard, e.gtid) for e in self.traffic(100, warmup)}
-            harness.wait_for("warm-up changes", lambda o: warm <= received_at(o, SHARD).keys(), 180)
-            ledger = self.traffic(rate, duration)
-            wanted = {(e.shard, e.gtid) for e in ledger}
-            harness.wait_for("changes", lambda o: wanted <= received_at(o, SHARD).keys(), 300)
-        finally:
-            harness.stop()
-        report = summarize(*event_lags(ledger, received_at(harness.output, SHARD)))
-        return {"committed_rows_per_s": committed_rate(ledger), **report.as_dict()}
-
-    def job(self, rate: float, duration: float, warmup: float) -> dict[str, Any]:
-        self.seq += 1
-        name = f"peers-{self.seq}"  # a new stream each time: sinks keep batch ids per stream
-        stream = spec.parse_update_stream(
-            {
-                "apiVersion": "updatestream.io/v1alpha1",
-                "kind": "UpdateStream",
-                "metadata": {"name": name},
-                "spec": {
-                    "keyspace": self.cluster.keyspace_name,
-                    "keyRanges": [SHARD],
-                    "start": {"mode": "gtid", "gtid": {SHARD: self.shard.gtid_position()}},
-                    "sinks": [
-                        {"type": "console", "path": str(self.root / f"{name}.jsonl")},
-                        {
-                            "type": "versionStream",
-                            "mysql": {"host": "127.0.0.1", "port": self.versionstream.port},
-                            "credentialsSecret": {"name": "bench-versionstream"},
-                        },
-                    ],
-                },
-            }
-        )
-        job = Job(
-            JobConfig(
-                stream=stream,
-                keyspace=self.cluster.keyspace(),
-                secrets_dir=self.cluster.secrets_dir,
-                checkpoint=self.root / f"{name}-checkpoint",
-                trigger_seconds=self.trigger,
-                status_file=self.root / f"{name}-status.json",
-            )
-        )
-        sinks = [TimedSink(sink) for sink in job.sinks]
-        job.sinks = list(sinks)
-        job.start(self.spark)
-        try:
-            wait_delivered(job, sinks, self.traffic(100, warmup))
-            ledger = self.traffic(rate, duration)
-            wait_delivered(job, sinks, ledger)
-            first = min(e.commit_time for e in ledger)
-            last = max(e.commit_time for e in ledger)
-            parts = spark_durations(job.query, first, last)
-            driver = driver_phases(list(job.batch_phases), SINK_LABELS, first, last)
-        finally:
-            job.stop()
-        return {
-            "committed_rows_per_s": committed_rate(ledger),
-            "sinks": {
-                label: summarize(*event_lags(ledger, sink.delivered_at())).as_dict()
-                for label, sink in zip(SINK_LABELS, sinks, strict=True)
-            },
-            "batch_phases": sink_phases(
-                {label: sink.batches for label, sink in zip(SINK_LABELS, sinks, strict=True)},
-                first,
-                last,
-            ),
-            "spark_batch_parts_s": parts,
-            "driver_phases_s": driver,
-        }
-
-
-def committed_rate(ledger: list[LedgerEntry]) -> float:
-    first = min(e.commit_time for e in ledger)
-    last = max(e.commit_time for e in ledger)
-    return round(len(ledger) / max(last - first, 1e-9))
-
-
-def wait_delivered(
-    job: Job, sinks: list[TimedSink], ledger: list[LedgerEntry], timeout: float = 300
-) -> None:
-    wanted = {(e.shard, e.gtid) for e in ledger}
-    deadline = time.monotonic() + timeout
-    while not all(wanted <= sink.delivered_at().keys() for sink in sinks):
-        if not job.query.isActive:
-            raise SystemExit(f"the job stopped: {job.query.exception()}")
-        if time.monotonic() > deadline:
-            raise SystemExit(f"the sinks did not deliver the ledger within {timeout:.0f}s")
-        time.sleep(0.2)
-
-
-def lag_rounds(
-    rig: LagRig, rates: list[int], rounds: int, duration: float, warmup: float
-) -> dict[str, dict[str, list[dict[str, Any]]]]:
-    """rate -> system -> one result per round; the systems interleaved within each round."""
-    runs: dict[str, dict[str, list[dict[str, Any]]]] = {
-        str(rate): {"debezium_default": [], "debezium_poll10": [], "job": []} for rate in rates
-    }
-    for number in range(1, rounds + 1):
-        for rate in rates:
-            at = runs[str(rate)]
-            at["debezium_default"].append(rig.debezium(None, rate, duration, warmup))
-            at["debezium_poll10"].append(rig.debezium(10, rate, duration, warmup))
-            at["job"].append(rig.job(rate, duration, warmup))
-            console.print(
-                f"lag round {number} at {rate} rows/s: p50/p99 Debezium default "
-                f"{at['debezium_default'][-1]['p50_s']}/{at['debezium_default'][-1]['p99_s']}, "
-                f"poll 10 ms {at['debezium_poll10'][-1]['p50_s']}/"
-                f"{at['debezium_poll10'][-1]['p99_s']}, job console "
-                f"{at['job'][-1]['sinks']['console']['p50_s']}/"
-                f"{at['job'][-1]['sinks']['console']['p99_s']}, Version Stream "
-                f"{at['job'][-1]['sinks']['versionstream']['p50_s']}/"
-                f"{at['job'][-1]['sinks']['versionstream']['p99_s']}"
-            )
-    return runs
-
-
-def lag_medians(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    """Per system: the median over rounds of p50, p99 and max (the job: per sink), and the
-    job's per-batch phases."""
-    keys = ("p50_s", "p99_s", "max_s", "committed_rows_per_s")
-    out: dict[str, Any] = {}
-    for system in ("debezium_default", "debezium_poll10"):
-        out[system] = medians([{k: r[k] for k in keys} for r in runs[system]])
-    for label in SINK_LABELS:
-        out[f"job_{label}"] = medians([{k: r["sinks"][label][k] for k in keys[:3]}
-                                       for r in runs["job"]])  # fmt: skip
-    out["job_batch_phases"] = medians([flat(r["batch_phases"]) for r in runs["job"]])
-    out["job_spark_batch_parts_s"] = medians([r["spark_batch_parts_s"] for r in runs["job"]])
-    out["job_driver_phases_s"] = medians([r["driver_phases_s"] for r in runs["job"]])
-    return out
-
-
-def flat(nested: dict[str, Any], prefix: str = "") -> dict[str, float | None]:
-    out: dict[str, float | None] = {}
-    for key, value in nested.items():
-        if isinstance(value, dict):
-            out.update(flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def bench_lag_half_rate(path: Path = RESULTS / "lag.json") -> int | None:
     """The rate bench-lag used at 50% load (its first round's), when it has run."""
     try:
@@ -509,22 +180,15 @@ def main() -> None:
     report(args, rates, half, catch, lag, [load_before, load_between, load_after])
 
 
-def report(
-    args: argparse.Namespace,
-    rates: list[int],
-    half: int | None,
-    catch: list[dict[str, float | None]],
-    lag: dict[str, dict[str, list[dict[str, Any]]]],
-    loads: list[list[float]],
+def print_tables(
+    args: argparse.Namespace, catch_median: dict[str, Any], lag_median: dict[str, Any]
 ) -> None:
-    catch_median = medians(catch)
     print_table(
         f"Catch-up over a {args.rows:,}-row binlog, rows/s, median of {args.rounds} rounds",
         ["reader", "rows/s"],
         [[k.removesuffix("_rows_per_s"), v] for k, v in catch_median.items()
          if k.endswith("_rows_per_s")],
     )  # fmt: skip
-    lag_median = {rate: lag_medians(runs) for rate, runs in lag.items()}
     rows = []
     for rate, figures in lag_median.items():
         for system in ("debezium_default", "debezium_poll10", "job_console", "job_versionstream"):
@@ -537,6 +201,19 @@ def report(
             ["rows/s", "system", "p50", "p99", "max"],
             rows,
         )
+
+
+def report(
+    args: argparse.Namespace,
+    rates: list[int],
+    half: int | None,
+    catch: list[dict[str, float | None]],
+    lag: dict[str, dict[str, list[dict[str, Any]]]],
+    loads: list[list[float]],
+) -> None:
+    catch_median = medians(catch)
+    lag_median = {rate: lag_medians(runs) for rate, runs in lag.items()}
+    print_tables(args, catch_median, lag_median)
     source_ratio = ratio(catch_median["source_rows_per_s"],
                          catch_median["debezium_first_to_last_rows_per_s"])  # fmt: skip
     summary_rate = str(half) if half and str(half) in lag_median else None

@@ -11,8 +11,10 @@ import pytest
 from updatestream_cli.devcluster.ledger import LedgerEntry
 from updatestream_jobs.job import BatchPhases
 
+from bench.debezium_harness import debezium_properties, harness_command
 from bench.lagtools import BatchRecord, event_lags, summarize
-from bench.peers_bench import bench_lag_half_rate, debezium_properties, flat, harness_command
+from bench.peers_bench import bench_lag_half_rate
+from bench.peers_lag import flat
 from bench.peertools import (
     catch_up,
     driver_phases,

@@ -1,0 +1,251 @@
+"""The end-to-end lag half of `bench.peers_bench`: Debezium and our job at fixed rates.
+
+A one-shard development cluster, the Python traffic generator with single-row transactions,
+Debezium's embedded engine (defaults, and `poll.interval.ms=10`) and our job (console and
+Version Stream sinks), each run in turn per rate and round; see `bench.peers_bench`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from updatestream_cli.devcluster.cluster import DevCluster
+from updatestream_cli.devcluster.ledger import LedgerEntry, read_ledger
+from updatestream_cli.devcluster.schema import DATABASE
+from updatestream_cli.devcluster.server import MariaDBServer
+from updatestream_jobs.job import Job, spark_session
+
+from bench.debezium_harness import Harness, debezium_properties, harness_command
+from bench.lag_rig import spark_durations
+from bench.lagtools import TimedSink, event_lags, summarize
+from bench.peertools import driver_phases, medians, received_at, sink_phases
+from bench.report import console
+from bench.sinks_bench import DURABLE
+from updatestream import spec
+from updatestream.contract.job import JobConfig
+
+UPDATESTREAM = str(Path(sys.executable).parent / "updatestream")
+SHARD = "-"
+SINK_LABELS = ("console", "versionstream")
+
+
+class LagRig:
+    """A one-shard development cluster, a durable Version Stream server and Spark."""
+
+    def __init__(self, root: Path, build_dir: Path, trigger: float) -> None:
+        self.root = root
+        self.build_dir = build_dir
+        self.trigger = trigger
+        self.seq = 0
+        self.stack = contextlib.ExitStack()
+        try:
+            self._start()
+        except BaseException:
+            self.stack.close()
+            raise
+
+    def _start(self) -> None:
+        self.cluster = DevCluster(self.root / "cluster")
+        self.stack.callback(self.cluster.down)
+        self.cluster.up(SHARD)
+        self.shard = self.cluster.server(SHARD)
+        self.dbz_password = secrets.token_urlsafe(16)
+        self.shard.create_account(
+            "dbz", self.dbz_password, ["GRANT ALL PRIVILEGES ON *.* TO {user}"]
+        )
+        self.versionstream = MariaDBServer(
+            base_dir=self.root / "versionstream", server_id=4242, extra_args=DURABLE
+        )
+        self.stack.callback(self.versionstream.stop)
+        self.versionstream.start()
+        vs_password = secrets.token_urlsafe(16)
+        self.versionstream.create_account(
+            "vs", vs_password, ["GRANT ALL PRIVILEGES ON *.* TO {user}"]
+        )
+        secret = self.cluster.secrets_dir / "bench-versionstream"
+        secret.mkdir(parents=True)
+        (secret / "username").write_text("vs")
+        (secret / "password").write_text(vs_password)
+        self.spark = spark_session("local[2]", "peers-bench-lag")
+        self.stack.callback(self.spark.stop)
+
+    def close(self) -> None:
+        self.stack.close()
+
+    def traffic(self, rate: float, duration: float) -> list[LedgerEntry]:
+        """Single-row transactions at `rate` for `duration` seconds, from the generator's own
+        process; returns its ledger."""
+        self.seq += 1
+        ledger = self.root / f"ledger-{self.seq}.jsonl"
+        command = [
+            UPDATESTREAM, "devcluster", "traffic", "--dir", str(self.cluster.dir),
+            "--rate", f"{rate:.0f}", "--duration", str(duration), "--ledger", str(ledger),
+            "--seed", str(self.seq), "--max-tx-rows", "1",
+        ]  # fmt: skip
+        with (self.root / "traffic.log").open("ab") as log:
+            subprocess.run(command, check=True, stdout=log, stderr=log, timeout=duration + 600)
+        return list(read_ledger(ledger))
+
+    def debezium(
+        self, poll_ms: int | None, rate: float, duration: float, warmup: float
+    ) -> dict[str, Any]:
+        self.seq += 1
+        props = debezium_properties(
+            int(self.shard.port or 0),
+            "dbz",
+            self.dbz_password,
+            DATABASE,
+            5400 + self.seq,
+            "no_data",
+            poll_ms,
+        )
+        harness = Harness(harness_command(self.build_dir, props, None), self.root / "debezium.log")
+        try:
+            harness.wait_for("connector start", lambda o: o.started_at is not None, 180)
+            warm = {(e.shard, e.gtid) for e in self.traffic(100, warmup)}
+            harness.wait_for("warm-up changes", lambda o: warm <= received_at(o, SHARD).keys(), 180)
+            ledger = self.traffic(rate, duration)
+            wanted = {(e.shard, e.gtid) for e in ledger}
+            harness.wait_for("changes", lambda o: wanted <= received_at(o, SHARD).keys(), 300)
+        finally:
+            harness.stop()
+        report = summarize(*event_lags(ledger, received_at(harness.output, SHARD)))
+        return {"committed_rows_per_s": committed_rate(ledger), **report.as_dict()}
+
+    def job(self, rate: float, duration: float, warmup: float) -> dict[str, Any]:
+        self.seq += 1
+        name = f"peers-{self.seq}"  # a new stream each time: sinks keep batch ids per stream
+        stream = spec.parse_update_stream(
+            {
+                "apiVersion": "updatestream.io/v1alpha1",
+                "kind": "UpdateStream",
+                "metadata": {"name": name},
+                "spec": {
+                    "keyspace": self.cluster.keyspace_name,
+                    "keyRanges": [SHARD],
+                    "start": {"mode": "gtid", "gtid": {SHARD: self.shard.gtid_position()}},
+                    "sinks": [
+                        {"type": "console", "path": str(self.root / f"{name}.jsonl")},
+                        {
+                            "type": "versionStream",
+                            "mysql": {"host": "127.0.0.1", "port": self.versionstream.port},
+                            "credentialsSecret": {"name": "bench-versionstream"},
+                        },
+                    ],
+                },
+            }
+        )
+        job = Job(
+            JobConfig(
+                stream=stream,
+                keyspace=self.cluster.keyspace(),
+                secrets_dir=self.cluster.secrets_dir,
+                checkpoint=self.root / f"{name}-checkpoint",
+                trigger_seconds=self.trigger,
+                status_file=self.root / f"{name}-status.json",
+            )
+        )
+        sinks = [TimedSink(sink) for sink in job.sinks]
+        job.sinks = list(sinks)
+        job.start(self.spark)
+        try:
+            wait_delivered(job, sinks, self.traffic(100, warmup))
+            ledger = self.traffic(rate, duration)
+            wait_delivered(job, sinks, ledger)
+            first = min(e.commit_time for e in ledger)
+            last = max(e.commit_time for e in ledger)
+            parts = spark_durations(job.query, first, last)
+            driver = driver_phases(list(job.batch_phases), SINK_LABELS, first, last)
+        finally:
+            job.stop()
+        return {
+            "committed_rows_per_s": committed_rate(ledger),
+            "sinks": {
+                label: summarize(*event_lags(ledger, sink.delivered_at())).as_dict()
+                for label, sink in zip(SINK_LABELS, sinks, strict=True)
+            },
+            "batch_phases": sink_phases(
+                {label: sink.batches for label, sink in zip(SINK_LABELS, sinks, strict=True)},
+                first,
+                last,
+            ),
+            "spark_batch_parts_s": parts,
+            "driver_phases_s": driver,
+        }
+
+
+def committed_rate(ledger: list[LedgerEntry]) -> float:
+    first = min(e.commit_time for e in ledger)
+    last = max(e.commit_time for e in ledger)
+    return round(len(ledger) / max(last - first, 1e-9))
+
+
+def wait_delivered(
+    job: Job, sinks: list[TimedSink], ledger: list[LedgerEntry], timeout: float = 300
+) -> None:
+    wanted = {(e.shard, e.gtid) for e in ledger}
+    deadline = time.monotonic() + timeout
+    while not all(wanted <= sink.delivered_at().keys() for sink in sinks):
+        if not job.query.isActive:
+            raise SystemExit(f"the job stopped: {job.query.exception()}")
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the sinks did not deliver the ledger within {timeout:.0f}s")
+        time.sleep(0.2)
+
+
+def lag_rounds(
+    rig: LagRig, rates: list[int], rounds: int, duration: float, warmup: float
+) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """rate -> system -> one result per round; the systems interleaved within each round."""
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {
+        str(rate): {"debezium_default": [], "debezium_poll10": [], "job": []} for rate in rates
+    }
+    for number in range(1, rounds + 1):
+        for rate in rates:
+            at = runs[str(rate)]
+            at["debezium_default"].append(rig.debezium(None, rate, duration, warmup))
+            at["debezium_poll10"].append(rig.debezium(10, rate, duration, warmup))
+            at["job"].append(rig.job(rate, duration, warmup))
+            console.print(
+                f"lag round {number} at {rate} rows/s: p50/p99 Debezium default "
+                f"{at['debezium_default'][-1]['p50_s']}/{at['debezium_default'][-1]['p99_s']}, "
+                f"poll 10 ms {at['debezium_poll10'][-1]['p50_s']}/"
+                f"{at['debezium_poll10'][-1]['p99_s']}, job console "
+                f"{at['job'][-1]['sinks']['console']['p50_s']}/"
+                f"{at['job'][-1]['sinks']['console']['p99_s']}, Version Stream "
+                f"{at['job'][-1]['sinks']['versionstream']['p50_s']}/"
+                f"{at['job'][-1]['sinks']['versionstream']['p99_s']}"
+            )
+    return runs
+
+
+def lag_medians(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Per system: the median over rounds of p50, p99 and max (the job: per sink), and the
+    job's per-batch phases."""
+    keys = ("p50_s", "p99_s", "max_s", "committed_rows_per_s")
+    out: dict[str, Any] = {}
+    for system in ("debezium_default", "debezium_poll10"):
+        out[system] = medians([{k: r[k] for k in keys} for r in runs[system]])
+    for label in SINK_LABELS:
+        out[f"job_{label}"] = medians([{k: r["sinks"][label][k] for k in keys[:3]}
+                                       for r in runs["job"]])  # fmt: skip
+    out["job_batch_phases"] = medians([flat(r["batch_phases"]) for r in runs["job"]])
+    out["job_spark_batch_parts_s"] = medians([r["spark_batch_parts_s"] for r in runs["job"]])
+    out["job_driver_phases_s"] = medians([r["driver_phases_s"] for r in runs["job"]])
+    return out
+
+
+def flat(nested: dict[str, Any], prefix: str = "") -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    for key, value in nested.items():
+        if isinstance(value, dict):
+            out.update(flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
