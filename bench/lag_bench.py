@@ -284,6 +284,12 @@ def report(args: argparse.Namespace, max_rate: float, result: dict[str, Any]) ->
         ["load", "rows/s", "sink", "p50", "p99", "max"],
         rows,
     )
+    last_sink = SINK_LABELS[-1]
+    under_1s = [
+        r["requested_rows_per_s"]
+        for r in result["search"]
+        if r["sustainable"] and (r["sinks"][last_sink]["p99_s"] or 99) < 1.0
+    ]
     result |= {
         "trigger_seconds": args.trigger_seconds,
         "source_options": dict(args.source_option),
@@ -292,9 +298,14 @@ def report(args: argparse.Namespace, max_rate: float, result: dict[str, Any]) ->
         "shards": list(SHARDS),
         "sink_order": list(SINK_LABELS),
         "max_rate_rows_per_s": max_rate,
-        "goal_max_rate": {"rows_per_s": 10_000, "lag_p99_s": 1.0,
-                          "met": max_rate >= 10_000 and (at_max["p99_s"] or 99) < 1.0},
-    }  # fmt: skip
+        # the highest rate the search found sustainable with every sink's lag p99 under 1 s
+        "max_rate_p99_under_1s_rows_per_s": max(under_1s, default=0),
+        "goal_max_rate": {
+            "rows_per_s": 10_000,
+            "lag_p99_s": 1.0,
+            "met": max_rate >= 10_000 and (at_max["p99_s"] or 99) < 1.0,
+        },
+    }
     write_result("lag", result)
     merge_summary(
         {

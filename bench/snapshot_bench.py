@@ -184,7 +184,7 @@ def run_jdbc(cluster: DevCluster, rows: int) -> dict[str, Any]:
 
 def run_debezium(cluster: DevCluster, build_dir: Path, rows: int, log: Path) -> dict[str, Any]:
     """Debezium's initial snapshot of `orders`, one engine per shard, side by side."""
-    from bench.peers_bench import debezium_properties, harness_command
+    from bench.debezium_harness import debezium_properties, harness_command
     from bench.peertools import parse_lines
 
     admin = cluster.credentials("admin")
