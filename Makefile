@@ -56,11 +56,14 @@ lock: ## re-pin every dependency into requirements.lock
 	$(BIN)/uv pip compile -q --python-version 3.11 --extra dev -o $(LOCK) pyproject.toml
 
 .PHONY: lint
-lint: $(STAMP) ## ruff, mypy and the import-linter contracts
+lint: $(STAMP) ## ruff, mypy, import-linter, the size gate, and the README's and docs' figures against bench/results
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy updatestream jobs/updatestream_jobs operator/updatestream_operator cli/updatestream_cli harness
+	$(BIN)/mypy --strict scripts/check_sizes.py bench/readme_figures.py bench/show_summary.py
 	$(BIN)/lint-imports
+	$(BIN)/python scripts/check_sizes.py
+	$(BIN)/python -m bench.readme_figures --check
 
 .PHONY: test
 test: system-deps mysql kube-tools image $(STAMP) lint ## everything CI checks: lint, types, layering, unit and integration tests
@@ -133,10 +136,11 @@ bench-scaling: $(STAMP) ## source rows/s with 1, 2 and 4 shards, into bench/resu
 	$(BIN)/python -m bench.scaling_bench
 
 # Every benchmark, one after another (they measure a shared machine, so never in parallel),
-# then one table of bench/results/summary.json.
+# then one table of bench/results/summary.json, and the figures of README.md and docs/benchmarks.md.
 .PHONY: bench
-bench: system-deps bench-source bench-sinks bench-mirror bench-lag bench-footprint bench-scaling bench-hop bench-snapshot ## every benchmark in turn, then the summary table
+bench: system-deps bench-source bench-sinks bench-mirror bench-lag bench-footprint bench-scaling bench-hop bench-snapshot ## every benchmark in turn, the summary table, and the README's and docs' figures rendered again
 	$(BIN)/python -m bench.show_summary
+	$(BIN)/python -m bench.readme_figures --write
 
 .NOTPARALLEL: bench
 

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from updatestream_cli.manifests import update_stream
 
 from bench.report import console, machine, median, print_table, say_load, write_result
 from bench.rss import PeakSampler, spark_processes
@@ -178,20 +179,9 @@ def _start_job(root: Path, options: dict[str, Any], position: str) -> subprocess
     keyspace = root / "keyspace.json"
     keyspace.write_text(with_big_table(options["keyspace"]))
     stream = root / "stream.json"
-    stream.write_text(
-        json.dumps(
-            {
-                "apiVersion": "updatestream.io/v1alpha1",
-                "kind": "UpdateStream",
-                "metadata": {"name": "footprint"},
-                "spec": {
-                    "keyspace": "bench",
-                    "start": {"mode": "gtid", "gtid": {"-": position}},
-                    "sinks": [{"type": "cdcv2", "path": str(root / "cdc")}],
-                },
-            }
-        )
-    )
+    start = {"mode": "gtid", "gtid": {"-": position}}
+    sinks = [{"type": "cdcv2", "path": str(root / "cdc")}]
+    stream.write_text(json.dumps(update_stream("footprint", "bench", start, sinks)))
     command = [
         UPDATESTREAM, "run", "--stream", str(stream), "--keyspace", str(keyspace),
         "--secrets-dir", options["secretsDir"], "--checkpoint", str(root / "checkpoint"),
@@ -298,8 +288,6 @@ def main() -> None:
             "load_averages": loads,
             "rounds": args.rounds,
             "operator": {"median": operator, "runs": operators},
-            "operator_goal_mb": 200,
-            "operator_goal_met": operator["peak_mb"] < 200,
             "driver": {"median": {"idle_mb": idle, "peak_mb": peak}, "runs": drivers},
         },
     )

@@ -29,13 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from updatestream_cli.devcluster.cluster import DevCluster
+from updatestream_cli.devcluster.mariadb_server import MariaDBServer
 from updatestream_cli.devcluster.reshard import ReshardOptions
-from updatestream_cli.devcluster.server import MariaDBServer
 from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 
 from bench.report import machine
 from bench.summary import merge_summary
-from harness.hop import StreamJob, completed_hops, job_from_now, reshard, traffic_generator
+from harness.stream_job import StreamJob, completed_hops, job_from_now, reshard, traffic_generator
 
 REPO = Path(__file__).resolve().parents[1]
 

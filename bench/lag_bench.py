@@ -38,8 +38,8 @@ from typing import Any
 
 import numpy as np
 from updatestream_cli.devcluster.ledger import LedgerEntry
-from updatestream_jobs.sinks.base import BatchContext
-from updatestream_jobs.sinks.cdcv2 import stream_directory
+from updatestream_jobs.sinks.cdcv2_sink import stream_directory
+from updatestream_jobs.sinks.sink import BatchContext
 
 from bench.lag_rig import (
     SHARDS,

@@ -19,14 +19,16 @@ from typing import Any
 import pymysql
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.ledger import LedgerEntry
-from updatestream_cli.devcluster.memcached import MemcachedServer
-from updatestream_cli.devcluster.server import MariaDBServer
+from updatestream_cli.devcluster.mariadb_server import MariaDBServer
+from updatestream_cli.devcluster.memcached_server import MemcachedServer
+from updatestream_cli.manifests import update_stream
 from updatestream_jobs.job import Job, spark_session
 
 from bench.lagtools import TimedSink
 from bench.loadgen_runner import LoadOptions, LoadRun, run_load
 from bench.report import median
 from bench.sinks_bench import DURABLE
+from harness.accounts import account_with_secret
 from updatestream import spec
 from updatestream.contract.job import JobConfig
 
@@ -69,38 +71,23 @@ class Rig:
         )
         self.stack.callback(self.sinks_server.stop)
         self.sinks_server.start()
-        self.sinks_server.create_account(
-            "sinks", "sinks-bench-pw", ["GRANT ALL PRIVILEGES ON *.* TO {user}"]
-        )
-        secret = self.cluster.secrets_dir / SINKS_SECRET
-        secret.mkdir(parents=True)
-        (secret / "username").write_text("sinks")
-        (secret / "password").write_text("sinks-bench-pw")
+        account_with_secret(self.sinks_server, self.cluster.secrets_dir, SINKS_SECRET, "sinks")
         self.cdc = self.root / "cdc"
 
     def start_job(self) -> None:
         """Spark and the job, streaming both shards from their current positions."""
         endpoint = {"host": "127.0.0.1", "port": self.sinks_server.port}
         credentials = {"name": SINKS_SECRET}
+        sinks = [
+            {"type": "versionStream", "mysql": endpoint, "credentialsSecret": credentials},
+            {"type": "memcached", "servers": [self.memcached.address]},
+            {"type": "cdcv2", "path": str(self.cdc)},
+            {"type": "mirror", "mysql": endpoint, "credentialsSecret": credentials},
+        ]
+        start = {"mode": "gtid", "gtid": self.positions()}
         stream = spec.parse_update_stream(
-            {
-                "apiVersion": "updatestream.io/v1alpha1",
-                "kind": "UpdateStream",
-                "metadata": {"name": STREAM},
-                "spec": {
-                    "keyspace": self.cluster.keyspace_name,
-                    "keyRanges": ["-"],
-                    "start": {"mode": "gtid", "gtid": self.positions()},
-                    "sinks": [
-                        {"type": "versionStream", "mysql": endpoint,
-                         "credentialsSecret": credentials},
-                        {"type": "memcached", "servers": [self.memcached.address]},
-                        {"type": "cdcv2", "path": str(self.cdc)},
-                        {"type": "mirror", "mysql": endpoint, "credentialsSecret": credentials},
-                    ],
-                },
-            }
-        )  # fmt: skip
+            update_stream(STREAM, self.cluster.keyspace_name, start, sinks)
+        )
         self.spark = spark_session("local[2]", "lag-bench")
         self.stack.callback(self.spark.stop)
         self.job = Job(

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 from updatestream_cli.devcluster.ledger import LedgerEntry
-from updatestream_jobs.sinks.base import BatchContext, Sink, SinkResult
+from updatestream_jobs.sinks.sink import BatchContext, Sink, SinkResult
 
 from updatestream.binlog.events import ChangeEvent
 from updatestream.cdcv2.format import Progress, batch_id_of, read_file, stream_files

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from updatestream_cli.devcluster import schema
+from updatestream_cli.devcluster import sample_schema
 from updatestream_cli.devcluster.ledger import LedgerEntry, last_entry, read_ledger
 
 from updatestream import spec
@@ -96,7 +96,7 @@ class LoadRun:
 def _check_sample_keyspace(keyspace: spec.Keyspace, manifest: Path) -> None:
     name = keyspace.metadata.name
     if VSchema.from_dict(keyspace.spec.vschema, keyspace=name) != VSchema.from_dict(
-        schema.VSCHEMA, keyspace=name
+        sample_schema.VSCHEMA, keyspace=name
     ):
         raise LoadgenError(
             f"the Keyspace in {manifest} does not have the sample VSchema; the C load generator "
@@ -123,7 +123,7 @@ class Load:
         _check_sample_keyspace(keyspace, Path(manifest))
         self.shards = {s.name: s for s in keyspace.spec.shards}
         self.serving = list(keyspace.spec.serving_shards)
-        secret = spec.SecretRef(name=schema.secret_name(keyspace.metadata.name, "app"))
+        secret = spec.SecretRef(name=sample_schema.secret_name(keyspace.metadata.name, "app"))
         self._credentials = spec.read_credentials(Path(secrets_dir), secret)
         self.stderr_path = stderr
         self.process: subprocess.Popen[str] | None = None
@@ -136,7 +136,7 @@ class Load:
             "--seed", str(opts.seed), "--max-tx-rows", str(opts.max_tx_rows),
             "--connections", str(opts.connections), "--pipeline", str(opts.pipeline),
             "--weights", ",".join(map(str, opts.weights)),
-            "--database", schema.DATABASE, "--ledger", str(self.ledger_path),
+            "--database", sample_schema.DATABASE, "--ledger", str(self.ledger_path),
             "--first-order", str(last.order + 1 if last else 1),
             "--first-tx", str(last.tx + 1 if last else 1),
         ]  # fmt: skip

@@ -23,16 +23,19 @@ from pathlib import Path
 from typing import Any
 
 import pymysql
-from updatestream_cli.devcluster.server import MariaDBServer
-from updatestream_jobs.sinks.base import BatchContext
-from updatestream_jobs.sinks.mirror import MirrorSink
+from updatestream_cli.devcluster.mariadb_server import MariaDBServer
+from updatestream_jobs.sinks.mirror_sink import MirrorSink
+from updatestream_jobs.sinks.sink import BatchContext
 
 from bench.report import machine, median, print_table, say_load, write_result
 from bench.summary import merge_summary
+from harness.accounts import account_with_secret
 from harness.sink_events import ShardLog
 from updatestream import spec
 from updatestream.binlog.events import ChangeEvent
 from updatestream.mirror.changes import changes_of
+from updatestream.mirror.mirror_tables import TOKEN_DDL
+from updatestream.mirror.mirror_writer import PROVENANCE, TOKEN_COLUMNS, token_values
 from updatestream.mirror.order import update_assignments
 
 DURABLE = ("--innodb-flush-log-at-trx-commit=1", "--sync-binlog=1")
@@ -106,42 +109,22 @@ def run_naive(server: MariaDBServer, events: list[ChangeEvent]) -> float:
         host=server.host, port=server.port, user="bench", password="bench-pw", autocommit=True
     )
     columns = ["id", "name", "email", "visits"]
-    provenance = ["_us_deleted", "_us_gtid", "_us_read_from"]
-    token = ["_us_idx", "_us_seq", "_us_shard", "_us_ts"]
-    names = [*columns, *provenance, *token]
+    names = [*columns, *TOKEN_COLUMNS]
     with conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE {database}")
         cur.execute(f"CREATE TABLE {database}.users LIKE {SOURCE_DB}.users")
-        cur.execute(
-            f"ALTER TABLE {database}.users ADD `_us_ts` BIGINT NOT NULL, ADD `_us_shard` "
-            "VARCHAR(64) NOT NULL, ADD `_us_seq` BIGINT UNSIGNED NOT NULL, ADD `_us_idx` INT "
-            "NOT NULL, ADD `_us_deleted` TINYINT NOT NULL DEFAULT 0, ADD `_us_gtid` "
-            "VARCHAR(2048) NOT NULL, ADD `_us_read_from` VARCHAR(64) NOT NULL"
-        )
+        cur.execute(f"ALTER TABLE {database}.users " + ", ".join(f"ADD {c}" for c in TOKEN_DDL))
     sql = (
         f"INSERT INTO {database}.users ({', '.join(f'`{n}`' for n in names)}) VALUES "
         f"({', '.join(['%s'] * len(names))}) ON DUPLICATE KEY UPDATE "
-        f"{update_assignments([*columns, *provenance])}"
+        f"{update_assignments([*columns, *PROVENANCE])}"
     )
     started = time.perf_counter()
     with conn.cursor() as cur:
         for event in events:
             for change in changes_of(event):
                 row = change.row or {}
-                order = change.order
-                cur.execute(
-                    sql,
-                    [row.get(c) for c in columns]
-                    + [
-                        0,
-                        change.gtid,
-                        change.read_from,
-                        order.idx,
-                        order.seq,
-                        order.shard,
-                        order.ts,
-                    ],
-                )
+                cur.execute(sql, [row.get(c) for c in columns] + list(token_values(change)))
     elapsed = time.perf_counter() - started
     conn.close()
     return len(events) / elapsed
@@ -156,10 +139,7 @@ def bench(rows: int, naive: int, rounds: int) -> dict[str, Any]:
         server.start()
         try:
             secrets = Path(tmp) / "secrets"
-            (secrets / "bench").mkdir(parents=True)
-            server.create_account("bench", "bench-pw", ["GRANT ALL PRIVILEGES ON *.* TO {user}"])
-            (secrets / "bench" / "username").write_text("bench")
-            (secrets / "bench" / "password").write_text("bench-pw")
+            account_with_secret(server, secrets, "bench", "bench", "bench-pw")
             server.query(f"CREATE DATABASE IF NOT EXISTS {SOURCE_DB}")
             server.query(USERS)
             for round_no in range(1, rounds + 1):

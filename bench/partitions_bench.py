@@ -27,9 +27,9 @@ from typing import Any
 
 import psutil
 import pymysql
-from updatestream_cli.devcluster.server import MariaDBServer
-from updatestream_jobs.sinks.base import BatchContext
-from updatestream_jobs.sinks.versionstream import VersionStreamSink
+from updatestream_cli.devcluster.mariadb_server import MariaDBServer
+from updatestream_jobs.sinks.sink import BatchContext
+from updatestream_jobs.sinks.versionstream_sink import VersionStreamSink
 
 from bench.report import median
 from updatestream import spec

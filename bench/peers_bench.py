@@ -37,26 +37,18 @@ from __future__ import annotations
 import argparse
 import json
 import secrets
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from updatestream_cli.devcluster.server import MariaDBServer
 from updatestream_jobs.job import spark_session
 
 from bench import source_bench
-from bench.debezium_harness import DEBEZIUM, debezium_properties, harness_command
+from bench.debezium_peer import DEBEZIUM, debezium_catch_up
 from bench.peers_lag import SINK_LABELS, LagRig, lag_medians, lag_rounds
-from bench.peertools import (
-    CatchUp,
-    catch_up,
-    medians,
-    parse_lines,
-    ratio,
-)
+from bench.peertools import medians, ratio
 from bench.report import RESULTS, console, machine, print_table, say_load, write_result
 from bench.summary import merge_summary
 
@@ -64,21 +56,6 @@ DEFAULT_RATE = 600
 
 
 # -- catch-up -------------------------------------------------------------------------------------
-
-
-def debezium_catch_up(
-    build_dir: Path, server: MariaDBServer, user: str, password: str, rows: int, log: Path
-) -> CatchUp:
-    props = debezium_properties(int(server.port or 0), user, password, "bench", 5400, "never")
-    with log.open("ab") as err:
-        done = subprocess.run(
-            harness_command(build_dir, props, rows), stdout=subprocess.PIPE, stderr=err,
-            text=True, timeout=900, check=False,
-        )  # fmt: skip
-    result = catch_up(parse_lines(done.stdout.splitlines()), rows)
-    if done.returncode != 0:
-        raise SystemExit(f"the Debezium harness exited with {done.returncode}")
-    return result
 
 
 def timed_rate(count: Callable[[], int], expected: int, label: str) -> float:
@@ -181,7 +158,9 @@ def main() -> None:
 
 
 def print_tables(
-    args: argparse.Namespace, catch_median: dict[str, Any], lag_median: dict[str, Any]
+    args: argparse.Namespace,
+    catch_median: dict[str, float | None],
+    lag_median: dict[str, dict[str, Any]],
 ) -> None:
     print_table(
         f"Catch-up over a {args.rows:,}-row binlog, rows/s, median of {args.rounds} rounds",

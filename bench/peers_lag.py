@@ -1,8 +1,8 @@
-"""The end-to-end lag half of `bench.peers_bench`: Debezium and our job at fixed rates.
+"""`bench-peers`' lag part: our job and Debezium at fixed write rates on one shard.
 
-A one-shard development cluster, the Python traffic generator with single-row transactions,
-Debezium's embedded engine (defaults, and `poll.interval.ms=10`) and our job (console and
-Version Stream sinks), each run in turn per rate and round; see `bench.peers_bench`.
+A one-shard development cluster (`-`), a durable Version Stream server and one Spark session
+(`LagRig`); per round and rate, Debezium at its default poll interval, Debezium at 10 ms and
+our job, each warmed up first; lags are joined with the traffic generator's ledger.
 """
 
 from __future__ import annotations
@@ -17,22 +17,25 @@ from typing import Any
 
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.ledger import LedgerEntry, read_ledger
-from updatestream_cli.devcluster.schema import DATABASE
-from updatestream_cli.devcluster.server import MariaDBServer
+from updatestream_cli.devcluster.mariadb_server import MariaDBServer
+from updatestream_cli.devcluster.sample_schema import DATABASE
+from updatestream_cli.manifests import update_stream
 from updatestream_jobs.job import Job, spark_session
 
-from bench.debezium_harness import Harness, debezium_properties, harness_command
+from bench.debezium_peer import Harness, debezium_properties, harness_command
 from bench.lag_rig import spark_durations
 from bench.lagtools import TimedSink, event_lags, summarize
 from bench.peertools import driver_phases, medians, received_at, sink_phases
 from bench.report import console
 from bench.sinks_bench import DURABLE
+from harness.accounts import ALL_PRIVILEGES, account_with_secret
 from updatestream import spec
 from updatestream.contract.job import JobConfig
 
 UPDATESTREAM = str(Path(sys.executable).parent / "updatestream")
 SHARD = "-"
 SINK_LABELS = ("console", "versionstream")
+VS_SECRET = "bench-versionstream"
 
 
 class LagRig:
@@ -56,22 +59,13 @@ class LagRig:
         self.cluster.up(SHARD)
         self.shard = self.cluster.server(SHARD)
         self.dbz_password = secrets.token_urlsafe(16)
-        self.shard.create_account(
-            "dbz", self.dbz_password, ["GRANT ALL PRIVILEGES ON *.* TO {user}"]
-        )
+        self.shard.create_account("dbz", self.dbz_password, [ALL_PRIVILEGES])
         self.versionstream = MariaDBServer(
             base_dir=self.root / "versionstream", server_id=4242, extra_args=DURABLE
         )
         self.stack.callback(self.versionstream.stop)
         self.versionstream.start()
-        vs_password = secrets.token_urlsafe(16)
-        self.versionstream.create_account(
-            "vs", vs_password, ["GRANT ALL PRIVILEGES ON *.* TO {user}"]
-        )
-        secret = self.cluster.secrets_dir / "bench-versionstream"
-        secret.mkdir(parents=True)
-        (secret / "username").write_text("vs")
-        (secret / "password").write_text(vs_password)
+        account_with_secret(self.versionstream, self.cluster.secrets_dir, VS_SECRET, "vs")
         self.spark = spark_session("local[2]", "peers-bench-lag")
         self.stack.callback(self.spark.stop)
 
@@ -121,26 +115,17 @@ class LagRig:
     def job(self, rate: float, duration: float, warmup: float) -> dict[str, Any]:
         self.seq += 1
         name = f"peers-{self.seq}"  # a new stream each time: sinks keep batch ids per stream
-        stream = spec.parse_update_stream(
+        sink_specs: list[dict[str, Any]] = [
+            {"type": "console", "path": str(self.root / f"{name}.jsonl")},
             {
-                "apiVersion": "updatestream.io/v1alpha1",
-                "kind": "UpdateStream",
-                "metadata": {"name": name},
-                "spec": {
-                    "keyspace": self.cluster.keyspace_name,
-                    "keyRanges": [SHARD],
-                    "start": {"mode": "gtid", "gtid": {SHARD: self.shard.gtid_position()}},
-                    "sinks": [
-                        {"type": "console", "path": str(self.root / f"{name}.jsonl")},
-                        {
-                            "type": "versionStream",
-                            "mysql": {"host": "127.0.0.1", "port": self.versionstream.port},
-                            "credentialsSecret": {"name": "bench-versionstream"},
-                        },
-                    ],
-                },
-            }
-        )
+                "type": "versionStream",
+                "mysql": {"host": "127.0.0.1", "port": self.versionstream.port},
+                "credentialsSecret": {"name": VS_SECRET},
+            },
+        ]
+        start = {"mode": "gtid", "gtid": {SHARD: self.shard.gtid_position()}}
+        manifest = update_stream(name, self.cluster.keyspace_name, start, sink_specs, [SHARD])
+        stream = spec.parse_update_stream(manifest)
         job = Job(
             JobConfig(
                 stream=stream,

@@ -47,12 +47,13 @@ def median(values: Iterable[float]) -> float:
     return float(statistics.median(list(values)))
 
 
-def write_result(name: str, payload: dict[str, Any], directory: Path = RESULTS) -> Path:
+def write_result(name: str, payload: Any, directory: Path = RESULTS) -> Path:
     """Write `bench/results/<name>.json` (atomic replace); returns its path."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}.json"
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    text = json.dumps(payload, indent=2, sort_keys=True, ensure_ascii=False)
+    tmp.write_text(text + "\n", encoding="utf-8")
     tmp.replace(path)
     return path
 

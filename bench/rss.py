@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import psutil
+from updatestream_cli.ticker import Ticker
 
 MB = 1024 * 1024
 Groups = Callable[[], dict[str, list[psutil.Process]]]
@@ -98,8 +99,7 @@ class PeakSampler:
     interval: float = 0.1
     peaks: dict[str, GroupPeak] = field(default_factory=dict)
     _seen: dict[str, dict[int, psutil.Process]] = field(default_factory=dict, repr=False)
-    _stop: threading.Event = field(default_factory=threading.Event, repr=False)
-    _thread: threading.Thread | None = field(default=None, repr=False)
+    _ticker: Ticker | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def sample(self) -> dict[str, float]:
@@ -125,22 +125,15 @@ class PeakSampler:
             peak.processes = max(peak.processes, len(sizes))
         return largest
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.sample()
-            self._stop.wait(self.interval)
-
     def start(self) -> PeakSampler:
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
-        self._thread.start()
+        self._ticker = Ticker(self.sample, self.interval, "rss-sampler")
+        self._ticker.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        if self._ticker is not None:
+            self._ticker.stop()
+            self._ticker = None
         self.sample()
         for name, seen in self._seen.items():  # the kernel's peaks of those still alive
             peak = self.peaks[name]

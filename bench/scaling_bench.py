@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from updatestream_cli.devcluster.server import MariaDBServer
+from updatestream_cli.devcluster.mariadb_server import MariaDBServer
 from updatestream_jobs.job import spark_session
 
 from bench.report import console, machine, median, print_table, say_load, write_result

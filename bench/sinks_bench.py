@@ -27,15 +27,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from updatestream_cli.devcluster.memcached import MemcachedServer
-from updatestream_cli.devcluster.server import MariaDBServer
-from updatestream_jobs.sinks.base import BatchContext
-from updatestream_jobs.sinks.memcached import MemcachedSink
-from updatestream_jobs.sinks.versionstream import VersionStreamSink
+from updatestream_cli.devcluster.mariadb_server import MariaDBServer
+from updatestream_cli.devcluster.memcached_server import MemcachedServer
+from updatestream_jobs.sinks.memcached_sink import MemcachedSink
+from updatestream_jobs.sinks.sink import BatchContext
+from updatestream_jobs.sinks.versionstream_sink import VersionStreamSink
 
 from bench.partitions_bench import bench_partitions
 from bench.report import load_average, machine, say_load, write_result
 from bench.summary import merge_summary
+from harness.accounts import account_with_secret
 from harness.sink_events import ShardLog
 from updatestream import spec
 from updatestream.binlog.events import ChangeEvent
@@ -103,10 +104,7 @@ def bench_versionstream(events: int, naive: int, rounds: int) -> dict[str, Any]:
         server.start()
         try:
             secrets = Path(tmp) / "secrets"
-            (secrets / "bench").mkdir(parents=True)
-            server.create_account("bench", "bench-pw", ["GRANT ALL PRIVILEGES ON *.* TO {user}"])
-            (secrets / "bench" / "username").write_text("bench")
-            (secrets / "bench" / "password").write_text("bench-pw")
+            account_with_secret(server, secrets, "bench", "bench")
             batched: list[float] = []
             single: list[float] = []
             for round_no in range(rounds):

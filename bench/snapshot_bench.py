@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from updatestream_cli.devcluster.cluster import DevCluster
-from updatestream_cli.devcluster.server import MariaDBServer
+from updatestream_cli.devcluster.mariadb_server import MariaDBServer
 
 from bench.report import load_average, machine, median, print_table, say_load, write_result
 from bench.snapshot_mirror import (
@@ -125,7 +125,7 @@ def child(kind: str, directory: Path, rows: int, chunk_rows: int, *extra: str) -
 
 def run_updatestream(cluster: DevCluster, rows: int, chunk_rows: int) -> dict[str, Any]:
     from updatestream_jobs.job import spark_session
-    from updatestream_jobs.source.datasource import register
+    from updatestream_jobs.source.data_source import register
 
     from bench.rss import pyspark_worker_peak_rss_mb, vm_hwm_mb
 
@@ -191,7 +191,7 @@ def run_jdbc(cluster: DevCluster, rows: int) -> dict[str, Any]:
 
 def run_debezium(cluster: DevCluster, build_dir: Path, rows: int, log: Path) -> dict[str, Any]:
     """Debezium's initial snapshot of `orders`, one engine per shard, side by side."""
-    from bench.debezium_harness import debezium_properties, harness_command
+    from bench.debezium_peer import debezium_properties, harness_command
     from bench.peertools import parse_lines
 
     admin = cluster.credentials("admin")

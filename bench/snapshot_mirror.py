@@ -23,10 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from updatestream_cli.devcluster.cluster import DevCluster
-from updatestream_cli.devcluster.server import MariaDBServer
+from updatestream_cli.devcluster.mariadb_server import MariaDBServer
+from updatestream_cli.manifests import update_stream
 
 from bench.lagtools import BatchRecord, TimedSink
 from bench.sinks_bench import DURABLE
+from harness.accounts import account_with_secret
 from updatestream import spec
 from updatestream.contract.job import JobConfig
 
@@ -43,11 +45,7 @@ def start_mirror_server(root: Path, cluster: DevCluster) -> MariaDBServer:
     """The mirror's server, and its account as a Secret beside the cluster's."""
     server = MariaDBServer(base_dir=root / "mirror", server_id=4343, extra_args=MIRROR_ARGS)
     server.start()
-    server.create_account("mirror", "mirror-bench-pw", ["GRANT ALL PRIVILEGES ON *.* TO {user}"])
-    secret = cluster.secrets_dir / MIRROR_SECRET
-    secret.mkdir(parents=True, exist_ok=True)
-    (secret / "username").write_text("mirror")
-    (secret / "password").write_text("mirror-bench-pw")
+    account_with_secret(server, cluster.secrets_dir, MIRROR_SECRET, "mirror")
     return server
 
 
@@ -70,26 +68,16 @@ def run_mirror(
     from updatestream_jobs.job import Job, spark_session
 
     spark = spark_session("local[2]", "bench-snapshot-mirror")
+    sink = {
+        "type": "mirror",
+        "mysql": {"host": "127.0.0.1", "port": mirror_port},
+        "credentialsSecret": {"name": MIRROR_SECRET},
+        "database": database,
+    }
     stream = spec.parse_update_stream(
-        {
-            "apiVersion": "updatestream.io/v1alpha1",
-            "kind": "UpdateStream",
-            "metadata": {"name": "snapshot-mirror"},
-            "spec": {
-                "keyspace": cluster.keyspace_name,
-                "tables": ["orders"],
-                "start": {"mode": "snapshot"},
-                "sinks": [
-                    {
-                        "type": "mirror",
-                        "mysql": {"host": "127.0.0.1", "port": mirror_port},
-                        "credentialsSecret": {"name": MIRROR_SECRET},
-                        "database": database,
-                    }
-                ],
-            },
-        }
-    )
+        update_stream("snapshot-mirror", cluster.keyspace_name, {"mode": "snapshot"}, [sink],
+                      tables=["orders"])
+    )  # fmt: skip
     with tempfile.TemporaryDirectory() as checkpoint:
         job = Job(
             JobConfig(
@@ -102,8 +90,8 @@ def run_mirror(
                                 "snapshotChunksPerBatch": "4"},
             )
         )  # fmt: skip
-        sink = TimedSink(job.sinks[0])
-        job.sinks = [sink]
+        timed = TimedSink(job.sinks[0])
+        job.sinks = [timed]
         began = time.monotonic()
         query = job.start(spark)
         query.awaitTermination()
@@ -112,10 +100,10 @@ def run_mirror(
     spark.stop()
     return {
         "seconds": seconds,
-        "rows": sum(sum(b.transactions.values()) for b in sink.batches),
-        "written": sum(b.written for b in sink.batches),
-        "batches": len(sink.batches),
-        **steady(sink.batches),
+        "rows": sum(sum(b.transactions.values()) for b in timed.batches),
+        "written": sum(b.written for b in timed.batches),
+        "batches": len(timed.batches),
+        **steady(timed.batches),
     }
 
 

@@ -37,14 +37,16 @@ from typing import Any
 
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import WriteRowsEvent
-from updatestream_cli.devcluster.server import MariaDBServer
+from updatestream_cli.devcluster.mariadb_server import MariaDBServer
 from updatestream_jobs.job import spark_session
-from updatestream_jobs.source.datasource import ShardRange, read_shard_rows, record_batches
+from updatestream_jobs.source.arrow_rows import record_batches
+from updatestream_jobs.source.binlog_ranges import ShardRange, read_shard_rows
+from updatestream_jobs.source.options import parse_options
 
 from bench.report import machine, say_load, write_result
 from bench.rss import pyspark_worker_peak_rss_mb
 from bench.summary import merge_summary
-from updatestream.binlog.options import parse_options
+from harness import accounts
 from updatestream.core.gtid import parse_position
 from updatestream.core.token import EventToken
 
@@ -98,10 +100,7 @@ def fill_shard(server: MariaDBServer, password: str, first_id: int, rows: int) -
 
 def write_secret(root: Path, password: str) -> Path:
     """The reader's Secret as files under `root/secrets`; returns that directory."""
-    secret = root / "secrets" / READER_SECRET
-    secret.mkdir(parents=True)
-    (secret / "username").write_text("bench")
-    (secret / "password").write_text(password)
+    accounts.write_secret(root / "secrets", READER_SECRET, "bench", password)
     return root / "secrets"
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from updatestream.binlog.events import ChangeEvent, encode_row
-from updatestream.binlog.rows import heartbeat
+from updatestream.binlog.row_converter import heartbeat
 from updatestream.core.gtid import MariaDBPosition
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.token import EventToken, SourceProvenance

@@ -5,11 +5,11 @@ two positions."""
 from __future__ import annotations
 
 from updatestream_cli.devcluster.cluster import DevCluster
+from updatestream_jobs.source.options import SourceConfig, parse_options
 
 from updatestream.binlog.events import ChangeEvent
-from updatestream.binlog.options import SourceConfig, parse_options
-from updatestream.binlog.reader import BinlogRangeReader
-from updatestream.binlog.rows import RowConverter
+from updatestream.binlog.range_reader import BinlogRangeReader
+from updatestream.binlog.row_converter import RowConverter
 from updatestream.binlog.session import ShardSession, flavor_of
 from updatestream.core.gtid import GTIDPosition
 
@@ -30,7 +30,7 @@ def positions(config: SourceConfig) -> dict[str, GTIDPosition]:
     """Each shard's current GTID position."""
     found = {}
     for endpoint in config.shards:
-        with ShardSession(endpoint, config) as session:
+        with ShardSession(endpoint, config.reader) as session:
             found[endpoint.shard] = session.current_position()[0]
     return found
 
@@ -40,5 +40,5 @@ def read(
 ) -> list[ChangeEvent]:
     """The change events of one shard after `start` up to and including `end`."""
     endpoint = config.endpoint(shard)
-    converter = RowConverter(config, shard, flavor_of(endpoint))
-    return list(BinlogRangeReader(endpoint, config, start, end, converter))
+    converter = RowConverter(config.reader, shard, flavor_of(endpoint))
+    return list(BinlogRangeReader(endpoint, config.reader, start, end, converter))

@@ -1,14 +1,21 @@
-"""Session fixtures with real MariaDB servers, shared by every test package.
+"""Session fixtures with real MariaDB and MySQL 8 servers, shared by every test package.
 
-- `mariadb_server`: one started mariadbd with an admin user (`MariaDBFixture`).
-- `mariadb_server_factory`: start more servers, e.g. a deliberately misconfigured one with
-  `extra_args=["--binlog-format=STATEMENT"]`; all are stopped at the end of the session.
-- `devcluster`: a two-shard (`-80,80-`) development cluster with the sample schema
+- `mariadb_server` / `mysql_server`: one started mariadbd / mysqld with an admin user
+  (`ServerFixture`).
+- `mariadb_server_factory` / `mysql_server_factory`: start more servers, e.g. a deliberately
+  misconfigured one with `extra_args=["--binlog-format=STATEMENT"]`; all are stopped at the
+  end of the session.
+- `devcluster`: a two-shard (`-80,80-`) MariaDB development cluster with the sample schema
   (`updatestream_cli.devcluster.cluster.DevCluster`), shared by the session; `cluster`: one
   like it of each test module's own, for tests that reshard it or change its data.
+- `flavor`: the server flavor of `cluster`, `mariadb` unless the module asks for others:
+  `pytestmark = pytest.mark.parametrize("flavor", FLAVORS, indirect=True, scope="module")`
+  (`FLAVORS` from `updatestream_cli.devcluster.local_server`)
+  runs every test of the module on a MariaDB cluster and on a MySQL one.
 
-Datadirs are copied from a template installed once per MariaDB version (see
-`updatestream_cli.devcluster.server.template_datadir`), so each server costs about a second.
+Datadirs are copied from a template installed once per server version (see
+`updatestream_cli.devcluster.local_server.cached_template`), so each server costs a second or
+two. MySQL comes from `make mysql` (`scripts/install-mysql.sh`).
 """
 
 from __future__ import annotations
@@ -23,7 +30,9 @@ from typing import Any
 
 import pytest
 from updatestream_cli.devcluster.cluster import DevCluster
-from updatestream_cli.devcluster.server import Connection, MariaDBServer
+from updatestream_cli.devcluster.local_server import Connection, LocalServer, ServerFlavor
+from updatestream_cli.devcluster.mariadb_server import MariaDBServer
+from updatestream_cli.devcluster.mysql_server import MySQLServer
 
 from updatestream.spec import Credentials
 
@@ -35,10 +44,10 @@ logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 @dataclass
-class MariaDBFixture:
+class ServerFixture:
     """A running server plus an admin account (ALL PRIVILEGES over TCP on 127.0.0.1)."""
 
-    server: MariaDBServer
+    server: LocalServer
     admin: Credentials = field(repr=False)
 
     @property
@@ -54,12 +63,16 @@ class MariaDBFixture:
         return self.server.connect(self.admin.username, self.admin.password, database, **kwargs)
 
 
-class MariaDBServerFactory:
-    """Starts servers under one directory; `stop_all()` stops exactly those."""
+MariaDBFixture = MySQLFixture = ServerFixture  # the names the test modules use
 
-    def __init__(self, root: Path) -> None:
+
+class ServerFactory:
+    """Starts servers of one flavor under one directory; `stop_all()` stops exactly those."""
+
+    def __init__(self, root: Path, flavor: ServerFlavor) -> None:
         self.root = root
-        self.servers: list[MariaDBServer] = []
+        self.flavor = flavor
+        self.servers: list[LocalServer] = []
 
     def start(
         self,
@@ -68,14 +81,21 @@ class MariaDBServerFactory:
         extra_args: Sequence[str] = (),
         server_id: int | None = None,
         domain_id: int | None = None,
-    ) -> MariaDBFixture:
+    ) -> ServerFixture:
+        """A started server; `domain_id` is MariaDB's GTID domain (the server id by default)."""
         ident = server_id if server_id is not None else next(_server_ids)
-        server = MariaDBServer(
-            base_dir=self.root / (name or f"server-{ident}"),
-            server_id=ident,
-            domain_id=domain_id,
-            extra_args=tuple(extra_args),
-        )
+        base_dir = self.root / (name or f"server-{ident}")
+        server: LocalServer
+        if self.flavor == "mysql":
+            assert domain_id is None, "MySQL has no GTID domains"
+            server = MySQLServer(base_dir=base_dir, server_id=ident, extra_args=tuple(extra_args))
+        else:
+            server = MariaDBServer(
+                base_dir=base_dir,
+                server_id=ident,
+                domain_id=domain_id,
+                extra_args=tuple(extra_args),
+            )
         server.start()
         self.servers.append(server)
         admin = Credentials(username="us_admin", password=secrets.token_urlsafe(18))
@@ -84,7 +104,7 @@ class MariaDBServerFactory:
             admin.password,
             ["GRANT ALL PRIVILEGES ON *.* TO {user} WITH GRANT OPTION"],
         )
-        return MariaDBFixture(server=server, admin=admin)
+        return ServerFixture(server=server, admin=admin)
 
     def stop_all(self) -> None:
         for server in reversed(self.servers):
@@ -92,11 +112,12 @@ class MariaDBServerFactory:
         self.servers.clear()
 
 
+MariaDBServerFactory = MySQLServerFactory = ServerFactory  # the names the test modules use
+
+
 @pytest.fixture(scope="session")
-def mariadb_server_factory(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[MariaDBServerFactory]:
-    factory = MariaDBServerFactory(tmp_path_factory.mktemp("mariadb"))
+def mariadb_server_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerFactory]:
+    factory = ServerFactory(tmp_path_factory.mktemp("mariadb"), "mariadb")
     try:
         yield factory
     finally:
@@ -104,9 +125,24 @@ def mariadb_server_factory(
 
 
 @pytest.fixture(scope="session")
-def mariadb_server(mariadb_server_factory: MariaDBServerFactory) -> MariaDBFixture:
+def mariadb_server(mariadb_server_factory: ServerFactory) -> ServerFixture:
     """One running mariadbd (ROW binlog, full metadata) with an admin user."""
     return mariadb_server_factory.start("shared")
+
+
+@pytest.fixture(scope="session")
+def mysql_server_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerFactory]:
+    factory = ServerFactory(tmp_path_factory.mktemp("mysql"), "mysql")
+    try:
+        yield factory
+    finally:
+        factory.stop_all()
+
+
+@pytest.fixture(scope="session")
+def mysql_server(mysql_server_factory: ServerFactory) -> ServerFixture:
+    """One running MySQL 8 mysqld (GTID mode, ROW binlog, full metadata) with an admin user."""
+    return mysql_server_factory.start("shared")
 
 
 @pytest.fixture(scope="session")
@@ -120,11 +156,19 @@ def devcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]
 
 
 @pytest.fixture(scope="module")
+def flavor(request: pytest.FixtureRequest) -> ServerFlavor:
+    """The server flavor of `cluster`: `mariadb`, or the module's parameter (see the top)."""
+    value: ServerFlavor = getattr(request, "param", "mariadb")
+    return value
+
+
+@pytest.fixture(scope="module")
 def cluster(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, flavor: ServerFlavor
 ) -> Iterator[DevCluster]:
-    """A running two-shard (`-80,80-`) cluster of the requesting test module's own, for tests
-    that reshard it or change its data."""
+    """A running two-shard (`-80,80-`) cluster of `flavor`, of the requesting test module's
+    own, for tests that reshard it or change its data."""
     name = request.module.__name__.rpartition(".")[2]
-    with DevCluster(tmp_path_factory.mktemp(name)).running("-80,80-") as dev:
+    directory = tmp_path_factory.mktemp(f"{name}-{flavor}")
+    with DevCluster(directory, flavor=flavor).running("-80,80-") as dev:
         yield dev

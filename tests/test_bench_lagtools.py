@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 from updatestream_cli.devcluster.ledger import LedgerEntry
-from updatestream_jobs.sinks.base import BatchContext
-from updatestream_jobs.sinks.cdcv2 import CDCv2Sink, stream_directory
-from updatestream_jobs.sinks.console import ConsoleSink
+from updatestream_jobs.sinks.cdcv2_sink import CDCv2Sink, stream_directory
+from updatestream_jobs.sinks.console_sink import ConsoleSink
+from updatestream_jobs.sinks.sink import BatchContext
 
 from bench.lagtools import (
     TimedSink,

@@ -11,7 +11,7 @@ import pytest
 from updatestream_cli.devcluster.ledger import LedgerEntry
 from updatestream_jobs.job import BatchPhases
 
-from bench.debezium_harness import debezium_properties, harness_command
+from bench.debezium_peer import debezium_properties, harness_command
 from bench.lagtools import BatchRecord, event_lags, summarize
 from bench.peers_bench import bench_lag_half_rate
 from bench.peers_lag import flat

@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from updatestream.mysql import connection_arguments, tls_arguments, tls_context
+from updatestream.mysql_connections import connection_arguments, tls_arguments, tls_context
 from updatestream.spec import MySQLEndpoint, SecretRef
 
 SECRET = SecretRef(name="reader")

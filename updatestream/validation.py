@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from updatestream.cache.keys import KeyTemplates
+from updatestream.cache.key_templates import KeyTemplates
 from updatestream.core.errors import UpdateStreamError
 from updatestream.core.gtid import parse_position
 from updatestream.core.keyrange import KeyRange

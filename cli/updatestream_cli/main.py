@@ -17,11 +17,11 @@ from updatestream.core.errors import UpdateStreamError
 # (module, attribute): click commands or groups added to the top-level group.
 # Add one line per command; keep the list sorted by module.
 _COMMANDS: tuple[tuple[str, str], ...] = (
-    ("updatestream_cli.keys", "keyspace_id"),
-    ("updatestream_cli.keys", "shard_for"),
+    ("updatestream_cli.keyspace_id_commands", "keyspace_id"),
+    ("updatestream_cli.keyspace_id_commands", "shard_for"),
     ("updatestream_cli.demo.cli", "demo"),
     ("updatestream_cli.devcluster.cli", "devcluster"),
-    ("updatestream_cli.snapshot", "snapshot_request"),
+    ("updatestream_cli.snapshot_request", "snapshot_request"),
     ("updatestream_cli.verify.cli", "verify"),
     ("updatestream_jobs.cli", "run"),
     ("updatestream_operator.cli", "operator_command"),

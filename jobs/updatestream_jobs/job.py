@@ -39,12 +39,12 @@ from typing import Any
 from updatestream import spec
 from updatestream.binlog.errors import SourceOptionsError
 from updatestream.binlog.events import HOP_MARKER, ChangeEvent
-from updatestream.binlog.options import start_option
 from updatestream.contract.job import JobConfig
 from updatestream.core.errors import UpdateStreamError
 from updatestream_jobs.metrics import StreamMetrics
 from updatestream_jobs.progress import ProgressListener, ProgressTracker
 from updatestream_jobs.sinks import BatchContext, Sink, SinkContext, build_sinks
+from updatestream_jobs.source.options import start_option
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ def spark_session(master: str | None, app_name: str) -> Any:
     )
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
-    from updatestream_jobs.source.datasource import register
+    from updatestream_jobs.source.data_source import register
 
     register(session)
     return session
@@ -413,7 +413,7 @@ def typed_error(exc: BaseException) -> BaseException:
     """Our own typed error when a Spark failure carries one (raised in a Python worker or the
     source runner, it reaches the driver as text), otherwise the Spark error itself."""
     from updatestream.binlog import errors as source_errors
-    from updatestream_jobs.sinks import base as sink_errors
+    from updatestream_jobs.sinks import sink as sink_errors
 
     for match in _TYPED.finditer(str(exc)):
         name, message = match.groups()

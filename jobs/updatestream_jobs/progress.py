@@ -41,7 +41,7 @@ from updatestream.contract.progress import (
     SnapshotReport,
 )
 from updatestream.core.gtid import GTIDParseError, parse_position, position_contains
-from updatestream.core.snapshot import SnapshotState, SnapshotStateError, progress_of
+from updatestream.core.snapshot_plan import SnapshotState, SnapshotStateError, progress_of
 from updatestream.core.token import EventToken
 from updatestream_jobs.metrics import DUPLICATE_CAUSES, StreamMetrics
 

@@ -13,7 +13,7 @@ from typing import Any
 from updatestream.core.dedup import DedupFilter
 from updatestream.core.errors import UpdateStreamError
 from updatestream.core.gtid import Comparison, Flavor, MariaDBPosition, MySQLGTIDSet
-from updatestream.core.hop import plan_hop
+from updatestream.core.hop_plan import plan_hop
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.shardmap import ShardMap
 from updatestream.core.token import EventToken, compare

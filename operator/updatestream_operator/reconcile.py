@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from updatestream.core.hop import HopPlanningError
+from updatestream.core.hop_plan import HopPlanningError
 from updatestream.core.keyrange import KeyRange
 from updatestream.spec import Keyspace, StartPosition, UpdateStreamSpec
 from updatestream_operator import conditions as cond

@@ -16,8 +16,8 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry, start_http_server
 from updatestream_jobs.progress import ProgressTracker
-from updatestream_jobs.sinks.base import BatchContext
-from updatestream_jobs.sinks.cdcv2 import CDCv2Sink
+from updatestream_jobs.sinks.cdcv2_sink import CDCv2Sink
+from updatestream_jobs.sinks.sink import BatchContext
 from updatestream_operator.metrics import MetricsBook
 from updatestream_operator.models import KeyRangeStatus, ShardPosition, StreamRef, StreamStatus
 

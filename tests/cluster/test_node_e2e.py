@@ -25,11 +25,11 @@ from typing import Any
 import pytest
 import yaml
 from updatestream_cli.devcluster.cluster import DevCluster
-from updatestream_cli.devcluster.memcached import MemcachedServer
+from updatestream_cli.devcluster.memcached_server import MemcachedServer
 from updatestream_cli.devcluster.reshard import ReshardOptions
 from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 
-from harness.hop import reshard
+from harness.stream_job import reshard
 from tests.cluster.node import API_SERVER, BRIDGE_IP, REPO_ROOT, Forwarder, Node, wait_for
 from tests.conftest import MariaDBFixture
 

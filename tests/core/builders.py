@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import pytest
+
 from updatestream.core.gtid import parse_position
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.token import EventToken, SourceProvenance
+
+
+def refusal(error: type[Exception], call: Callable[[], object]) -> str:
+    """The message of the `error` that `call()` raises; the test fails when it raises none."""
+    with pytest.raises(error) as info:
+        call()
+    return str(info.value)
 
 
 def kr(text: str) -> KeyRange:

@@ -9,7 +9,7 @@ import pytest
 
 from tests.core.builders import tok
 from updatestream.core.gtid import parse_position
-from updatestream.core.hop import DestinationStart, HopPlanningError, plan_hop
+from updatestream.core.hop_plan import DestinationStart, HopPlanningError, plan_hop
 from updatestream.core.keyrange import FULL_RANGE, KeyRange
 from updatestream.core.shardmap import ShardMap
 from updatestream.core.token import EventToken

@@ -17,7 +17,7 @@ from updatestream.core.gtid import (
     compare_positions,
     parse_position,
 )
-from updatestream.core.hop import HopPlanningError, plan_hop
+from updatestream.core.hop_plan import HopPlanningError, plan_hop
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.shardmap import ShardMap
 from updatestream.core.token import EventToken, SourceProvenance, compare

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from updatestream.core.snapshot import (
+from updatestream.core.snapshot_plan import (
     SnapshotFilter,
     SnapshotRange,
     SnapshotState,

@@ -7,7 +7,7 @@ import pickle
 
 import pytest
 
-from tests.core.builders import tok
+from tests.core.builders import refusal, tok
 from updatestream.core.gtid import Flavor, PositionError, parse_position
 from updatestream.core.token import Comparison, EventToken, SourceProvenance, TokenError, compare
 
@@ -201,9 +201,7 @@ MALFORMED = [
 
 @pytest.mark.parametrize(("data", "field"), MALFORMED)
 def test_from_json_malformed_names_the_field(data: dict[str, object], field: str) -> None:
-    with pytest.raises(TokenError) as info:
-        EventToken.from_json(data)
-    assert field in str(info.value)
+    assert field in refusal(TokenError, lambda: EventToken.from_json(data))
 
 
 @pytest.mark.parametrize("text", ["", "{", "[1]", "null", '"x"'])

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from updatestream_cli.devcluster.server import pid_alive
+from updatestream_cli.devcluster.local_server import pid_alive
 from updatestream_operator.launchers.local import _processes_using
 
 CLI = str(Path(sys.executable).with_name("updatestream"))

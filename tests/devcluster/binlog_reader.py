@@ -1,9 +1,16 @@
 """Read a shard's binlog with python-mysql-replication, as transactions (test helper).
 
-MariaDB 10.11 drops a GTID-mode binlog dump opened with the non-blocking flag part-way through
-the binlog (the client sees "connection reset by peer" and python-mysql-replication silently
-reconnects from the start, forever), so this reads in blocking mode up to the server's
-`@@gtid_binlog_pos` taken first, and stops there.
+Reads in blocking mode up to the server's GTID position taken first, and stops there:
+
+- MariaDB 10.11 drops a GTID-mode binlog dump opened with the non-blocking flag part-way through
+  the binlog (the client sees "connection reset by peer" and python-mysql-replication silently
+  reconnects from the start, forever). The end is `@@gtid_binlog_pos`.
+- MySQL 8: the end is `@@GLOBAL.gtid_executed` (one server UUID on a development shard). The
+  library cannot send an empty GTID set, so "the whole binlog" is a file dump from the first
+  binlog file (the development servers never purge theirs). JSON columns come from the binlog
+  in MySQL's binary form, which python-mysql-replication decodes to objects with bytes keys
+  and bytes strings; `sample_json_text` turns the sample schema's JSON values back into the
+  text MySQL gives back for them.
 """
 
 from __future__ import annotations
@@ -15,9 +22,11 @@ from typing import Any
 
 import pymysql
 from pymysqlreplication import BinLogStreamReader
-from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, XidEvent
+from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+from updatestream_cli.devcluster import sample_rows, sample_schema
 
+from updatestream.core.gtid import MySQLGTIDSet
 from updatestream.spec import Credentials
 
 _reader_ids = itertools.count(random.randint(10_000, 1_000_000))  # distinct per reader
@@ -41,19 +50,57 @@ class BinlogTransaction:
     xid_timestamp: int | None = None
 
 
+def _decoded(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    if isinstance(value, dict):
+        return {_decoded(k): _decoded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decoded(v) for v in value]
+    return value
+
+
+def sample_json_text(schema: str, table: str, image: dict[str, Any] | None) -> None:
+    """Replace, in place, the MySQL binlog's decoded JSON values of a sample table's row image
+    with the text MySQL gives back for them (the sample's JSON holds objects, lists, strings and
+    integers only)."""
+    if image is None or schema != sample_schema.DATABASE:
+        return
+    for column in sample_schema.JSON_COLUMNS.get(table, ()):
+        if image.get(column) is not None:
+            image[column] = sample_rows.json_text(_decoded(image[column]))
+
+
+def _end(conn: pymysql.connections.Connection, flavor: str) -> set[str]:
+    """The GTIDs whose transactions end the read: MariaDB's `domain-server-seq` of each domain,
+    MySQL's `uuid:N` of the last transaction of each UUID."""
+    variable = "gtid_executed" if flavor == "mysql" else "gtid_binlog_pos"
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT @@GLOBAL.{variable}")
+        row = cur.fetchone()
+    text = str(row[0] if row else "").replace("\n", "")
+    if flavor == "mariadb":
+        return {g for g in text.split(",") if g}
+    return {f"{sid}:{ranges[-1][1]}" for sid, ranges in MySQLGTIDSet.parse(text).entries.items()}
+
+
 def read_transactions(
-    host: str, port: int, creds: Credentials, start: str = ""
+    host: str, port: int, creds: Credentials, start: str = "", flavor: str = "mariadb"
 ) -> list[BinlogTransaction]:
     """Every row transaction after GTID position `start` ("" = the whole binlog) up to now."""
-    conn = pymysql.connect(host=host, port=port, user=creds.username, password=creds.password)
+    conn = pymysql.connect(
+        host=host, port=port, user=creds.username, password=creds.password, ssl_disabled=True
+    )
     try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT @@gtid_binlog_pos")
-            row = cur.fetchone()
+        ends = _end(conn, flavor)
     finally:
         conn.close()
-    ends = {g for g in str(row[0] if row else "").split(",") if g}
-    if not ends or ends <= set(start.split(",")):
+    if flavor == "mysql":
+        done = MySQLGTIDSet.parse(start)
+        ends = {g for g in ends if not done.contains_gtid(*_sid_gno(g))}
+    elif ends <= set(start.split(",")):
+        ends = set()
+    if not ends:
         return []
     stream = BinLogStreamReader(
         connection_settings={
@@ -62,13 +109,16 @@ def read_transactions(
             "user": creds.username,
             "password": creds.password,
             "read_timeout": 60,
+            "ssl_disabled": True,
         },
         server_id=next(_reader_ids),
         blocking=True,
-        is_mariadb=True,
-        auto_position=start,
+        is_mariadb=flavor == "mariadb",
+        # MySQL: no GTID set is a dump of every binlog file (the library sends no empty set)
+        auto_position=None if flavor == "mysql" and not start else start,
         only_events=[
             MariadbGtidEvent,
+            GtidEvent,
             WriteRowsEvent,
             UpdateRowsEvent,
             DeleteRowsEvent,
@@ -76,37 +126,59 @@ def read_transactions(
             QueryEvent,
         ],
     )
-    transactions: list[BinlogTransaction] = []
-    current: BinlogTransaction | None = None
-    standalone = False
     try:
-        for event in stream:
-            if isinstance(event, MariadbGtidEvent):
-                current = BinlogTransaction(event.gtid, event.timestamp)
-                transactions.append(current)
-                standalone = bool(event.flags & 1)
-                continue
-            assert current is not None
-            ended = isinstance(event, XidEvent) or (
-                isinstance(event, QueryEvent) and (standalone or event.query == "COMMIT")
-            )
-            if isinstance(event, XidEvent):
-                current.xid_timestamp = event.timestamp
-            if ended:
-                ends.discard(current.gtid)
-                if not ends:
-                    break
-            elif isinstance(event, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):
-                for row in event.rows:
-                    if isinstance(event, WriteRowsEvent):
-                        op, before, after = "insert", None, row["values"]
-                    elif isinstance(event, UpdateRowsEvent):
-                        op, before, after = "update", row["before_values"], row["after_values"]
-                    else:
-                        op, before, after = "delete", row["values"], None
-                    current.rows.append(
-                        BinlogRow(event.schema, event.table, op, before, after, event.timestamp)
-                    )
+        transactions = _transactions(stream, ends, flavor)
     finally:
         stream.close()
     return [tx for tx in transactions if tx.rows]
+
+
+def _sid_gno(gtid: str) -> tuple[str, int]:
+    sid, _, gno = gtid.rpartition(":")
+    return sid, int(gno)
+
+
+def _transactions(stream: Any, ends: set[str], flavor: str) -> list[BinlogTransaction]:
+    transactions: list[BinlogTransaction] = []
+    current: BinlogTransaction | None = None
+    standalone = began = False
+    for event in stream:
+        if isinstance(event, MariadbGtidEvent | GtidEvent):
+            gtid = event.gtid if flavor == "mysql" else str(event.gtid)
+            current = BinlogTransaction(gtid, event.timestamp)
+            transactions.append(current)
+            standalone = bool(getattr(event, "flags", 0) & 1)
+            began = False
+            continue
+        if current is None:
+            continue
+        if isinstance(event, QueryEvent) and event.query == "BEGIN":
+            began = True
+            continue
+        ended = isinstance(event, XidEvent) or (
+            isinstance(event, QueryEvent)
+            and (standalone or event.query == "COMMIT" or (flavor == "mysql" and not began))
+        )
+        if isinstance(event, XidEvent):
+            current.xid_timestamp = event.timestamp
+        if ended:
+            ends.discard(current.gtid)
+            if not ends:
+                break
+        elif isinstance(event, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):
+            _add_rows(current, event, flavor)
+    return transactions
+
+
+def _add_rows(tx: BinlogTransaction, event: Any, flavor: str) -> None:
+    for row in event.rows:
+        if isinstance(event, WriteRowsEvent):
+            op, before, after = "insert", None, row["values"]
+        elif isinstance(event, UpdateRowsEvent):
+            op, before, after = "update", row["before_values"], row["after_values"]
+        else:
+            op, before, after = "delete", row["values"], None
+        if flavor == "mysql":
+            sample_json_text(event.schema, event.table, before)
+            sample_json_text(event.schema, event.table, after)
+        tx.rows.append(BinlogRow(event.schema, event.table, op, before, after, event.timestamp))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pymysql
 import pytest
 from updatestream_cli.devcluster.cluster import DevCluster
-from updatestream_cli.devcluster.server import pid_alive
+from updatestream_cli.devcluster.local_server import pid_alive
 
 from tests.conftest import MariaDBFixture, MariaDBServerFactory
 from tests.devcluster.binlog_secrets import (

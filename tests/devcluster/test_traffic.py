@@ -1,4 +1,4 @@
-"""Traffic with a ledger against a real two-shard cluster."""
+"""Traffic with a ledger against a real two-shard cluster, of MariaDB and of MySQL 8 shards."""
 
 from __future__ import annotations
 
@@ -13,11 +13,15 @@ from updatestream_cli.devcluster.ledger import (
     read_ledger,
     row_digest,
 )
+from updatestream_cli.devcluster.local_server import FLAVORS
 from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 from updatestream_cli.devcluster.verify import check_ledger
 
 from tests.devcluster.binlog_reader import read_transactions
 from tests.devcluster.checks import assert_rows_on_their_shard, shard_state
+from updatestream.core.gtid import MySQLGTIDSet
+
+pytestmark = pytest.mark.parametrize("flavor", FLAVORS, indirect=True, scope="module")
 
 
 @pytest.fixture(scope="module")
@@ -47,12 +51,15 @@ def test_ledger_matches_final_database_state(cluster: DevCluster, traffic_run: P
 
 
 def test_ledger_digests_and_gtids_match_the_binlog(cluster: DevCluster, traffic_run: Path) -> None:
+    """Every ledger entry is a row change of the binlog transaction it names, with the after
+    image's digest (on MySQL, JSON values written back as the text MySQL gives for them)."""
     entries = list(read_ledger(traffic_run))
     reader = cluster.credentials("reader")
     for shard in ("-80", "80-"):
         server = cluster.server(shard)
         from_binlog: Counter[tuple[str, str, str, str, str | None]] = Counter()
-        for tx in read_transactions(server.host, server.port or 0, reader):
+        transactions = read_transactions(server.host, server.port or 0, reader, "", cluster.flavor)
+        for tx in transactions:
             for row in tx.rows:
                 if row.schema != "commerce":
                     continue
@@ -64,3 +71,7 @@ def test_ledger_digests_and_gtids_match_the_binlog(cluster: DevCluster, traffic_
             (e.gtid, e.table, e.pk, e.op, e.digest) for e in entries if e.shard == shard
         )
         assert from_ledger == from_binlog
+        if cluster.flavor == "mysql":  # each shard's own server UUID, one GTID per transaction
+            gtids = [MySQLGTIDSet.parse(e.gtid) for e in entries if e.shard == shard]
+            assert {str(g).partition(":")[0] for g in gtids} == {server.variable("server_uuid")}
+            assert MySQLGTIDSet.parse(server.gtid_position()).contains(gtids[-1])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from updatestream_cli.devcluster import schema
+from updatestream_cli.devcluster import sample_schema
 from updatestream_cli.devcluster.copy import upgrade_vreplication
 
 from tests.conftest import MariaDBFixture, MariaDBServerFactory
@@ -27,10 +27,10 @@ def test_upgrade_adds_start_pos_from_the_recorded_snapshots(
     mariadb_server_factory: MariaDBServerFactory,
 ) -> None:
     fixture = mariadb_server_factory.start("vreplication-upgrade")
-    old_ddl = schema.VREPLICATION_DDL.replace(START_POS_LINE, "")
-    assert old_ddl != schema.VREPLICATION_DDL
+    old_ddl = sample_schema.VREPLICATION_DDL.replace(START_POS_LINE, "")
+    assert old_ddl != sample_schema.VREPLICATION_DDL
     with fixture.connect() as conn, conn.cursor() as cur:
-        for database, ddl in (("_vt", old_ddl), ("vt_fresh", schema.VREPLICATION_DDL)):
+        for database, ddl in (("_vt", old_ddl), ("vt_fresh", sample_schema.VREPLICATION_DDL)):
             cur.execute(f"CREATE DATABASE `{database}`")
             cur.execute(f"USE `{database}`")
             cur.execute(ddl)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pymysql
-from updatestream_cli.devcluster import schema
+from updatestream_cli.devcluster import sample_schema
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.ledger import binlog_image, pk_json
 from updatestream_jobs.job import Job
@@ -115,7 +115,7 @@ def shard_rows(cluster: DevCluster, key_range: str = "-") -> dict[tuple[str, str
     rows: dict[tuple[str, str], str] = {}
     for shard in cluster.serving_map().names:
         with cluster.connect(shard, "admin", "commerce") as conn:
-            for table in schema.COLUMNS:
+            for table in sample_schema.COLUMNS:
                 with conn.cursor(pymysql.cursors.DictCursor) as cur:
                     cur.execute(f"SELECT * FROM `{table}`")
                     for row in cur.fetchall():

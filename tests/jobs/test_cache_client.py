@@ -14,9 +14,9 @@ from pymemcache.client.base import Client
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import MariadbGtidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
-from updatestream_cli.devcluster.memcached import MemcachedServer
-from updatestream_jobs.sinks.base import BatchContext
-from updatestream_jobs.sinks.memcached import MemcachedSink
+from updatestream_cli.devcluster.memcached_server import MemcachedServer
+from updatestream_jobs.sinks.memcached_sink import MemcachedSink
+from updatestream_jobs.sinks.sink import BatchContext
 
 from harness.sink_events import ShardLog
 from tests.conftest import MariaDBFixture

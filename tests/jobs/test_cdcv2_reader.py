@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from updatestream_jobs.sinks.base import BatchContext
-from updatestream_jobs.sinks.cdcv2 import CDCv2Sink, stream_directory
+from updatestream_jobs.sinks.cdcv2_sink import CDCv2Sink, stream_directory
+from updatestream_jobs.sinks.sink import BatchContext
 
 from harness.sink_events import final_rows, two_shard_workload
 from updatestream import spec

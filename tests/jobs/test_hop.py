@@ -20,7 +20,7 @@ from updatestream_cli.devcluster.reshard import ReshardOptions
 from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 from updatestream_jobs.job import FAULT_EXIT_AFTER_HOP_WRITE
 
-from harness.hop import StreamJob, completed_hops, job_from_now, reshard, traffic_generator
+from harness.stream_job import StreamJob, completed_hops, job_from_now, reshard, traffic_generator
 from tests.conftest import MariaDBFixture
 
 

@@ -11,18 +11,19 @@ from typing import Any
 
 import pytest
 import yaml
-from updatestream_jobs.source.hopping import map_for_shards, next_map
+from updatestream_jobs.source.arrow_rows import FIELDS
+from updatestream_jobs.source.binlog_ranges import RowClassifier, Via
+from updatestream_jobs.source.hopper import map_for_shards, next_map
 from updatestream_jobs.source.keyspace_watch import (
     FileKeyspaceWatch,
     FixedKeyspace,
     KubernetesKeyspaceWatch,
     open_watch,
 )
-from updatestream_jobs.source.partition import _FIELDS, RowClassifier, Via
+from updatestream_jobs.source.offsets import HopInfo, StreamOffset, tokens_of
 
 from updatestream.binlog.errors import SourceOptionsError
 from updatestream.binlog.events import ChangeEvent
-from updatestream.binlog.offsets import HopInfo, StreamOffset, tokens_of
 from updatestream.core.dedup import DedupFilter
 from updatestream.core.gtid import parse_position
 from updatestream.core.keyrange import KeyRange
@@ -239,7 +240,7 @@ def row(shard: str, tok: EventToken, op: str = "insert") -> tuple[Any, ...]:
         source_gtid=str(source.position) if source else None,
         source_timestamp=source.timestamp if source else None,
     )
-    return tuple(getattr(event, name) for name in _FIELDS)
+    return tuple(getattr(event, name) for name in FIELDS)
 
 
 def copy_of(pos: str, ts: int = 100) -> EventToken:

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 from updatestream_cli.devcluster.cluster import DevCluster
-from updatestream_cli.devcluster.server import MariaDBServer
+from updatestream_cli.devcluster.mariadb_server import MariaDBServer
 
 SHARDS = ("-80", "80-")
 CLI = str(Path(sys.executable).with_name("updatestream"))

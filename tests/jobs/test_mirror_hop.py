@@ -13,10 +13,10 @@ from prometheus_client import CollectorRegistry
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.reshard import ReshardOptions
 from updatestream_cli.devcluster.traffic import TrafficOptions
-from updatestream_cli.verify.mirror import verify_mirror
+from updatestream_cli.verify.mirror_check import verify_mirror
 from updatestream_jobs.job import Job
 
-from harness.hop import completed_hops, read_status, reshard, sink_secret, traffic_generator
+from harness.stream_job import completed_hops, read_status, reshard, sink_secret, traffic_generator
 from tests.conftest import MariaDBServerFactory
 from tests.jobs.test_mirror_job import SECRET, target
 from updatestream import spec

@@ -14,9 +14,9 @@ from click.testing import CliRunner
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 from updatestream_cli.verify.cli import verify
-from updatestream_cli.verify.mirror import MirrorTarget, verify_mirror
+from updatestream_cli.verify.mirror_check import MirrorTarget, verify_mirror
 from updatestream_jobs.job import Job, typed_error
-from updatestream_jobs.sinks.base import SinkError
+from updatestream_jobs.sinks.sink import SinkError
 
 from tests.conftest import MariaDBFixture, MariaDBServerFactory
 from tests.jobs.snapshot_support import wait_until_caught_up

@@ -1,7 +1,7 @@
 """The mirror only ever moves forward, whatever the job meets: a snapshot, then the stream under
 traffic; kill -9 mid-stream; a split whose hop batch the job dies after writing; a merge; and a
 stop across a reshard. A sampler reads the mirror's order tokens all along: per key they never
-go back. At the end the mirror equals the shards (`updatestream_cli.verify.mirror`)."""
+go back. At the end the mirror equals the shards (`updatestream_cli.verify.mirror_check`)."""
 
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ import yaml
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.reshard import ReshardOptions
 from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
-from updatestream_cli.verify.mirror import verify_mirror
+from updatestream_cli.verify.mirror_check import verify_mirror
 from updatestream_jobs.job import FAULT_EXIT_AFTER_HOP_WRITE
 
-from harness.hop import CLI, SinkServer, StreamJob, completed_hops, reshard, sink_secret
+from harness.stream_job import CLI, SinkServer, StreamJob, completed_hops, reshard, sink_secret
 from tests.conftest import MariaDBFixture
 from tests.jobs.test_mirror_job import SECRET, target
 from updatestream.mirror.order import Order, Verdict, classify

@@ -7,8 +7,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from updatestream_jobs.sinks.base import BatchContext, SinkError
-from updatestream_jobs.sinks.cdcv2 import CDCv2Sink, stream_directory
+from updatestream_jobs.sinks.cdcv2_sink import CDCv2Sink, stream_directory
+from updatestream_jobs.sinks.sink import BatchContext, SinkError
 
 from harness.sink_events import ShardLog, final_rows, split_transaction, two_shard_workload
 from updatestream import spec

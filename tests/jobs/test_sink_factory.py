@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 from updatestream_jobs.sinks import SinkContext, SinkError, build_sinks
-from updatestream_jobs.sinks.cdcv2 import CDCv2Sink
-from updatestream_jobs.sinks.memcached import MemcachedSink
-from updatestream_jobs.sinks.versionstream import VersionStreamSink
+from updatestream_jobs.sinks.cdcv2_sink import CDCv2Sink
+from updatestream_jobs.sinks.memcached_sink import MemcachedSink
+from updatestream_jobs.sinks.versionstream_sink import VersionStreamSink
 
 from updatestream import spec
 

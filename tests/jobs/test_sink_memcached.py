@@ -10,17 +10,17 @@ from typing import Any
 
 import pytest
 from pymemcache.client.base import Client
-from updatestream_cli.devcluster.memcached import MemcachedServer
-from updatestream_cli.devcluster.server import free_port
-from updatestream_jobs.sinks.base import BatchContext, SinkError
-from updatestream_jobs.sinks.memcached import MemcachedSink
+from updatestream_cli.devcluster.local_server import free_port
+from updatestream_cli.devcluster.memcached_server import MemcachedServer
+from updatestream_jobs.sinks.memcached_sink import MemcachedSink
+from updatestream_jobs.sinks.sink import BatchContext, SinkError
 
 from harness.sink_events import ShardLog, two_shard_workload
 from updatestream import spec
 from updatestream.binlog.events import ChangeEvent
 from updatestream.cache.entry import decode, encode
 from updatestream.cache.invalidator import Invalidator
-from updatestream.cache.keys import KeyTemplateError, KeyTemplates
+from updatestream.cache.key_templates import KeyTemplateError, KeyTemplates
 from updatestream.cache.transport import StoreOp
 from updatestream.core.gtid import MariaDBPosition
 from updatestream.core.token import EventToken

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 from updatestream_jobs.sinks import SINKS, SinkContext, build_sinks
-from updatestream_jobs.sinks.base import BatchContext, MirrorSchemaError, SinkError
-from updatestream_jobs.sinks.mirror import MirrorSink
+from updatestream_jobs.sinks.mirror_sink import MirrorSink
+from updatestream_jobs.sinks.sink import BatchContext, MirrorSinkSchemaError, SinkError
 
 from harness.sink_events import ShardLog, final_rows, two_shard_workload
 from tests.conftest import MariaDBFixture, MariaDBServerFactory
@@ -143,7 +143,7 @@ def user(id_: int, name: str, visits: int = 0) -> dict[str, Any]:
 def test_the_sink_is_registered_and_built_from_its_spec(
     mariadb_server: MariaDBFixture, mirror_server: MariaDBFixture, secrets_dir: Path
 ) -> None:
-    assert SINKS["mirror"] == "updatestream_jobs.sinks.mirror:MirrorSink"
+    assert SINKS["mirror"] == "updatestream_jobs.sinks.mirror_sink:MirrorSink"
     config = spec.MirrorSink.model_validate(
         {"type": "mirror", "mysql": {"host": "db"}, "credentialsSecret": {"name": "m"}}
     )
@@ -338,7 +338,7 @@ def test_a_dropped_source_column_is_a_typed_error(
     with mariadb_server.connect(source) as conn, conn.cursor() as cur:
         cur.execute("ALTER TABLE users DROP COLUMN visits")
     events = log.transaction(11, [("insert", "users", None, {"id": 2, "name": "b"})])
-    with pytest.raises(MirrorSchemaError) as err:
+    with pytest.raises(MirrorSinkSchemaError) as err:
         sink.write_batch(events, BatchContext("s", "-", 1))
     assert isinstance(err.value, SinkError)
     message = str(err.value)
@@ -358,7 +358,8 @@ def test_a_retyped_column_is_a_typed_error_when_the_table_is_checked(
     with mariadb_server.connect(source) as conn, conn.cursor() as cur:
         cur.execute("ALTER TABLE users MODIFY visits BIGINT NOT NULL DEFAULT 0")
     restarted = make_sink(mariadb_server, mirror_server, secrets_dir, source)
-    with pytest.raises(MirrorSchemaError, match=r"column visits is int\(11\) in the mirror but "):
+    retyped = r"column visits is int\(11\) in the mirror but "
+    with pytest.raises(MirrorSinkSchemaError, match=retyped):
         restarted.write_batch(batch, BatchContext("s", "-", 1))
     restarted.close()
 

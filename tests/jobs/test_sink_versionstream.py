@@ -8,9 +8,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from updatestream_cli.devcluster.server import free_port
-from updatestream_jobs.sinks.base import BatchContext, SinkError
-from updatestream_jobs.sinks.versionstream import VersionStreamSink
+from updatestream_cli.devcluster.local_server import free_port
+from updatestream_jobs.sinks.sink import BatchContext, SinkError
+from updatestream_jobs.sinks.versionstream_sink import VersionStreamSink
 
 from harness.sink_events import ShardLog, final_rows, split_transaction, two_shard_workload
 from tests.conftest import MariaDBFixture

@@ -8,7 +8,7 @@ from rich.console import Console
 from updatestream_jobs.progress import ProgressTracker
 from updatestream_jobs.snapshotbar import SnapshotBar
 
-from updatestream.core.snapshot import SnapshotRange, SnapshotState
+from updatestream.core.snapshot_plan import SnapshotRange, SnapshotState
 
 
 def test_the_bar_shows_chunks_rows_and_rate_until_the_snapshot_is_done() -> None:

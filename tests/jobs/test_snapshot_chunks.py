@@ -13,11 +13,11 @@ import pytest
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.traffic import TrafficOptions
 
-from harness.hop import traffic_generator
+from harness.stream_job import traffic_generator
 from tests.binlogs import config_for, positions, read
 from updatestream.binlog.errors import ShardUnreachable
 from updatestream.binlog.session import ShardSession
-from updatestream.core.snapshot import Chunk
+from updatestream.core.snapshot_plan import Chunk
 from updatestream.core.token import EventToken
 from updatestream.core.vschema import VSchema
 from updatestream.snapshot import chunks, columns

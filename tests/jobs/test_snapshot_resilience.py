@@ -15,7 +15,7 @@ from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.reshard import ReshardOptions
 from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 
-from harness.hop import StreamJob, completed_hops, job_from_now, reshard, verify_state
+from harness.stream_job import StreamJob, completed_hops, job_from_now, reshard, verify_state
 from tests.conftest import MariaDBFixture
 
 PRELOAD = 30_000

@@ -14,13 +14,15 @@ import pytest
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.ledger import LedgerEntry, read_ledger
 from updatestream_cli.devcluster.traffic import TrafficOptions
-from updatestream_jobs.source.datasource import _Planner, read_shard_range
+from updatestream_jobs.source.binlog_ranges import read_shard_range
+from updatestream_jobs.source.partitions import BinlogRangePartition
+from updatestream_jobs.source.planner import BatchPlanner
 
-from harness.hop import traffic_generator
+from harness.stream_job import traffic_generator
 from tests.binlogs import config_for, positions, read
 from updatestream.binlog.events import ChangeEvent
-from updatestream.binlog.reader import BinlogRangeReader
-from updatestream.binlog.rows import RowConverter
+from updatestream.binlog.range_reader import BinlogRangeReader
+from updatestream.binlog.row_converter import RowConverter
 from updatestream.binlog.session import flavor_of
 from updatestream.core.gtid import GTIDPosition, MariaDBPosition, parse_position
 from updatestream.core.keyrange import KeyRange
@@ -117,7 +119,7 @@ def test_stops_at_the_end_position_exactly(traffic: tuple, cluster: DevCluster) 
 def test_split_partitions_cover_the_range_once(traffic: tuple, cluster: DevCluster) -> None:
     start, end, _ = traffic
     config = config_for(cluster, maxPartitionBytes="65536")
-    planner = _Planner(config)
+    planner = BatchPlanner(config)
     try:
         start_json = {s: EventToken(1, s, p).to_json() for s, p in start.items()}
         end_json = {s: EventToken(2, s, p).to_json() for s, p in end.items()}
@@ -125,7 +127,9 @@ def test_split_partitions_cover_the_range_once(traffic: tuple, cluster: DevClust
     finally:
         planner.close()
     for shard in SHARDS:
-        mine = [p for p in parts if p.shard == shard]
+        mine = [
+            p.range for p in parts if isinstance(p, BinlogRangePartition) and p.range.shard == shard
+        ]
         assert len(mine) >= 3  # cut at the rotation and inside the files
         assert [p.heartbeat for p in mine] == [False] * (len(mine) - 1) + [True]
         events = [e for p in mine for e in read_shard_range(config, p)]
@@ -228,7 +232,7 @@ def test_reconnect_resumes_from_the_last_finished_transaction(
     config = config_for(cluster)
     endpoint = config.endpoint("80-")
     reader = BinlogRangeReader(
-        endpoint, config, start, end, RowConverter(config, "80-", flavor_of(endpoint))
+        endpoint, config.reader, start, end, RowConverter(config.reader, "80-", flavor_of(endpoint))
     )
     keys: list[str] = []
     killed = 0
@@ -258,9 +262,9 @@ def test_large_transaction_streams_in_bounded_memory(
         "import resource, sys\n"
         "from updatestream.core.token import EventToken\n"
         "from updatestream.core.gtid import parse_position\n"
-        "from updatestream.binlog.options import parse_options\n"
-        "from updatestream_jobs.source.datasource import ShardRange, read_shard_rows, "
-        "record_batches\n"
+        "from updatestream_jobs.source.options import parse_options\n"
+        "from updatestream_jobs.source.arrow_rows import record_batches\n"
+        "from updatestream_jobs.source.binlog_ranges import ShardRange, read_shard_rows\n"
         "config = parse_options({'keyspace': sys.argv[1], 'secretsDir': sys.argv[2]})\n"
         "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
         "s = EventToken(1, '80-', parse_position(sys.argv[3])).dumps()\n"

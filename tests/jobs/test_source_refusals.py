@@ -11,31 +11,32 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from updatestream_jobs.source.datasource import _Planner
+from updatestream_jobs.source.options import SourceConfig, parse_options
+from updatestream_jobs.source.planner import BatchPlanner
 
 from tests.conftest import MariaDBFixture, MariaDBServerFactory
 from tests.jobs.test_source_start import single_shard_options
 from updatestream.binlog.errors import BinlogSettingsError, ShardUnreachable, UnknownTable
-from updatestream.binlog.options import SourceConfig, StartSpec, parse_options
-from updatestream.binlog.reader import BinlogRangeReader
-from updatestream.binlog.rows import RowConverter
+from updatestream.binlog.range_reader import BinlogRangeReader
+from updatestream.binlog.row_converter import RowConverter
 from updatestream.binlog.session import flavor_of
 from updatestream.core.gtid import GTIDPosition, parse_position
+from updatestream.core.start import Start
 from updatestream.core.vschema import VSchemaError
 
 
 def resolve_now(config: SourceConfig) -> None:
-    planner = _Planner(config)
+    planner = BatchPlanner(config)
     try:
-        planner.resolve(StartSpec("now"))
+        planner.resolve(Start("now"))
     finally:
         planner.close()
 
 
 def reader(config: SourceConfig, start: GTIDPosition, end: GTIDPosition) -> BinlogRangeReader:
     endpoint = config.endpoint("-")
-    converter = RowConverter(config, "-", flavor_of(endpoint))
-    return BinlogRangeReader(endpoint, config, start, end, converter, sleep=lambda _: None)
+    converter = RowConverter(config.reader, "-", flavor_of(endpoint))
+    return BinlogRangeReader(endpoint, config.reader, start, end, converter, sleep=lambda _: None)
 
 
 @pytest.fixture(scope="module")

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 from updatestream_cli.devcluster.cluster import DevCluster
-from updatestream_jobs.source.datasource import _Planner
+from updatestream_jobs.source.options import parse_options, start_option
+from updatestream_jobs.source.planner import BatchPlanner
 
 from updatestream.binlog.errors import SourceOptionsError, StartPositionError
-from updatestream.binlog.options import parse_options, start_option
 from updatestream.core.token import EventToken
 from updatestream.spec import StartPosition
 
@@ -27,7 +27,7 @@ def resolve(cluster: DevCluster, start: StartPosition | str) -> dict[str, EventT
             "start": text,
         }
     )
-    planner = _Planner(config)
+    planner = BatchPlanner(config)
     try:
         return planner.resolve(config.start)
     finally:

@@ -10,13 +10,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from updatestream_cli.devcluster.schema import VSCHEMA
-from updatestream_jobs.source.datasource import ShardRange, _Planner, read_shard_range
+from updatestream_cli.devcluster.sample_schema import VSCHEMA
+from updatestream_jobs.source.binlog_ranges import ShardRange, read_shard_range
+from updatestream_jobs.source.options import SourceConfig, parse_options
+from updatestream_jobs.source.planner import BatchPlanner
 
 from tests.conftest import MariaDBFixture, MariaDBServerFactory
 from updatestream.binlog.errors import BinlogPurged
 from updatestream.binlog.events import ChangeEvent
-from updatestream.binlog.options import SourceConfig, parse_options
 from updatestream.core.gtid import GTIDPosition, MariaDBPosition, parse_position
 from updatestream.core.token import EventToken
 
@@ -87,7 +88,7 @@ def read_all(cfg: SourceConfig, start: GTIDPosition, end: GTIDPosition) -> list[
 
 
 def resolve(cfg: SourceConfig) -> EventToken:
-    planner = _Planner(cfg)
+    planner = BatchPlanner(cfg)
     try:
         return planner.resolve(cfg.start)["-"]
     finally:

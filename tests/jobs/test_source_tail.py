@@ -7,26 +7,32 @@ buffer drops its rows and the range is read the ordinary way."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
 import pytest
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.traffic import TrafficOptions
-from updatestream_jobs.source.datasource import UpdateStreamStreamReader, _read
-from updatestream_jobs.source.partition import HeldRanges, ShardRange
+from updatestream_jobs.source.binlog_ranges import ShardRange
+from updatestream_jobs.source.data_source import UpdateStreamStreamReader
+from updatestream_jobs.source.offsets import StreamOffset
+from updatestream_jobs.source.options import SourceConfig
+from updatestream_jobs.source.partitions import (
+    BinlogRangePartition,
+    HeldRowsPartition,
+    SourcePartition,
+)
 
-from harness.hop import traffic_generator
+from harness.stream_job import traffic_generator
 from tests.binlogs import config_for, positions
-from updatestream.binlog.offsets import StreamOffset
-from updatestream.binlog.options import SourceConfig
-from updatestream.binlog.reader import BinlogRangeReader
-from updatestream.binlog.rows import RowConverter
+from updatestream.binlog.range_reader import BinlogRangeReader
+from updatestream.binlog.row_converter import RowConverter
 from updatestream.binlog.session import flavor_of
 from updatestream.binlog.tailer import ShardTailer
 from updatestream.core.dedup import DedupFilter
 from updatestream.core.gtid import GTIDPosition, position_contains
-from updatestream.core.snapshot import SnapshotRange
+from updatestream.core.snapshot_plan import SnapshotRange
 from updatestream.core.token import EventToken
 
 SHARDS = ("-80", "80-")
@@ -46,8 +52,8 @@ def traffic(cluster: DevCluster, tmp: Any, seed: int, rotate: bool = False, **ex
 
 def executor_rows(config: SourceConfig, shard: str, start: GTIDPosition, end: GTIDPosition) -> list:
     endpoint = config.endpoint(shard)
-    converter = RowConverter(config, shard, flavor_of(endpoint))
-    return list(BinlogRangeReader(endpoint, config, start, end, converter).rows())
+    converter = RowConverter(config.reader, shard, flavor_of(endpoint))
+    return list(BinlogRangeReader(endpoint, config.reader, start, end, converter).rows())
 
 
 def wait_until(condition: Any, timeout: float = 60) -> None:
@@ -63,7 +69,9 @@ def test_a_tail_holds_exactly_what_a_read_of_the_range_gives(
     config = config_for(cluster)
     start = positions(config)
     tailers = {
-        s: ShardTailer(config.endpoint(s), config, start[s], max_rows=10**6, max_bytes=1 << 30)
+        s: ShardTailer(
+            config.endpoint(s), config.reader, start[s], max_rows=10**6, max_bytes=1 << 30
+        )
         for s in SHARDS
     }
     for tailer in tailers.values():
@@ -96,7 +104,7 @@ def test_a_full_tail_drops_its_rows_and_stops(cluster: DevCluster, tmp_path: Any
     config = config_for(cluster)
     start = positions(config)
     tailer = ShardTailer(
-        config.endpoint("-80"), config, start["-80"], max_rows=50, max_bytes=1 << 30
+        config.endpoint("-80"), config.reader, start["-80"], max_rows=50, max_bytes=1 << 30
     )
     tailer.start()
     try:
@@ -110,24 +118,26 @@ def test_a_full_tail_drops_its_rows_and_stops(cluster: DevCluster, tmp_path: Any
         tailer.stop()
 
 
-def arrow_rows(config: SourceConfig, part: ShardRange) -> list[dict[str, Any]]:
-    batches = list(_read(config, part))
+def arrow_rows(config: SourceConfig, part: SourcePartition) -> list[dict[str, Any]]:
+    batches = list(part.read(config))
     return pa.Table.from_batches(batches).to_pylist() if batches else []
 
 
-def held_parts(parts: list[Any]) -> list[ShardRange]:
-    """The shard ranges of a batch whose every range is held: one partition for all."""
+def held_parts(parts: list[Any]) -> HeldRowsPartition:
+    """The partition of a batch whose every range is held: one partition for all."""
     (held,) = parts
-    assert isinstance(held, HeldRanges)
-    return held.parts
+    assert isinstance(held, HeldRowsPartition)
+    return held
 
 
-def worker_copy(part: ShardRange) -> ShardRange:
-    copy = ShardRange(
-        part.shard, part.start, part.end, part.heartbeat, part.endpoint, part.dedup, part.marker
-    )
-    copy.holdback = part.holdback
-    return copy
+def held_alone(held: HeldRowsPartition, part: ShardRange) -> HeldRowsPartition:
+    """One held range as a partition of its own."""
+    return HeldRowsPartition([(part, held.rows_of(part.shard))])
+
+
+def worker_copy(part: ShardRange) -> BinlogRangePartition:
+    """The same range, read by a worker from the shard."""
+    return BinlogRangePartition(part)
 
 
 def test_inline_partitions_deliver_exactly_what_the_workers_read(
@@ -142,14 +152,15 @@ def test_inline_partitions_deliver_exactly_what_the_workers_read(
         traffic(cluster, tmp_path, 24, large_tx_rows=300, large_tx_every=0.3)
         end = reader.latestOffset(offset, None)
         both = reader.partitions(offset, end)
-        parts = held_parts(both)
+        held = held_parts(both)
+        parts = held.ranges
         assert [p.shard for p in parts] == list(SHARDS)
-        assert all(p.rows is not None and p.heartbeat for p in parts), parts
+        assert all(p.heartbeat for p in parts), parts
         assert reader._tails.inlined == 2
         together = arrow_rows(config, both[0])
         assert together == [r for p in parts for r in arrow_rows(config, worker_copy(p))]
         for part in parts:
-            inline = arrow_rows(config, part)
+            inline = arrow_rows(config, held_alone(held, part))
             read = arrow_rows(config, worker_copy(part))
             assert len(inline) > 100 and inline == read
             assert inline[-1]["op"] == "heartbeat"
@@ -159,23 +170,22 @@ def test_inline_partitions_deliver_exactly_what_the_workers_read(
         # the same with a dedup rule (verdicts per row) and a snapshot holding rows back
         traffic(cluster, tmp_path, 25)
         later = reader.latestOffset(end, None)
-        parts = held_parts(reader.partitions(end, later))
-        assert all(p.rows is not None for p in parts)
+        held = held_parts(reader.partitions(end, later))
+        parts = held.ranges
         begin = StreamOffset.from_json(end)
         overlap = {s: begin.tokens[s].timestamp + 3600 for s in SHARDS}
         dedup = DedupFilter({}, overlap_until=overlap)
         # users of -80 above id 1000 wait for the snapshot
-        held = (SnapshotRange("-80", "users", last=(10**15,), frontier=(1000,)),)
+        holdback = (SnapshotRange("-80", "users", last=(10**15,), frontier=(1000,)),)
         kept = 0
         for part in parts:
-            part.dedup, part.holdback = dedup, held
-            inline = arrow_rows(config, part)
-            assert inline == arrow_rows(config, worker_copy(part))
+            ruled = replace(part, dedup=dedup, holdback=holdback)
+            inline = arrow_rows(config, HeldRowsPartition([(ruled, held.rows_of(part.shard))]))
+            assert inline == arrow_rows(config, worker_copy(ruled))
             assert inline[-1]["op"] == "heartbeat"
             assert {r["dedup"] for r in inline[:-1]} == {"unknown"}
             kept += len(inline)
-        part.holdback = None
-        assert kept < sum(len(p.rows or []) for p in parts) + len(parts)  # some held back
+        assert kept < sum(len(held.rows_of(p.shard)) for p in parts) + len(parts)  # held back
     finally:
         reader.stop()
 
@@ -191,7 +201,7 @@ def test_a_range_the_tail_does_not_hold_is_read_by_the_workers(
         traffic(cluster, tmp_path, 26)
         end = reader.latestOffset(offset, None)
         parts = reader.partitions(offset, end)  # too many rows to hand over
-        assert parts and all(p.rows is None for p in parts)
+        assert parts and all(isinstance(p, BinlogRangePartition) for p in parts)
         # admission control: with a limit, the next batch ends early, at a transaction the tail
         # holds, with the start's time, and is handed over
         reader.commit(end)
@@ -199,19 +209,24 @@ def test_a_range_the_tail_does_not_hold_is_read_by_the_workers(
         try:
             first = capped.initialOffset()
             capped.partitions(first, first)
-            traffic(cluster, tmp_path, 27)
-            now = positions(config)
-            for tailer in capped._tails.tailers.values():
-                assert tailer.buffer.wait_for(now[tailer.shard], 30)
-            cut = StreamOffset.from_json(capped.latestOffset(first, None))
             start = StreamOffset.from_json(first)
+            for seed in range(27, 60):  # enough rows on every shard for a cut, however slow
+                traffic(cluster, tmp_path, seed)
+                now = positions(config)
+                for tailer in capped._tails.tailers.values():
+                    assert tailer.buffer.wait_for(now[tailer.shard], 30)
+                tailers = capped._tails.tailers
+                after = [t.buffer.rows_after(start.tokens[s].position) for s, t in tailers.items()]
+                if all(rows is not None and rows > 60 for rows in after):
+                    break
+            cut = StreamOffset.from_json(capped.latestOffset(first, None))
             for shard in SHARDS:
                 token: EventToken = cut.tokens[shard]
                 assert token.timestamp == start.tokens[shard].timestamp
                 assert position_contains(now[shard], token.position)
                 assert token.position != now[shard]
-            parts = held_parts(capped.partitions(first, cut.to_json()))
-            assert all(p.rows is not None and 0 < len(p.rows) <= 50 for p in parts)
+            held = held_parts(capped.partitions(first, cut.to_json()))
+            assert all(0 < len(held.rows_of(p.shard)) <= 50 for p in held.ranges)
         finally:
             capped.stop()
     finally:

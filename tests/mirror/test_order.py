@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import re
 
+from updatestream.mirror.mirror_tables import comparable, default_literal
 from updatestream.mirror.order import (
     Order,
     Verdict,
@@ -13,7 +14,6 @@ from updatestream.mirror.order import (
     ordinal,
     update_assignments,
 )
-from updatestream.mirror.schema import comparable, default_literal
 from updatestream.mirror.values import to_sql
 
 

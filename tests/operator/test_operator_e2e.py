@@ -32,7 +32,6 @@ from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 from updatestream_operator.conditions import rfc3339
 from updatestream_operator.launchers.local import _processes_using
 
-from harness.hop import completed_hops, read_status, reshard
 from harness.kube import KubeApi
 from harness.operator import (
     OPERATOR_ACCOUNT,
@@ -46,6 +45,7 @@ from harness.operator import (
     prepare_operator,
     wait_for,
 )
+from harness.stream_job import completed_hops, read_status, reshard
 from tests.conftest import MariaDBFixture
 from updatestream.contract.job import JobConfig
 

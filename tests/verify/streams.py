@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from updatestream_jobs.sinks.base import BatchContext, Sink
+from updatestream_jobs.sinks.sink import BatchContext, Sink
+from updatestream_jobs.source.options import SourceConfig
 
 from tests.binlogs import read
 from updatestream.binlog.events import ChangeEvent
-from updatestream.binlog.options import SourceConfig
-from updatestream.binlog.rows import heartbeat
+from updatestream.binlog.row_converter import heartbeat
 from updatestream.core.gtid import GTIDPosition
 from updatestream.core.token import EventToken
 

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from updatestream_jobs.sinks.cdcv2 import CDCv2Sink
+from updatestream_jobs.sinks.cdcv2_sink import CDCv2Sink
 
 from tests.verify.conftest import Scenario
 from tests.verify.streams import Run, batches, feed, verify

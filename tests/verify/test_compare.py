@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from updatestream_cli.devcluster.ledger import LedgerEntry, LedgerOp
 from updatestream_cli.verify.compare import (
     CachedEntry,
-    Committed,
     Delivered,
     FinalRow,
     RowUpdate,
@@ -20,13 +20,20 @@ from updatestream.core.token import EventToken, SourceProvenance
 PK1, PK2 = '{"id":1}', '{"id":2}'
 
 
-def ledger() -> list[Committed]:
+def committed(
+    order: int, pk: str, op: LedgerOp, digest: str | None, shard: str, gtid: str, at: float = 0.0
+) -> LedgerEntry:
+    """A ledger entry of table `users`, one transaction per entry."""
+    return LedgerEntry(order, order, "users", pk, op, digest, shard, "00", gtid, at)
+
+
+def ledger() -> list[LedgerEntry]:
     """users 1: insert a, update b (tx 1-1-2), users 2: insert c then delete (on 80-)."""
     return [
-        Committed(0, "users", PK1, "insert", "a", "-80", "1-1-1", 100.2),
-        Committed(1, "users", PK2, "insert", "c", "80-", "2-2-1", 100.4),
-        Committed(2, "users", PK1, "update", "b", "-80", "1-1-2", 101.5),
-        Committed(3, "users", PK2, "delete", None, "80-", "2-2-2", 102.0),
+        committed(0, PK1, "insert", "a", "-80", "1-1-1", 100.2),
+        committed(1, PK2, "insert", "c", "80-", "2-2-1", 100.4),
+        committed(2, PK1, "update", "b", "-80", "1-1-2", 101.5),
+        committed(3, PK2, "delete", None, "80-", "2-2-2", 102.0),
     ]
 
 
@@ -79,8 +86,8 @@ def test_copy_with_provenance_on_another_shard_and_multi_domain_position() -> No
 
 def test_same_content_in_two_transactions_needs_both() -> None:
     changes = [
-        Committed(0, "users", PK1, "insert", "a", "-80", "1-1-1"),
-        Committed(1, "users", PK1, "update", "a", "-80", "1-1-2"),
+        committed(0, PK1, "insert", "a", "-80", "1-1-1"),
+        committed(1, PK1, "update", "a", "-80", "1-1-2"),
     ]
     one = [Delivered(0, "users", PK1, "a", "-80", "1-1-1")]
     assert compare_changes(changes, one).lost == 1

@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from updatestream_cli.verify.inputs import VerifyInputError, read_duplicates, read_ledger
+from updatestream_cli.devcluster.ledger import LedgerError, read_ledger
+from updatestream_cli.verify.inputs import VerifyInputError, read_duplicates
 
 from tests.verify.streams import verify
 
@@ -54,10 +55,16 @@ def test_ledger_reading(tmp_path: Path) -> None:
     ledger.write_text(json.dumps(LINE) + "\n\n" + json.dumps({**LINE, "order": 2}) + "\n")
     assert [c.order for c in read_ledger(ledger)] == [1, 2]
     ledger.write_text(json.dumps(LINE) + "\n{not json\n")
-    with pytest.raises(VerifyInputError, match="line 2 is not JSON"):
+    with pytest.raises(LedgerError, match="line 2 is not JSON"):
         read_ledger(ledger)
     ledger.write_text(json.dumps({"order": 1}) + "\n")
-    with pytest.raises(VerifyInputError, match="lacks table"):
+    with pytest.raises(LedgerError, match="lacks tx, table"):
+        read_ledger(ledger)
+    ledger.write_text(json.dumps({**LINE, "op": "delete"}) + "\n")
+    with pytest.raises(LedgerError, match="line 1: a delete must not have a digest"):
+        read_ledger(ledger)
+    ledger.write_text(json.dumps({**LINE, "order": "1"}) + "\n")
+    with pytest.raises(LedgerError, match="wrong type in order"):
         read_ledger(ledger)
 
 

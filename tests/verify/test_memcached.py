@@ -9,15 +9,15 @@ from collections.abc import Iterator
 
 import pytest
 from pymemcache.client.base import Client
-from updatestream_cli.devcluster.memcached import MemcachedServer
-from updatestream_jobs.sinks.memcached import MemcachedSink
+from updatestream_cli.devcluster.memcached_server import MemcachedServer
+from updatestream_jobs.sinks.memcached_sink import MemcachedSink
 
 from tests.verify.conftest import Scenario
 from tests.verify.streams import Run, batches, feed, verify
 from updatestream import spec
 from updatestream.binlog.events import ChangeEvent
 from updatestream.cache.entry import encode
-from updatestream.cache.keys import KeyTemplates
+from updatestream.cache.key_templates import KeyTemplates
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from updatestream_jobs.sinks.versionstream import VersionStreamSink
+from updatestream_jobs.sinks.versionstream_sink import VersionStreamSink
 
 from tests.conftest import MariaDBFixture
 from tests.verify.conftest import Scenario

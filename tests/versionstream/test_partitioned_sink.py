@@ -10,8 +10,8 @@ from typing import Any
 
 import pymysql
 import pytest
-from updatestream_jobs.sinks.base import BatchContext
-from updatestream_jobs.sinks.versionstream import VersionStreamSink
+from updatestream_jobs.sinks.sink import BatchContext
+from updatestream_jobs.sinks.versionstream_sink import VersionStreamSink
 
 from harness.sink_events import final_rows, two_shard_workload
 from tests.conftest import MariaDBFixture

@@ -19,8 +19,8 @@ import pymysql
 from pymysql.constants.COMMAND import COM_BINLOG_DUMP
 from pymysqlreplication import BinLogStreamReader
 
+from updatestream.binlog.config import ReaderConfig, RetryPolicy, ShardEndpoint
 from updatestream.binlog.errors import BinlogSettingsError, ShardUnreachable
-from updatestream.binlog.options import RetryPolicy, ShardEndpoint, SourceConfig
 from updatestream.core.gtid import (
     Flavor,
     GTIDPosition,
@@ -30,7 +30,7 @@ from updatestream.core.gtid import (
     parse_position,
     position_contains,
 )
-from updatestream.mysql import connection_arguments
+from updatestream.mysql_connections import connection_arguments
 from updatestream.spec import MySQLEndpoint, SecretRef
 
 # (variable, required value, server flag to set)
@@ -47,7 +47,7 @@ def flavor_of(endpoint: ShardEndpoint) -> Flavor:
     return Flavor.MYSQL if endpoint.flavor == "mysql" else Flavor.MARIADB
 
 
-def connection_settings(endpoint: ShardEndpoint, config: SourceConfig) -> dict[str, Any]:
+def connection_settings(endpoint: ShardEndpoint, config: ReaderConfig) -> dict[str, Any]:
     """pymysql settings for a shard; they hold the password, so they are never logged."""
     return connection_arguments(
         MySQLEndpoint(host=endpoint.host, port=endpoint.port, tls=endpoint.tls),
@@ -91,7 +91,7 @@ class ShardSession:
     def __init__(
         self,
         endpoint: ShardEndpoint,
-        config: SourceConfig,
+        config: ReaderConfig,
         *,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:

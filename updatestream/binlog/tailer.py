@@ -22,9 +22,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import NamedTuple
 
-from updatestream.binlog.options import ShardEndpoint, SourceConfig
-from updatestream.binlog.reader import BinlogRangeReader
-from updatestream.binlog.rows import EventRow, RowConverter, Transaction
+from updatestream.binlog.config import ReaderConfig, ShardEndpoint
+from updatestream.binlog.range_reader import BinlogRangeReader
+from updatestream.binlog.row_converter import EventRow, RowConverter, Transaction
 from updatestream.binlog.session import flavor_of
 from updatestream.core.gtid import GTIDPosition, position_contains
 
@@ -208,7 +208,7 @@ class ShardTailer:
     def __init__(
         self,
         endpoint: ShardEndpoint,
-        config: SourceConfig,
+        config: ReaderConfig,
         start: GTIDPosition,
         *,
         max_rows: int,

@@ -44,7 +44,7 @@ from pymemcache.client.base import PooledClient
 from pymemcache.client.rendezvous import RendezvousHash
 
 from updatestream.cache.entry import Entry, TokenCache, decode, encode
-from updatestream.cache.transport import parse_server
+from updatestream.cache.transport import CLIENT_OPTIONS, parse_server
 from updatestream.core.gtid import Comparison, PositionError
 from updatestream.core.token import EventToken, compare
 
@@ -91,9 +91,7 @@ class CacheClient(Generic[V]):
                 max_pool_size=pool_size,
                 connect_timeout=timeout,
                 timeout=timeout,
-                no_delay=True,
-                allow_unicode_keys=True,
-                default_noreply=False,
+                **CLIENT_OPTIONS,
             )
             for s in servers
         }

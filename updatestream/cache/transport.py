@@ -24,6 +24,13 @@ from updatestream.core.errors import UpdateStreamError
 StoreOp = tuple[bytes, str, bytes, bytes | None]
 STORED = b"STORED"
 RESULTS = {b"STORED", b"NOT_STORED", b"EXISTS", b"NOT_FOUND"}
+# How every connection of ours talks to memcached, the invalidator's and the application's:
+# no Nagle delay, every reply awaited (conditional stores need them), keys as text.
+CLIENT_OPTIONS: dict[str, Any] = {
+    "no_delay": True,
+    "default_noreply": False,
+    "allow_unicode_keys": True,
+}
 
 
 class CacheAddressError(UpdateStreamError):
@@ -44,12 +51,7 @@ class PipelinedClient(Client):  # type: ignore[misc]
 
     def __init__(self, server: str, *, timeout: float = 5.0, connect_timeout: float = 2.0) -> None:
         super().__init__(
-            parse_server(server),
-            connect_timeout=connect_timeout,
-            timeout=timeout,
-            no_delay=True,
-            default_noreply=False,
-            allow_unicode_keys=True,
+            parse_server(server), connect_timeout=connect_timeout, timeout=timeout, **CLIENT_OPTIONS
         )
         self.address = server
 

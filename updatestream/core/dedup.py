@@ -32,7 +32,7 @@ from updatestream.core.gtid import (
     position_from_json,
     position_to_json,
 )
-from updatestream.core.hop import HopPlan, canonical_shard_name
+from updatestream.core.hop_plan import HopPlan, canonical_shard_name
 from updatestream.core.token import EventToken
 
 __all__ = ["DedupFilter", "DedupFilterError", "DedupVerdict"]
@@ -142,27 +142,12 @@ class DedupFilter:
         """Inverse of :meth:`to_json`; raises DedupFilterError naming the bad field."""
         if not isinstance(data, Mapping):
             raise DedupFilterError(f"dedup filter JSON must be an object, got {data!r}")
-        raw_marks = data.get("watermarks", {})
-        if not isinstance(raw_marks, Mapping):
-            raise DedupFilterError(
-                f"dedup filter field 'watermarks' must be an object, got {raw_marks!r}"
-            )
         marks: dict[str, GTIDPosition] = {}
-        for shard, entry in raw_marks.items():
+        for shard, entry in _object(data.get("watermarks", {}), "watermarks").items():
             name = f"watermarks.{shard}"
-            if not isinstance(entry, Mapping):
-                raise DedupFilterError(
-                    f"dedup filter field {name!r} must be an object with 'pos' and 'flavor', "
-                    f"got {entry!r}"
-                )
-            marks[str(shard)] = _position(entry, name)
-        raw_until = data.get("overlap_until", {})
-        if not isinstance(raw_until, Mapping):
-            raise DedupFilterError(
-                f"dedup filter field 'overlap_until' must be an object, got {raw_until!r}"
-            )
+            marks[str(shard)] = _position(_object(entry, name, "with 'pos' and 'flavor'"), name)
         until: dict[str, int] = {}
-        for shard, ts in raw_until.items():
+        for shard, ts in _object(data.get("overlap_until", {}), "overlap_until").items():
             if isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
                 raise DedupFilterError(
                     f"dedup filter field 'overlap_until.{shard}' must be a non-negative "
@@ -187,6 +172,14 @@ class DedupFilter:
         self,
     ) -> tuple[type[DedupFilter], tuple[dict[str, GTIDPosition], dict[str, int]]]:
         return (DedupFilter, (dict(self._watermarks), dict(self._overlap_until)))
+
+
+def _object(value: object, name: str, holding: str = "") -> Mapping[object, object]:
+    """`value`, the dedup filter's field `name`, which must be a JSON object."""
+    if not isinstance(value, Mapping):
+        what = f"an object {holding}" if holding else "an object"
+        raise DedupFilterError(f"dedup filter field {name!r} must be {what}, got {value!r}")
+    return value
 
 
 def _position(entry: Mapping[object, object], name: str) -> GTIDPosition:

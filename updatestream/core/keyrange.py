@@ -52,30 +52,24 @@ def parse_keyspace_id(text: str) -> bytes:
     raw = text.strip()
     if raw[:2].lower() == "0x":
         raw = raw[2:]
+    return _unhex(raw, f"keyspace id {text!r}", "80", "166b40b44aba4bd6")
+
+
+def _parse_bound(text: str, bound: str, whole: str) -> bytes:
+    what = f"key range {whole!r}: bound {bound!r}"
+    return _unhex(bound, what, "40-80 or 4000-8000", "40-80, -80 or 80-")
+
+
+def _unhex(raw: str, what: str, whole_bytes: str, example: str) -> bytes:
+    """The bytes of hex `raw`; an error names `what` and shows how to write it."""
     if len(raw) % 2:
         raise InvalidKeyRange(
-            f"keyspace id {text!r} has an odd number of hex digits; write whole bytes, like 80"
+            f"{what} has an odd number of hex digits; write whole bytes, like {whole_bytes}"
         )
     try:
         return binascii.unhexlify(raw)
     except (binascii.Error, ValueError):
-        raise InvalidKeyRange(
-            f"keyspace id {text!r} is not hex; write it like 166b40b44aba4bd6"
-        ) from None
-
-
-def _parse_bound(text: str, bound: str, whole: str) -> bytes:
-    if len(bound) % 2:
-        raise InvalidKeyRange(
-            f"key range {whole!r}: bound {bound!r} has an odd number of hex digits; "
-            "write whole bytes, like 40-80 or 4000-8000"
-        )
-    try:
-        return binascii.unhexlify(bound)
-    except (binascii.Error, ValueError):
-        raise InvalidKeyRange(
-            f"key range {whole!r}: bound {bound!r} is not hex; write it like 40-80, -80 or 80-"
-        ) from None
+        raise InvalidKeyRange(f"{what} is not hex; write it like {example}") from None
 
 
 def _normalize_bounds(start: bytes, end: bytes, text: str | None) -> tuple[bytes, bytes]:

@@ -59,7 +59,16 @@ def _validate(shards: Sequence[KeyRange]) -> None:
         raise ShardMapError(f"shard map {listed}: no shard covers {gap}; {_FIX}")
 
 
-class ShardMap:
+class _Immutable:
+    """Set once in ``__init__`` (through ``object.__setattr__``), never again."""
+
+    __slots__ = ()
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable; cannot set {name}")
+
+
+class ShardMap(_Immutable):
     """An immutable, validated partition of the keyspace into shards, sorted by start."""
 
     __slots__ = ("_shards", "_starts")
@@ -79,9 +88,6 @@ class ShardMap:
         _validate(ordered)
         object.__setattr__(self, "_shards", ordered)
         object.__setattr__(self, "_starts", tuple(shard.start for shard in ordered))
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"ShardMap is immutable; cannot set {name}")
 
     def __reduce__(self) -> tuple[type[ShardMap], tuple[tuple[KeyRange, ...]]]:
         # Pickled into Spark tasks: rebuild (and re-validate) from the shards.
@@ -170,7 +176,7 @@ class ShardMapChange:
             )
 
 
-class ShardMapHistory:
+class ShardMapHistory(_Immutable):
     """Immutable list of shard map changes, ordered by time (equal times: the later one wins)."""
 
     __slots__ = ("_entries", "_times")
@@ -188,9 +194,6 @@ class ShardMapHistory:
                 )
         object.__setattr__(self, "_entries", items)
         object.__setattr__(self, "_times", tuple(entry.at for entry in items))
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"ShardMapHistory is immutable; cannot set {name}")
 
     def __reduce__(self) -> tuple[type[ShardMapHistory], tuple[tuple[ShardMapChange, ...]]]:
         return (ShardMapHistory, (self._entries,))

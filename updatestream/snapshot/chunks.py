@@ -27,11 +27,11 @@ import pyarrow.compute as pc
 import pymysql
 import pymysql.cursors
 
+from updatestream.binlog.config import ReaderConfig, ShardEndpoint
 from updatestream.binlog.errors import ShardUnreachable
 from updatestream.binlog.events import encode_row
-from updatestream.binlog.options import ShardEndpoint, SourceConfig
-from updatestream.binlog.reader import BinlogRangeReader
-from updatestream.binlog.rows import EventRow, RowConverter
+from updatestream.binlog.range_reader import BinlogRangeReader
+from updatestream.binlog.row_converter import EventRow, RowConverter
 from updatestream.binlog.session import (
     ShardSession,
     connection_settings,
@@ -41,7 +41,7 @@ from updatestream.binlog.session import (
 )
 from updatestream.core.gtid import position_contains
 from updatestream.core.keyrange import KeyRange
-from updatestream.core.snapshot import Chunk, Key
+from updatestream.core.snapshot_plan import Chunk, Key
 from updatestream.core.token import EventToken
 from updatestream.core.vschema import VSchema
 from updatestream.snapshot.columns import columnar_query, exact_text, fetch, keyspace_ids
@@ -50,7 +50,7 @@ from updatestream.snapshot.tables import TableInfo, convert_row, describe_table
 _FETCH = 2000
 
 
-def snapshot_database(config: SourceConfig) -> str:
+def snapshot_database(config: ReaderConfig) -> str:
     """The database the snapshot reads: the stream's, else the keyspace's name."""
     return config.database or config.keyspace
 
@@ -64,7 +64,7 @@ class ChunkReader:
 
     def __init__(
         self,
-        config: SourceConfig,
+        config: ReaderConfig,
         endpoint: ShardEndpoint,
         chunk: Chunk,
         at: EventToken,

@@ -29,8 +29,8 @@ import pyarrow.compute as pc
 import pymysql
 from pymysql.converters import escape_item, escape_string
 
+from updatestream.binlog.config import ReaderConfig, ShardEndpoint
 from updatestream.binlog.errors import ShardUnreachable
-from updatestream.binlog.options import ShardEndpoint, SourceConfig
 from updatestream.binlog.session import connection_settings
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.vindexes.hash import hash_blocks
@@ -122,7 +122,7 @@ def columnar_query(info: TableInfo, vschema: VSchema) -> ColumnarQuery | None:
     return ColumnarQuery(info, tuple(primary.columns))
 
 
-def fetch(endpoint: ShardEndpoint, config: SourceConfig, sql: str) -> pa.Table:
+def fetch(endpoint: ShardEndpoint, config: ReaderConfig, sql: str) -> pa.Table:
     """Run `sql` on the shard and return its result as an Arrow table of text columns."""
     settings = connection_settings(endpoint, config)
     if endpoint.tls == "disabled":

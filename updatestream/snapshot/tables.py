@@ -20,7 +20,7 @@ from typing import Any
 
 from updatestream.binlog.session import ShardSession
 from updatestream.core.errors import UpdateStreamError
-from updatestream.core.snapshot import Key
+from updatestream.core.snapshot_plan import Key
 
 _INTEGER_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "integer", "bigint"})
 _STRING_TYPES = frozenset({"char", "varchar"})

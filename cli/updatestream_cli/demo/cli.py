@@ -14,7 +14,7 @@ from rich.table import Column, Table
 
 from updatestream.clickopts import json_option, seconds_option
 from updatestream.core.errors import UpdateStreamError
-from updatestream_cli.options import directory_option
+from updatestream_cli.tool_options import directory_option
 
 DEFAULT_DIR = Path(".updatestream") / "demo"
 CHECKS = (

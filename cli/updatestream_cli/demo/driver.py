@@ -13,7 +13,6 @@ through the file it watches.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,8 @@ from updatestream_operator.scrub import SCRUBBER
 from updatestream_operator.service import StreamService
 
 from updatestream.contract.progress import ProgressError, ProgressReport
-from updatestream.spec import API_VERSION
+from updatestream_cli.manifests import update_stream
+from updatestream_cli.ticker import Ticker
 
 log = logging.getLogger(__name__)
 
@@ -37,18 +37,8 @@ def stream_manifest(
     name: str, keyspace: str, start: Mapping[str, str], sinks: list[dict[str, Any]]
 ) -> dict[str, Any]:
     """One UpdateStream over the whole keyspace (`-`), from the shards' current positions."""
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "UpdateStream",
-        "metadata": {"name": name},
-        "spec": {
-            "keyspace": keyspace,
-            "keyRanges": ["-"],
-            "start": {"mode": "gtid", "gtid": dict(start)},
-            "sinks": sinks,
-            "spark": {"launcher": "local"},
-        },
-    }
+    gtid = {"mode": "gtid", "gtid": dict(start)}
+    return update_stream(name, keyspace, gtid, sinks, spark={"launcher": "local"})
 
 
 def caught_up(report: ProgressReport, positions: Mapping[str, str], after: float) -> bool:
@@ -86,8 +76,7 @@ class OperatorDriver:
         self.interval = interval
         self.ref: StreamRef | None = None
         self.error: str | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._ticker = Ticker(self.reconcile, interval, "operator")
 
     # -- what a user does ---------------------------------------------------------------------
 
@@ -108,20 +97,11 @@ class OperatorDriver:
             log.warning("reconciling %s failed: %s", self.ref.name, self.error)
 
     def start(self) -> OperatorDriver:
-        self._thread = threading.Thread(target=self._run, name="operator", daemon=True)
-        self._thread.start()
+        self._ticker.start()
         return self
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.reconcile()
-            self._stop.wait(self.interval)
-
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=120)
-            self._thread = None
+        self._ticker.stop(timeout=120)
 
     # -- what the demo looks at ---------------------------------------------------------------
 

@@ -20,8 +20,9 @@ from typing import Any
 
 from updatestream_cli.demo.errors import DemoError
 from updatestream_cli.devcluster.cluster import DevCluster, atomic_write
-from updatestream_cli.devcluster.memcached import MemcachedServer
-from updatestream_cli.devcluster.server import MariaDBServer, pid_cmdline
+from updatestream_cli.devcluster.local_server import pid_cmdline
+from updatestream_cli.devcluster.mariadb_server import MariaDBServer
+from updatestream_cli.devcluster.memcached_server import MemcachedServer
 
 STATE_FILE = "demo.json"
 SINK_SECRET = "demo-versionstream"  # the Version Stream account, beside the cluster's Secrets

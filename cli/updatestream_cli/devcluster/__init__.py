@@ -1,1 +1,1 @@
-"""Development cluster: real local MariaDB shards, traffic with a ledger, and resharding."""
+"""Development cluster: real local MariaDB or MySQL 8 shards, traffic with a ledger, resharding."""

@@ -14,7 +14,9 @@ from rich.table import Table
 
 from updatestream.clickopts import json_option, seconds_option
 from updatestream_cli.devcluster.cluster import DEFAULT_DIR, DEFAULT_KEYSPACE, DevCluster
-from updatestream_cli.options import directory_option, ledger_option
+from updatestream_cli.devcluster.cluster_status import cluster_status
+from updatestream_cli.devcluster.local_server import FLAVORS, ServerFlavor
+from updatestream_cli.tool_options import directory_option, ledger_option
 
 if TYPE_CHECKING:
     from updatestream_cli.devcluster.replay import ReplayWindow
@@ -30,23 +32,45 @@ _dir_option = directory_option(
 
 @click.group("devcluster")
 def devcluster() -> None:
-    """Local MariaDB shards, live traffic with a ledger, and Vitess-style resharding."""
+    """Local MariaDB or MySQL 8 shards, live traffic with a ledger, and Vitess-style
+    resharding."""
 
 
 @devcluster.command()
 @click.option("--shards", default=None, help="Serving shards of a new cluster [default: -80,80-].")
 @click.option("--keyspace", default=DEFAULT_KEYSPACE, show_default=True)
+@click.option(
+    "--flavor",
+    type=click.Choice(FLAVORS),
+    default=None,
+    help="Server of a new cluster's shards: mariadb (MariaDB 10.11) or mysql (MySQL 8.0, "
+    "installed by `make mysql`) [default: mariadb; an existing cluster keeps its own].",
+)
+@click.option(
+    "--host",
+    "bind_address",
+    default=None,
+    metavar="ADDR",
+    help="IPv4 address of this machine the servers of a new cluster listen on and the "
+    "manifest names, like the node bridge's for Pods [default: 127.0.0.1].",
+)
 @_dir_option
-def up(shards: str | None, keyspace: str, directory: Path) -> None:
-    """Start one mariadbd per shard and write the Keyspace manifest (idempotent)."""
-    cluster = DevCluster(directory, keyspace)
+def up(
+    shards: str | None,
+    keyspace: str,
+    flavor: ServerFlavor | None,
+    bind_address: str | None,
+    directory: Path,
+) -> None:
+    """Start one server per shard and write the Keyspace manifest (idempotent)."""
+    cluster = DevCluster(directory, keyspace, flavor=flavor, bind_address=bind_address)
     with console.status("starting shards..."):
         started = cluster.up(shards)
     if started:
         console.print(f"started shard(s) {', '.join(started)}")
     else:
         console.print("all shards already running; nothing changed")
-    _print_status(cluster.status())
+    _print_status(cluster_status(cluster))
 
 
 @devcluster.command()
@@ -69,7 +93,7 @@ def down(purge: bool, directory: Path) -> None:
 @_dir_option
 def status(as_json: bool, directory: Path) -> None:
     """Serving shard map, and each shard's address, GTID position and binlog files."""
-    report = DevCluster(directory).status()
+    report = cluster_status(DevCluster(directory))
     if as_json:
         out.print_json(json.dumps(report))
     else:
@@ -78,8 +102,8 @@ def status(as_json: bool, directory: Path) -> None:
 
 def _print_status(report: dict[str, Any]) -> None:
     out.print(
-        f"keyspace [bold]{report['keyspace']}[/]  serving: {','.join(report['serving_shards'])}"
-        f"  manifest: {report['manifest']}"
+        f"keyspace [bold]{report['keyspace']}[/] ({report['flavor']})  serving: "
+        f"{','.join(report['serving_shards'])}  manifest: {report['manifest']}"
     )
     table = Table("shard", "serving", "address", "pid", "read_only", "GTID position", "binlogs")
     for shard in report["shards"]:

@@ -1,11 +1,13 @@
-"""A development cluster: one local mariadbd per shard, its Keyspace manifest and its Secrets.
+"""A development cluster: one local server per shard (MariaDB or MySQL 8, one flavor for the whole
+cluster), its Keyspace manifest and its Secrets.
 
 Directory layout (`D`, default `.updatestream/devcluster`):
 
     D/keyspace.yaml            the Keyspace manifest (`updatestream.spec.Keyspace`)
     D/secrets/<name>/username  credentials as files, the layout of a mounted Kubernetes Secret
     D/secrets/<name>/password
-    D/state.json               servers this directory started: pid, port, server/domain id
+    D/state.json               flavor, bind address, and the servers this directory started:
+                               pid, port, server id (and MariaDB domain id)
     D/shards/<shard>/          one server: data/, socket, pid file, error.log
     D/workflows/<name>.json    resharding workflow state (see `reshard`)
 """
@@ -23,14 +25,22 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import pymysql
-
 from updatestream import spec
 from updatestream.core.keyrange import KeyRange, parse_shard_names
 from updatestream.core.shardmap import ShardMap
-from updatestream_cli.devcluster import schema
+from updatestream_cli.devcluster import sample_schema
 from updatestream_cli.devcluster.errors import ClusterStateError
-from updatestream_cli.devcluster.server import Connection, MariaDBServer, pid_cmdline
+from updatestream_cli.devcluster.local_server import (
+    FLAVORS,
+    LOOPBACK,
+    Connection,
+    LocalServer,
+    ServerFlavor,
+    check_bind_address,
+    pid_cmdline,
+)
+from updatestream_cli.devcluster.mariadb_server import MariaDBServer
+from updatestream_cli.devcluster.mysql_server import MySQLServer
 
 DEFAULT_DIR = Path(".updatestream") / "devcluster"
 DEFAULT_KEYSPACE = "commerce"
@@ -60,14 +70,30 @@ def shard_dir_name(shard: str) -> str:
 
 
 class DevCluster:
-    """The servers, manifest and Secrets under one directory."""
+    """The servers, manifest and Secrets under one directory.
 
-    def __init__(self, directory: Path | str = DEFAULT_DIR, keyspace: str = DEFAULT_KEYSPACE):
+    `flavor` and `bind_address` choose the servers of a new cluster (default MariaDB on
+    127.0.0.1); an existing cluster keeps those it was made with, and `up` refuses others.
+    """
+
+    def __init__(
+        self,
+        directory: Path | str = DEFAULT_DIR,
+        keyspace: str = DEFAULT_KEYSPACE,
+        *,
+        flavor: ServerFlavor | None = None,
+        bind_address: str | None = None,
+    ):
         self.dir = Path(directory).absolute()
         self.keyspace_name = keyspace
+        self._asked = {"flavor": flavor, "bind_address": bind_address}
+        self.flavor: ServerFlavor = flavor or "mariadb"
+        self.bind_address = bind_address or LOOPBACK
         state = self._read_state()
         if state is not None:
             self.keyspace_name = state.get("keyspace", keyspace)
+            self.flavor = state.get("flavor", "mariadb")
+            self.bind_address = state.get("bind_address", LOOPBACK)
 
     # -- paths ----------------------------------------------------------------------------------
 
@@ -132,18 +158,21 @@ class DevCluster:
         names = list(self.state().get("servers", {}))
         return [r.name for r in sorted(KeyRange.parse(n) for n in names)]
 
-    def _server_of(self, name: str, info: dict[str, Any]) -> MariaDBServer:
+    def _server_of(self, name: str, info: dict[str, Any]) -> LocalServer:
         """The server of shard `name` as the cluster state records it."""
-        return MariaDBServer(
-            base_dir=self.dir / "shards" / shard_dir_name(name),
-            server_id=info["server_id"],
-            domain_id=info["domain_id"],
-            port=info["port"],
-            name=name,
-            pid=info.get("pid"),
-        )
+        common: dict[str, Any] = {
+            "base_dir": self.dir / "shards" / shard_dir_name(name),
+            "server_id": info["server_id"],
+            "port": info["port"],
+            "name": name,
+            "pid": info.get("pid"),
+            "bind_address": self.bind_address,
+        }
+        if self.flavor == "mysql":
+            return MySQLServer(**common)
+        return MariaDBServer(domain_id=info["domain_id"], **common)
 
-    def server(self, shard: str) -> MariaDBServer:
+    def server(self, shard: str) -> LocalServer:
         name = KeyRange.parse(shard).name
         info = self.state().get("servers", {}).get(name)
         if info is None:
@@ -155,16 +184,16 @@ class DevCluster:
 
     # -- credentials ----------------------------------------------------------------------------
 
-    def secret_ref(self, role: schema.Role) -> spec.SecretRef:
-        return spec.SecretRef(name=schema.secret_name(self.keyspace_name, role))
+    def secret_ref(self, role: sample_schema.Role) -> spec.SecretRef:
+        return spec.SecretRef(name=sample_schema.secret_name(self.keyspace_name, role))
 
-    def credentials(self, role: schema.Role) -> spec.Credentials:
+    def credentials(self, role: sample_schema.Role) -> spec.Credentials:
         return spec.read_credentials(self.secrets_dir, self.secret_ref(role))
 
-    def _ensure_secrets(self) -> dict[schema.Role, str]:
-        passwords: dict[schema.Role, str] = {}
-        for role, user in schema.user_specs(self.keyspace_name).items():
-            folder = self.secrets_dir / schema.secret_name(self.keyspace_name, role)
+    def _ensure_secrets(self) -> dict[sample_schema.Role, str]:
+        passwords: dict[sample_schema.Role, str] = {}
+        for role, user in self._users().items():
+            folder = self.secrets_dir / sample_schema.secret_name(self.keyspace_name, role)
             if (folder / "password").exists():
                 passwords[role] = self.credentials(role).password
                 continue
@@ -175,8 +204,15 @@ class DevCluster:
             atomic_write(folder / "password", passwords[role], mode=0o600)
         return passwords
 
+    def _users(self) -> dict[sample_schema.Role, sample_schema.UserSpec]:
+        return sample_schema.user_specs(self.keyspace_name, self.flavor)
+
     def connect(
-        self, shard: str, role: schema.Role = "admin", database: str | None = None, **kwargs: Any
+        self,
+        shard: str,
+        role: sample_schema.Role = "admin",
+        database: str | None = None,
+        **kwargs: Any,
     ) -> Connection:
         creds = self.credentials(role)
         return self.server(shard).connect(creds.username, creds.password, database, **kwargs)
@@ -220,13 +256,16 @@ class DevCluster:
                 "shards": [
                     {
                         "name": name,
-                        "mysql": {"host": "127.0.0.1", "port": state["servers"][name]["port"]},
+                        "mysql": {
+                            "host": self.bind_address,
+                            "port": state["servers"][name]["port"],
+                        },
                         "credentialsSecret": {"name": reader.name},
-                        "flavor": "mariadb",
+                        "flavor": self.flavor,
                     }
                     for name in ordered
                 ],
-                "vschema": schema.VSCHEMA,
+                "vschema": sample_schema.VSCHEMA,
                 "servingShards": [r.name for r in sorted(KeyRange.parse(n) for n in serving)],
                 "shardMapHistory": history,
             },
@@ -262,8 +301,16 @@ class DevCluster:
         with self.locked():
             state = self._read_state()
             if state is None:
-                state = {"keyspace": self.keyspace_name, "servers": {}, "next_id": 1}
+                self._check_new_servers()
+                state = {
+                    "keyspace": self.keyspace_name,
+                    "flavor": self.flavor,
+                    "bind_address": self.bind_address,
+                    "servers": {},
+                    "next_id": 1,
+                }
                 self._write_state(state)
+            self._check_asked(state)
             if self.manifest_path.exists():
                 serving = list(self.keyspace().spec.serving_shards)
                 if sorted(serving) != sorted(wanted) and state["servers"]:
@@ -279,7 +326,29 @@ class DevCluster:
                 self.write_manifest(shards=wanted, serving=wanted)
         return started
 
-    def add_shard(self, shard: str) -> MariaDBServer:
+    def _check_new_servers(self) -> None:
+        if self.flavor not in FLAVORS:
+            raise ClusterStateError(
+                f"unknown server flavor {self.flavor!r}; use one of {', '.join(FLAVORS)}"
+            )
+        check_bind_address(self.bind_address)
+        self._users()  # the keyspace name fits this flavor's user names
+
+    def _check_asked(self, state: dict[str, Any]) -> None:
+        """An existing cluster keeps its flavor and bind address: refuse others."""
+        recorded = {
+            "flavor": state.get("flavor", "mariadb"),
+            "bind_address": state.get("bind_address", LOOPBACK),
+        }
+        for key, asked in self._asked.items():
+            if asked is not None and asked != recorded[key]:
+                option = "--flavor" if key == "flavor" else "--host"
+                raise ClusterStateError(
+                    f"the cluster in {self.dir} was made with {option} {recorded[key]}, not "
+                    f"{asked}; run `up` without {option}, or `down --purge` first"
+                )
+
+    def add_shard(self, shard: str) -> LocalServer:
         """Create and start one more shard server (not serving) with the schema and users."""
         with self.locked():
             passwords = self._ensure_secrets()
@@ -290,7 +359,7 @@ class DevCluster:
                 self.write_manifest(shards=[*names, KeyRange.parse(shard).name])
         return self.server(shard)
 
-    def _start_shard(self, name: str, passwords: dict[schema.Role, str]) -> bool:
+    def _start_shard(self, name: str, passwords: dict[sample_schema.Role, str]) -> bool:
         state = self.state()
         info = state["servers"].get(name)
         if info is None:
@@ -309,10 +378,10 @@ class DevCluster:
         self._write_state(state)
         if not info.get("provisioned"):
             with server.root_connect() as conn, conn.cursor() as cur:
-                for stmt in schema.schema_statements():
+                for stmt in sample_schema.schema_statements():
                     cur.execute(stmt)
             # Accounts go around the binlog: it would keep their passwords for every reader.
-            for role, user in schema.user_specs(self.keyspace_name).items():
+            for role, user in self._users().items():
                 server.create_account(user.username, passwords[role], user.grants)
             info["provisioned"] = True
             self._write_state(state)
@@ -360,39 +429,3 @@ class DevCluster:
             self._write_state(state)
             kept = [s.name for s in keyspace.spec.shards if s.name not in names]
             self.write_manifest(shards=kept)
-
-    # -- status ---------------------------------------------------------------------------------
-
-    def status(self) -> dict[str, Any]:
-        """Serving shard map and, per shard, address, pid, GTID position and binlog files."""
-        keyspace = self.keyspace()
-        shards: list[dict[str, Any]] = []
-        for name in self.shard_names():
-            server = self.server(name)
-            entry: dict[str, Any] = {
-                "shard": name,
-                "address": server.address,
-                "serving": name in keyspace.spec.serving_shards,
-                "running": server.is_running(),
-                "pid": server.pid,
-                "server_id": server.server_id,
-                "domain_id": server.domain_id,
-            }
-            if entry["running"]:
-                try:
-                    entry["gtid_position"] = server.gtid_position()
-                    entry["binlog_files"] = [
-                        {"name": n, "size": s} for n, s in server.binlog_files()
-                    ]
-                    entry["read_only"] = server.variable("read_only") in ("1", "ON")
-                except pymysql.err.MySQLError as exc:
-                    entry["error"] = f"cannot query: {exc.args[-1] if exc.args else exc}"
-            shards.append(entry)
-        return {
-            "keyspace": keyspace.metadata.name,
-            "dir": str(self.dir),
-            "manifest": str(self.manifest_path),
-            "serving_shards": list(keyspace.spec.serving_shards),
-            "shard_map_history": [e.model_dump() for e in keyspace.spec.shard_map_history],
-            "shards": shards,
-        }

@@ -32,10 +32,10 @@ import pymysql.cursors
 
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.vschema import VSchema
-from updatestream_cli.devcluster import rows as rowsql
-from updatestream_cli.devcluster import schema
+from updatestream_cli.devcluster import sample_rows as rowsql
+from updatestream_cli.devcluster import sample_schema as schema
 from updatestream_cli.devcluster.errors import ReshardError
-from updatestream_cli.devcluster.server import Connection
+from updatestream_cli.devcluster.local_server import Connection
 
 COPY_UPSERT = (
     "INSERT INTO `_vt`.`vreplication` (id, workflow, source_shard, pos, start_pos, "

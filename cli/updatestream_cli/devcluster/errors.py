@@ -10,7 +10,7 @@ class DevClusterError(UpdateStreamError):
 
 
 class ServerError(DevClusterError):
-    """A local server (mariadbd, memcached) could not be initialised, started or reached."""
+    """A local server (mariadbd, mysqld, memcached) could not be initialised, started or reached."""
 
 
 class ClusterStateError(DevClusterError):
@@ -31,6 +31,10 @@ class ShardNotServingError(ReshardInputError):
 
 class ReshardInProgressError(ReshardInputError):
     """A shard is already part of another, unfinished resharding workflow."""
+
+
+class ReshardFlavorError(ReshardInputError):
+    """The cluster's server flavor is one the resharding workflow cannot yet work on."""
 
 
 class TrafficError(DevClusterError):

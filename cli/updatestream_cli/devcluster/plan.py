@@ -17,6 +17,7 @@ from updatestream.core.keyrange import KeyRange, are_contiguous, parse_shard_nam
 from updatestream.core.shardmap import ShardMap
 from updatestream_cli.devcluster.cluster import DevCluster, shard_dir_name
 from updatestream_cli.devcluster.errors import (
+    ReshardFlavorError,
     ReshardInProgressError,
     ReshardInputError,
     ShardNotServingError,
@@ -37,6 +38,13 @@ class ReshardPlan:
 
 def plan_reshard(cluster: DevCluster, sources_text: str, targets_text: str) -> ReshardPlan:
     """Validate a split or merge against the serving shard map; changes nothing."""
+    if cluster.flavor != "mariadb":
+        raise ReshardFlavorError(
+            f"reshard --from={sources_text} --to={targets_text}: the cluster in {cluster.dir} "
+            f"runs {cluster.flavor} shards, and the workflow's copy and filtered replication "
+            "read MariaDB binlogs only (not yet MySQL); reshard a cluster made with "
+            "`devcluster up --flavor mariadb`"
+        )
     try:
         sources = parse_shard_names(sources_text)
         targets = parse_shard_names(targets_text)

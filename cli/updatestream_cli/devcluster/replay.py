@@ -19,7 +19,7 @@ the source binlog (or removed, when its first change inserted it). Replication t
 window transaction to the rows the source had, and logs the same row changes the source did.
 
 The start is found by a binary search over the source's binlog files by time
-(`updatestream.binlog.positions`). When the source no longer holds binlogs that old, the
+(`updatestream.binlog.start_positions`). When the source no longer holds binlogs that old, the
 window starts at the oldest position it still has, and says so.
 """
 
@@ -36,20 +36,20 @@ import pymysql
 from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+from updatestream.binlog.config import ReaderConfig, ShardEndpoint, endpoints_of
 from updatestream.binlog.errors import BinlogPurged, SourceError
-from updatestream.binlog.options import ShardEndpoint, SourceConfig, endpoints_of
-from updatestream.binlog.positions import earliest_start, find_start_by_timestamp
 from updatestream.binlog.session import (
     BinlogStream,
     ShardSession,
     connection_settings,
     server_id,
 )
+from updatestream.binlog.start_positions import earliest_start, find_start_by_timestamp
 from updatestream.core.gtid import MariaDBGTID, MariaDBPosition
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.vschema import VSchema
 from updatestream.spec import Keyspace
-from updatestream_cli.devcluster import schema
+from updatestream_cli.devcluster import sample_schema
 from updatestream_cli.devcluster.copy import ReplicationStart
 from updatestream_cli.devcluster.errors import ReshardError
 from updatestream_cli.devcluster.rowchanges import (
@@ -90,12 +90,11 @@ def window_transactions(start: MariaDBPosition, end: MariaDBPosition) -> int:
 
 def _endpoint(
     keyspace: Keyspace, secrets_dir: Path, source: str
-) -> tuple[ShardEndpoint, SourceConfig]:
+) -> tuple[ShardEndpoint, ReaderConfig]:
     shard = keyspace.spec.shard(source)
     endpoint = next(e for e in endpoints_of(keyspace) if e.shard == shard.name)
-    config = SourceConfig(
+    config = ReaderConfig(
         keyspace=keyspace.metadata.name,
-        shards=(endpoint,),
         vschema_json=json.dumps(keyspace.spec.vschema),
         secrets_dir=str(secrets_dir),
     )
@@ -167,7 +166,7 @@ class Rewind:
     def touch(
         self, table: str, before: dict[str, Any] | None, after: dict[str, Any] | None
     ) -> None:
-        keys = schema.PRIMARY_KEYS[table]
+        keys = sample_schema.PRIMARY_KEYS[table]
         if before is not None:
             self.states.setdefault((table, tuple(before[k] for k in keys)), before)
         if after is not None:  # a row first seen in an after image did not exist before
@@ -181,7 +180,7 @@ class Rewind:
             if image is not None and ksid is not None and key_range.contains(ksid):
                 changes.append(RowChange(table, "write", image, ksid))
             else:
-                pk = dict(zip(schema.PRIMARY_KEYS[table], key, strict=True))
+                pk = dict(zip(sample_schema.PRIMARY_KEYS[table], key, strict=True))
                 changes.append(RowChange(table, "delete", pk, b""))
         changes.sort(key=lambda change: (change.table, change.op))
         return row_statements(changes)
@@ -226,7 +225,7 @@ def read_rewind(keyspace: Keyspace, secrets_dir: Path, window: ReplayWindow) -> 
                 gtid = MariaDBGTID(event.domain_id, event.server_id, event.gtid_seq_no)
                 standalone = bool(event.flags & 1)
             elif isinstance(event, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):
-                if event.schema == schema.DATABASE and event.table in schema.COLUMNS:
+                if event.schema == sample_schema.DATABASE and event.table in sample_schema.COLUMNS:
                     for row in event.rows:
                         rewind.touch(event.table, *row_images(event, row))
             elif gtid is not None and (

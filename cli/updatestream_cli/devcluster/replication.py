@@ -39,8 +39,9 @@ from updatestream.core.gtid import MariaDBGTID, MariaDBPosition
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.vschema import VSchema
 from updatestream.spec import Credentials
-from updatestream_cli.devcluster import schema
+from updatestream_cli.devcluster import sample_schema as schema
 from updatestream_cli.devcluster.errors import ReshardError
+from updatestream_cli.devcluster.local_server import Connection
 from updatestream_cli.devcluster.rowchanges import (
     TRANSACTION_EVENTS,
     RowChange,
@@ -48,7 +49,6 @@ from updatestream_cli.devcluster.rowchanges import (
     row_images,
     row_statements,
 )
-from updatestream_cli.devcluster.server import Connection
 
 log = logging.getLogger(__name__)
 

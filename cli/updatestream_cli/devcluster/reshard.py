@@ -34,7 +34,7 @@ from pymysql.constants import CLIENT
 from updatestream.core.gtid import MariaDBPosition
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.vschema import VSchema
-from updatestream_cli.devcluster import schema
+from updatestream_cli.devcluster import sample_schema as schema
 from updatestream_cli.devcluster.cluster import DevCluster, atomic_write
 from updatestream_cli.devcluster.copy import (
     CopyTarget,

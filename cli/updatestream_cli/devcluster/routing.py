@@ -38,6 +38,7 @@ class Router:
         self.vschema = VSchema.from_dict(keyspace.spec.vschema, keyspace=keyspace.metadata.name)
         self.shard_map = keyspace.spec.serving_map
         self.endpoints = {s.name: (s.mysql.host, s.mysql.port) for s in keyspace.spec.shards}
+        self.flavors = {s.name: s.flavor for s in keyspace.spec.shards}
         self._signature = signature
         return True
 

@@ -14,7 +14,7 @@ from typing import Any
 from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from updatestream_cli.devcluster import schema
+from updatestream_cli.devcluster import sample_schema
 
 # The binlog events that make up a transaction's row changes and its boundaries.
 TRANSACTION_EVENTS = (
@@ -58,10 +58,10 @@ def sql_value(value: Any, none_source: str | None = None) -> Any:
 def upsert_sql(table: str, columns: Sequence[str], rows: int) -> str:
     names = ", ".join(f"`{c}`" for c in columns)
     one = "(" + ", ".join(["%s"] * len(columns)) + ")"
-    keys = set(schema.PRIMARY_KEYS[table])
+    keys = set(sample_schema.PRIMARY_KEYS[table])
     updates = ", ".join(f"`{c}` = VALUES(`{c}`)" for c in columns if c not in keys)
     return (
-        f"INSERT INTO `{schema.DATABASE}`.`{table}` ({names}) VALUES "
+        f"INSERT INTO `{sample_schema.DATABASE}`.`{table}` ({names}) VALUES "
         + ", ".join([one] * rows)
         + (f" ON DUPLICATE KEY UPDATE {updates}" if updates else "")
     )
@@ -83,13 +83,13 @@ def row_statements(changes: Sequence[RowChange]) -> list[tuple[str, list[Any]]]:
         ):
             end += 1
         run = changes[start:end]
-        keys = schema.PRIMARY_KEYS[first.table]
+        keys = sample_schema.PRIMARY_KEYS[first.table]
         if first.op == "delete":
             one = "(" + ", ".join(["%s"] * len(keys)) + ")"
             cols = ", ".join(f"`{k}`" for k in keys)
             statements.append(
                 (
-                    f"DELETE FROM `{schema.DATABASE}`.`{first.table}` WHERE ({cols}) IN ("
+                    f"DELETE FROM `{sample_schema.DATABASE}`.`{first.table}` WHERE ({cols}) IN ("
                     + ", ".join([one] * len(run))
                     + ")",
                     [c.values[k] for c in run for k in keys],

@@ -24,10 +24,9 @@ from typing import Any
 
 import pymysql
 import pymysql.cursors
-from pymysql.constants import CLIENT
 
 from updatestream import spec
-from updatestream_cli.devcluster import rows, schema
+from updatestream_cli.devcluster import committed_gtid, sample_rows, sample_schema
 from updatestream_cli.devcluster.errors import TrafficError
 from updatestream_cli.devcluster.ledger import (
     LedgerEntry,
@@ -38,8 +37,8 @@ from updatestream_cli.devcluster.ledger import (
     pk_json,
     row_digest,
 )
+from updatestream_cli.devcluster.local_server import Connection
 from updatestream_cli.devcluster.routing import Router
-from updatestream_cli.devcluster.server import Connection
 
 log = logging.getLogger(__name__)
 
@@ -123,12 +122,14 @@ class TrafficGenerator:
         self.options = options or TrafficOptions()
         self.router = Router(Path(manifest_path))
         self.secrets_dir = Path(secrets_dir)
-        app = spec.SecretRef(name=schema.secret_name(self.router.keyspace.metadata.name, "app"))
+        app = spec.SecretRef(
+            name=sample_schema.secret_name(self.router.keyspace.metadata.name, "app")
+        )
         self._creds = spec.read_credentials(self.secrets_dir, app)
         self.ledger = ledger if isinstance(ledger, LedgerWriter) else LedgerWriter(ledger)
         self.on_commit = on_commit
         self.rng = random.Random(self.options.seed)
-        self.tables = {t: _Rows() for t in schema.COLUMNS}
+        self.tables = {t: _Rows() for t in sample_schema.COLUMNS}
         self.stats = TrafficStats()
         self._conns: dict[tuple[str, int], Connection] = {}
         last = last_entry(self.ledger.path) if self.ledger.path is not None else None
@@ -203,7 +204,7 @@ class TrafficGenerator:
         adopted = 0
         for shard in self.router.shard_map.names:
             conn = self._connection(shard)
-            for table in schema.COLUMNS:
+            for table in sample_schema.COLUMNS:
                 with conn.cursor(pymysql.cursors.SSDictCursor) as cur:
                     cur.execute(f"SELECT * FROM `{table}`")
                     for row in cur:
@@ -223,13 +224,13 @@ class TrafficGenerator:
 
     def _insert(self, table: str) -> Change:
         if table == "users":
-            image = rows.new_user(self.rng, next(self._ids))
+            image = sample_rows.new_user(self.rng, next(self._ids))
         elif table == "orders":
             picked = self.tables["users"].pick(self.rng)
             user_id = picked[1]["id"] if picked else next(self._ids)
-            image = rows.new_order(self.rng, next(self._ids), user_id)
+            image = sample_rows.new_order(self.rng, next(self._ids), user_id)
         else:
-            image = rows.new_event(
+            image = sample_rows.new_event(
                 self.rng, f"ev-{next(self._ids):x}-{self.rng.randrange(16**4):04x}"
             )
         return Change(table, "insert", image)
@@ -243,7 +244,7 @@ class TrafficGenerator:
         _, before = picked
         if op == "delete":
             return Change(table, "delete", before)
-        values = rows.changed(self.rng, table, before)
+        values = sample_rows.changed(self.rng, table, before)
         return Change(table, "update", {**before, **values}, tuple(values))
 
     def _transaction(self) -> list[Change]:
@@ -296,12 +297,14 @@ class TrafficGenerator:
                 port=port,
                 user=self._creds.username,
                 password=self._creds.password,
-                database=schema.DATABASE,
+                database=sample_schema.DATABASE,
                 autocommit=False,
                 charset="utf8mb4",
                 connect_timeout=10,
-                client_flag=CLIENT.MULTI_STATEMENTS,
+                client_flag=committed_gtid.client_flags(self.router.flavors[shard]),
+                ssl_disabled=True,
             )
+            committed_gtid.track_own_gtids(conn, self.router.flavors[shard])
             self._conns[(host, port)] = conn
         return conn
 
@@ -317,13 +320,10 @@ class TrafficGenerator:
         try:
             conn = self._connection(shard)
             with conn.cursor() as cur:
-                # autocommit is off: the first statement opens the transaction. COMMIT and
-                # reading its GTID share one round trip (same session, right after COMMIT).
+                # autocommit is off: the first statement opens the transaction.
                 self._apply(cur, changes)
-                cur.execute("COMMIT; SELECT @@last_gtid")
+                gtid = committed_gtid.commit(conn, cur, self.router.flavors[shard])
                 committed_at = time.time()
-                cur.nextset()
-                gtid = str(cur.fetchone()[0])  # type: ignore[index]
         except pymysql.err.MySQLError as exc:
             code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
             if conn is not None:
@@ -348,12 +348,12 @@ class TrafficGenerator:
                 inserts.setdefault(change.table, []).append(change)
                 continue
             self._flush_inserts(cur, inserts)
-            key = [change.image[k] for k in schema.PRIMARY_KEYS[change.table]]
+            key = [change.image[k] for k in sample_schema.PRIMARY_KEYS[change.table]]
             if change.op == "delete":
-                count = cur.execute(rows.delete_sql(change.table), key)
+                count = cur.execute(sample_rows.delete_sql(change.table), key)
             else:
-                sql, _ = rows.update_sql(change.table, list(change.updated))
-                params = [rows.sql_value(change.image[c]) for c in change.updated]
+                sql, _ = sample_rows.update_sql(change.table, list(change.updated))
+                params = [sample_rows.sql_value(change.image[c]) for c in change.updated]
                 count = cur.execute(sql, params + key)
             if count != 1:
                 raise TrafficError(
@@ -367,8 +367,8 @@ class TrafficGenerator:
         for table, batch in inserts.items():
             for start in range(0, len(batch), 500):
                 chunk = batch[start : start + 500]
-                params = [p for c in chunk for p in rows.insert_params(table, c.image)]
-                cur.execute(rows.insert_sql(table, len(chunk)), params)
+                params = [p for c in chunk for p in sample_rows.insert_params(table, c.image)]
+                cur.execute(sample_rows.insert_sql(table, len(chunk)), params)
         inserts.clear()
 
     def _record(self, shard: str, changes: list[Change], gtid: str, at: float) -> None:

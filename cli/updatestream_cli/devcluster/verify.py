@@ -11,15 +11,15 @@ import pymysql.cursors
 
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.vschema import VSchema
-from updatestream_cli.devcluster import schema
+from updatestream_cli.devcluster import sample_schema
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.ledger import RowKey, final_state, read_ledger, table_state
 
 
 def shard_rows(cluster: DevCluster, shard: str) -> Iterator[tuple[str, dict[str, Any]]]:
     """Every row of the sample tables on one shard, as (table, row dict), streamed."""
-    with cluster.connect(shard, "admin", schema.DATABASE) as conn:
-        for table in schema.COLUMNS:
+    with cluster.connect(shard, "admin", sample_schema.DATABASE) as conn:
+        for table in sample_schema.COLUMNS:
             with conn.cursor(pymysql.cursors.SSDictCursor) as cur:
                 cur.execute(f"SELECT * FROM `{table}`")
                 for row in cur:

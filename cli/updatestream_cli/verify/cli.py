@@ -27,23 +27,18 @@ from updatestream.clickopts import (
     status_file_option,
 )
 from updatestream.core.errors import UpdateStreamError
-from updatestream_cli.options import ledger_option
+from updatestream_cli.devcluster.ledger import LedgerEntry, read_ledger
+from updatestream_cli.tool_options import ledger_option
 from updatestream_cli.verify import sinks, tablestate
 from updatestream_cli.verify.compare import (
-    Committed,
     Report,
     check_progress,
     compare_cache,
     compare_changes,
     compare_final,
 )
-from updatestream_cli.verify.inputs import (
-    VerifyInputError,
-    read_duplicates,
-    read_ledger,
-    within_key_range,
-)
-from updatestream_cli.verify.mirror import MirrorReport, MirrorTarget, verify_mirror
+from updatestream_cli.verify.inputs import VerifyInputError, read_duplicates, within_key_range
+from updatestream_cli.verify.mirror_check import MirrorReport, MirrorTarget, verify_mirror
 
 EXIT_FINDINGS = 1
 EXIT_INPUT = 2
@@ -71,11 +66,11 @@ def _require(value: Any, option: str, sink: str) -> Any:
     return value
 
 
-def _versionstream(ledger: list[Committed], options: dict[str, Any]) -> Report:
+def _versionstream(ledger: list[LedgerEntry], options: dict[str, Any]) -> Report:
     return compare_changes(ledger, _versionstream_records(options))
 
 
-def _cdcv2(ledger: list[Committed], options: dict[str, Any]) -> Report:
+def _cdcv2(ledger: list[LedgerEntry], options: dict[str, Any]) -> Report:
     path = _require(options["path"], "--path", "cdcv2")
     rows, updates = sinks.read_cdcv2(path)
     report = compare_final(ledger, rows, updates)
@@ -84,7 +79,7 @@ def _cdcv2(ledger: list[Committed], options: dict[str, Any]) -> Report:
     return report
 
 
-def _memcached(ledger: list[Committed], options: dict[str, Any]) -> Report:
+def _memcached(ledger: list[LedgerEntry], options: dict[str, Any]) -> Report:
     servers = [s.strip() for s in _require(options["servers"], "--servers", "memcached").split(",")]
     keyspace = _keyspace(options["keyspace_manifest"], "for --sink memcached")
     secrets_dir = _require(options["secrets_dir"], "--secrets-dir", "memcached")
@@ -320,7 +315,7 @@ def verify(
             report = _mirror(options, key_range)
         else:
             assert ledger is not None
-            committed = within_key_range(read_ledger(ledger), key_range, ledger)
+            committed = within_key_range(read_ledger(ledger), key_range)
             report = _SINKS[sink](committed, options)
     except UpdateStreamError as exc:
         _fail(str(exc), as_json)

@@ -3,7 +3,8 @@
 Pure functions over plain records, free of drivers and servers (the readers in
 :mod:`updatestream_cli.verify.sinks` turn each sink's contents into these records):
 
-* :class:`Committed`: one ledger line (one committed row change, with its shard and GTID).
+* :class:`~updatestream_cli.devcluster.ledger.LedgerEntry`: one committed row change of the
+  traffic ledger (its one owner, `updatestream_cli.devcluster.ledger`).
 * :class:`Delivered`: one change a sink holds in delivery order (a Version Stream version).
 * :class:`FinalRow` / :class:`RowUpdate`: a CDCv2 stream's reconstructed multiset and updates.
 * :class:`CachedEntry`: a memcached entry's Event Token and value.
@@ -28,27 +29,7 @@ from updatestream.core.gtid import (
     position_contains,
 )
 from updatestream.core.token import EventToken
-
-RowKey = tuple[str, str]  # (table, canonical JSON of the primary key)
-
-
-@dataclass(frozen=True, slots=True)
-class Committed:
-    """One committed row change from the ledger."""
-
-    order: int  # commit order over the whole run
-    table: str
-    pk: str  # canonical JSON of the primary key (`encode_row` of the key columns)
-    op: str  # insert | update | delete
-    digest: str | None  # sha256 of the after image's `encode_row`; None for a delete
-    shard: str  # the shard it was committed on
-    gtid: str  # that shard's GTID of the transaction, e.g. "1-1-57"
-    commit_time: float = 0.0
-    keyspace_id: str | None = None  # hex, from the row's primary vindex
-
-    @property
-    def key(self) -> RowKey:
-        return (self.table, self.pk)
+from updatestream_cli.devcluster.ledger import LedgerEntry, RowKey, final_state
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +157,7 @@ def _content(table: str, pk: str, digest: str | None) -> tuple[str, str, str | N
     return (table, pk, digest)
 
 
-def compare_changes(committed: Sequence[Committed], delivered: Iterable[Delivered]) -> Report:
+def compare_changes(committed: Sequence[LedgerEntry], delivered: Iterable[Delivered]) -> Report:
     """Match every ledger change to exactly one delivered change.
 
     A delivered change matches by content (table, primary key, after-image digest; a delete by
@@ -189,8 +170,8 @@ def compare_changes(committed: Sequence[Committed], delivered: Iterable[Delivere
     """
     report = Report(committed=len(committed))
     ordered = sorted(committed, key=lambda c: c.order)
-    by_origin: dict[tuple[Any, ...], list[Committed]] = defaultdict(list)
-    by_content: dict[tuple[Any, ...], list[Committed]] = defaultdict(list)
+    by_origin: dict[tuple[Any, ...], list[LedgerEntry]] = defaultdict(list)
+    by_content: dict[tuple[Any, ...], list[LedgerEntry]] = defaultdict(list)
     for change in ordered:
         content = _content(change.table, change.pk, change.digest)
         by_origin[(*content, change.shard, _normal_gtid(change.gtid))].append(change)
@@ -198,7 +179,7 @@ def compare_changes(committed: Sequence[Committed], delivered: Iterable[Delivere
     matched: set[int] = set()
     sequence: dict[RowKey, list[int]] = defaultdict(list)
 
-    def take(candidates: list[Committed]) -> Committed | None:
+    def take(candidates: list[LedgerEntry]) -> LedgerEntry | None:
         for change in candidates:
             if change.order not in matched:
                 return change
@@ -240,19 +221,8 @@ def compare_changes(committed: Sequence[Committed], delivered: Iterable[Delivere
 # -- final contents (CDCv2) ------------------------------------------------------------------
 
 
-def final_state(committed: Iterable[Committed]) -> dict[RowKey, str]:
-    """The after-image digest of each row alive after replaying the ledger in commit order."""
-    state: dict[RowKey, str] = {}
-    for change in sorted(committed, key=lambda c: c.order):
-        if change.digest is None:
-            state.pop(change.key, None)
-        else:
-            state[change.key] = change.digest
-    return state
-
-
 def compare_final(
-    committed: Sequence[Committed], rows: Iterable[FinalRow], updates: Iterable[RowUpdate]
+    committed: Sequence[LedgerEntry], rows: Iterable[FinalRow], updates: Iterable[RowUpdate]
 ) -> Report:
     """Compare a reconstructed collection with the ledger's final state.
 
@@ -331,7 +301,7 @@ class BatchFile:
 
 
 def check_progress(
-    committed: Sequence[Committed], files: Sequence[BatchFile], report: Report
+    committed: Sequence[LedgerEntry], files: Sequence[BatchFile], report: Report
 ) -> None:
     """Check the progress statements of one stream directory's files (in batch order) and add
     what is wrong to ``report.progress_violations``:
@@ -375,7 +345,7 @@ def check_progress(
 # -- cache entries (memcached) -----------------------------------------------------------------
 
 
-def covers(token: EventToken, last: Committed, slack: float = 1.0) -> bool:
+def covers(token: EventToken, last: LedgerEntry, slack: float = 1.0) -> bool:
     """Does an entry's token stand at or after the ledger's last change of its row?
 
     Exact when the token is from the change's shard (its position includes the change's GTID) or
@@ -395,7 +365,7 @@ def covers(token: EventToken, last: Committed, slack: float = 1.0) -> bool:
 
 
 def compare_cache(
-    committed: Sequence[Committed],
+    committed: Sequence[LedgerEntry],
     entries: Mapping[RowKey, CachedEntry],
     database: Mapping[RowKey, str] | None = None,
     *,
@@ -411,7 +381,7 @@ def compare_cache(
     are not checked.
     """
     report = Report(committed=len(committed), stale_keys=0)
-    last: dict[RowKey, Committed] = {}
+    last: dict[RowKey, LedgerEntry] = {}
     for change in sorted(committed, key=lambda c: c.order):
         last[change.key] = change
     for key, change in last.items():

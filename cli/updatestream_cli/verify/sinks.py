@@ -27,7 +27,7 @@ import pymysql.cursors
 
 from updatestream import spec
 from updatestream.cache.entry import EntryError, decode
-from updatestream.cache.keys import KeyTemplateError, KeyTemplates
+from updatestream.cache.key_templates import KeyTemplateError, KeyTemplates
 from updatestream.cache.transport import CacheAddressError, Servers
 from updatestream.cdcv2.format import (
     CDCv2FormatError,
@@ -38,15 +38,14 @@ from updatestream.cdcv2.format import (
 )
 from updatestream.cdcv2.reader import Collection, OrderedReader
 from updatestream.core.token import EventToken, TokenError
-from updatestream.mysql import connection_arguments
-from updatestream_cli.devcluster import schema
-from updatestream_cli.devcluster.ledger import table_state
+from updatestream.mysql_connections import connection_arguments
+from updatestream_cli.devcluster import sample_schema
+from updatestream_cli.devcluster.ledger import RowKey, table_state
 from updatestream_cli.verify.compare import (
     BatchFile,
     CachedEntry,
     Delivered,
     FinalRow,
-    RowKey,
     RowUpdate,
 )
 from updatestream_cli.verify.inputs import VerifyInputError
@@ -61,14 +60,14 @@ def digest_text(text: str) -> str:
 def image_digest(table: str, row: Mapping[str, Any]) -> str:
     """The ledger digest of a decoded JSON row image: columns in table order (the sample
     schema's; other tables keep the order they come in)."""
-    order = [c for c in schema.COLUMNS.get(table, ()) if c in row]
+    order = [c for c in sample_schema.COLUMNS.get(table, ()) if c in row]
     ordered = {c: row[c] for c in order} | {c: v for c, v in row.items() if c not in order}
     return digest_text(json.dumps(ordered, separators=(",", ":")))
 
 
 def pk_text(table: str, pk: Mapping[str, Any]) -> str:
     """The ledger's primary-key JSON: key columns in key order."""
-    order = [c for c in schema.PRIMARY_KEYS.get(table, ()) if c in pk]
+    order = [c for c in sample_schema.PRIMARY_KEYS.get(table, ()) if c in pk]
     ordered = {c: pk[c] for c in order} | {c: v for c, v in pk.items() if c not in order}
     return json.dumps(ordered, separators=(",", ":"))
 

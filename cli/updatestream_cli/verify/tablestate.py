@@ -19,8 +19,8 @@ from typing import Any
 from updatestream import spec
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.vschema import VSchema
-from updatestream_cli.devcluster.ledger import binlog_image, pk_json, row_digest
-from updatestream_cli.verify.compare import Delivered, FinalRow, RowKey
+from updatestream_cli.devcluster.ledger import RowKey, binlog_image, pk_json, row_digest
+from updatestream_cli.verify.compare import Delivered, FinalRow
 from updatestream_cli.verify.sinks import shard_rows
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Sequence
 
-from updatestream_jobs.sinks.base import BatchContext, Sink, SinkContext, SinkError, SinkResult
+from updatestream_jobs.sinks.sink import BatchContext, Sink, SinkContext, SinkError, SinkResult
 
 __all__ = [
     "SINKS",
@@ -27,11 +27,11 @@ __all__ = [
 
 # sink type (`spec.sinks[].type`) -> "module:class"; each class has `from_spec(config, context)`
 SINKS: dict[str, str] = {
-    "memcached": "updatestream_jobs.sinks.memcached:MemcachedSink",
-    "versionStream": "updatestream_jobs.sinks.versionstream:VersionStreamSink",
-    "mirror": "updatestream_jobs.sinks.mirror:MirrorSink",
-    "cdcv2": "updatestream_jobs.sinks.cdcv2:CDCv2Sink",
-    "console": "updatestream_jobs.sinks.console:ConsoleSink",
+    "memcached": "updatestream_jobs.sinks.memcached_sink:MemcachedSink",
+    "versionStream": "updatestream_jobs.sinks.versionstream_sink:VersionStreamSink",
+    "mirror": "updatestream_jobs.sinks.mirror_sink:MirrorSink",
+    "cdcv2": "updatestream_jobs.sinks.cdcv2_sink:CDCv2Sink",
+    "console": "updatestream_jobs.sinks.console_sink:ConsoleSink",
 }
 
 

@@ -16,7 +16,7 @@ which is what comparing Event Tokens and removing hop duplicates needs.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from updatestream.core.gtid._base import (
     _MARIADB_FORMS,
@@ -79,22 +79,19 @@ def parse_position(text: str, flavor: Flavor | None = None) -> GTIDPosition:
 
 def position_contains(a: GTIDPosition, b: GTIDPosition) -> bool:
     """``a.contains(b)`` for positions typed as GTIDPosition; mixing flavours raises."""
-    if isinstance(a, MariaDBPosition) and isinstance(b, MariaDBPosition):
-        return a.contains(b)
-    if isinstance(a, MySQLGTIDSet) and isinstance(b, MySQLGTIDSet):
-        return a.contains(b)
-    _same_flavor(a, b)
-    raise AssertionError("unreachable")  # pragma: no cover
+    return bool(_of_one_flavor(a, b, "contains"))
 
 
 def position_union(a: GTIDPosition, b: GTIDPosition) -> GTIDPosition:
     """``a.union(b)`` for positions typed as GTIDPosition; mixing flavours raises."""
-    if isinstance(a, MariaDBPosition) and isinstance(b, MariaDBPosition):
-        return a.union(b)
-    if isinstance(a, MySQLGTIDSet) and isinstance(b, MySQLGTIDSet):
-        return a.union(b)
+    union: GTIDPosition = _of_one_flavor(a, b, "union")
+    return union
+
+
+def _of_one_flavor(a: GTIDPosition, b: GTIDPosition, method: str) -> Any:
+    """``a.<method>(b)`` when both positions are of one flavour; otherwise PositionError."""
     _same_flavor(a, b)
-    raise AssertionError("unreachable")  # pragma: no cover
+    return getattr(a, method)(b)
 
 
 def compare_positions(a: GTIDPosition, b: GTIDPosition) -> Comparison:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from enum import Enum
-from typing import Protocol
+from typing import Any, Protocol
 
 from updatestream.core.errors import UpdateStreamError
 
@@ -61,6 +62,29 @@ def _bad(text: str, why: str, forms: str) -> GTIDParseError:
 class _Flavored(Protocol):
     @property
     def flavor(self) -> Flavor: ...
+
+
+class _Position:
+    """What both flavours' positions share: immutable entries (set once by the subclass's
+    constructor, with their hash), equality by entries, and the text they parse from as repr."""
+
+    __slots__ = ()
+    _entries: Mapping[Any, Any]
+    _hash: int
+
+    def is_empty(self) -> bool:
+        return not self._entries
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}.parse({str(self)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, _Position) or type(other) is not type(self):
+            return NotImplemented
+        return self._entries == other._entries
+
+    def __hash__(self) -> int:
+        return self._hash
 
 
 def _same_flavor(a: _Flavored, b: _Flavored) -> None:

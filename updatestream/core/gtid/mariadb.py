@@ -15,6 +15,7 @@ from updatestream.core.gtid._base import (
     Flavor,
     GTIDParseError,
     _bad,
+    _Position,
     _same_flavor,
 )
 
@@ -57,7 +58,7 @@ class MariaDBGTID:
         return f"{self.domain}-{self.server}-{self.seq}"
 
 
-class MariaDBPosition:
+class MariaDBPosition(_Position):
     """A MariaDB GTID position: at most one GTID per replication domain.
 
     ``contains`` looks at sequence numbers only (as MariaDB does when it waits for a position):
@@ -136,25 +137,11 @@ class MariaDBPosition:
         merged[gtid.domain] = gtid
         return MariaDBPosition(merged.values())
 
-    def is_empty(self) -> bool:
-        return not self._entries
-
     def __iter__(self) -> Iterator[MariaDBGTID]:
         return iter(self._entries.values())
 
     def __str__(self) -> str:
         return ",".join(str(gtid) for gtid in self._entries.values())
-
-    def __repr__(self) -> str:
-        return f"MariaDBPosition.parse({str(self)!r})"
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, MariaDBPosition):
-            return NotImplemented
-        return self._entries == other._entries
-
-    def __hash__(self) -> int:
-        return self._hash
 
     def __reduce__(self) -> tuple[object, tuple[tuple[MariaDBGTID, ...]]]:
         return (MariaDBPosition, (tuple(self._entries.values()),))

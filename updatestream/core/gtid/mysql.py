@@ -14,6 +14,7 @@ from updatestream.core.gtid._base import (
     Flavor,
     GTIDParseError,
     _bad,
+    _Position,
     _same_flavor,
 )
 
@@ -57,7 +58,7 @@ def _covers(mine: tuple[Interval, ...], theirs: tuple[Interval, ...]) -> bool:
     return True
 
 
-class MySQLGTIDSet:
+class MySQLGTIDSet(_Position):
     """A MySQL GTID set: server UUID (lower case) -> sorted, merged closed intervals of GNOs."""
 
     __slots__ = ("_entries", "_hash")
@@ -154,25 +155,11 @@ class MySQLGTIDSet:
         combined.setdefault(key, []).append((seq, seq))
         return MySQLGTIDSet(combined)
 
-    def is_empty(self) -> bool:
-        return not self._entries
-
     def __str__(self) -> str:
         return ",".join(
             sid + "".join(f":{s}" if s == e else f":{s}-{e}" for s, e in intervals)
             for sid, intervals in self._entries.items()
         )
-
-    def __repr__(self) -> str:
-        return f"MySQLGTIDSet.parse({str(self)!r})"
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, MySQLGTIDSet):
-            return NotImplemented
-        return self._entries == other._entries
-
-    def __hash__(self) -> int:
-        return self._hash
 
     def __reduce__(self) -> tuple[object, tuple[dict[str, tuple[Interval, ...]]]]:
         return (MySQLGTIDSet, (dict(self._entries),))

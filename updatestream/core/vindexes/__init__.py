@@ -7,12 +7,6 @@ The built-in kinds are registered here, one module each: ``numeric``, ``hash``, 
 from __future__ import annotations
 
 from updatestream.core.vindexes import binary_md5, hash, lookup_unique, numeric, xxhash64
-from updatestream.core.vindexes.base import (
-    LookupStore,
-    Reversible,
-    Vindex,
-    VindexError,
-)
 from updatestream.core.vindexes.binary_md5 import BinaryMD5Vindex
 from updatestream.core.vindexes.hash import HashVindex
 from updatestream.core.vindexes.lookup_unique import LookupUniqueVindex
@@ -25,6 +19,12 @@ from updatestream.core.vindexes.registry import (
     functional_types,
     known_types,
     register,
+)
+from updatestream.core.vindexes.vindex import (
+    LookupStore,
+    Reversible,
+    Vindex,
+    VindexError,
 )
 from updatestream.core.vindexes.xxhash64 import XXHashVindex
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from updatestream.core.vindexes.base import FunctionalVindex, to_key_bytes
+from updatestream.core.vindexes.vindex import FunctionalVindex, to_key_bytes
 
 TYPE_NAME = "binary_md5"
 

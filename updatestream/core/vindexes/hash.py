@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from Crypto.Cipher import DES
 
-from updatestream.core.vindexes.base import (
+from updatestream.core.vindexes.vindex import (
     FunctionalVindex,
     pad_keyspace_id,
     to_uint64,

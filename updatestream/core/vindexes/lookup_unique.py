@@ -1,7 +1,7 @@
 """The ``lookup_unique`` vindex: reads the keyspace id of a value from a lookup table.
 
 The table (``params``: ``table``, ``from``, ``to``) is reached through an injected
-:class:`~updatestream.core.vindexes.base.LookupStore`; the SQL implementation lives outside the
+:class:`~updatestream.core.vindexes.vindex.LookupStore`; the SQL implementation lives outside the
 core. A value without a row maps to None (no destination), as in Vitess.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from updatestream.core.vindexes.base import LookupStore, VindexError, describe
+from updatestream.core.vindexes.vindex import LookupStore, VindexError, describe
 
 TYPE_NAME = "lookup_unique"
 REQUIRED_PARAMS = ("table", "from", "to")

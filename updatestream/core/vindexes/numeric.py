@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from updatestream.core.vindexes.base import (
+from updatestream.core.vindexes.vindex import (
     FunctionalVindex,
     pad_keyspace_id,
     to_uint64,

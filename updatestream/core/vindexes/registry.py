@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
-from updatestream.core.vindexes.base import LookupStore, Vindex, VindexError, describe
+from updatestream.core.vindexes.vindex import LookupStore, Vindex, VindexError, describe
 
 __all__ = [
     "DEFAULT_REGISTRY",

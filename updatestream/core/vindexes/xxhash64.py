@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import xxhash
 
-from updatestream.core.vindexes.base import FunctionalVindex, to_key_bytes
+from updatestream.core.vindexes.vindex import FunctionalVindex, to_key_bytes
 
 TYPE_NAME = "xxhash"
 

@@ -1,0 +1,263 @@
+"""docs/benchmarks.md's figures, rendered from the result files in `bench/results/`.
+
+One function per benchmark turns its `<name>.json` into Markdown: the medians, every round,
+the phases and the load averages the run recorded; `history` renders one benchmark's runs
+from `history.json`. `bench.readme_figures` puts each between its markers and `make lint`
+checks that what is there is what the files say.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.figures import FIGURE, FIGURES, shown
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+Result = dict[str, Any]
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A Markdown table; cells that are not text are shown as figures."""
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    for row in rows:
+        cells = (cell if isinstance(cell, str) else shown(cell) for cell in row)
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def listed(values: Iterable[Any], sep: str = " / ") -> str:
+    return sep.join(shown(value) for value in values)
+
+
+def loads(values: Sequence[Sequence[float]] | Sequence[float]) -> str:
+    """One-minute load averages, in the order the run took them."""
+    ones = [value[0] if isinstance(value, list | tuple) else value for value in values]
+    return " → ".join(f"{value:.1f}" for value in ones)
+
+
+def triple(load: Sequence[float]) -> str:
+    """One reading of the 1, 5 and 15 minute load averages."""
+    return " / ".join(f"{value:.2f}" for value in load) + " (1, 5, 15 min)"
+
+
+def read(name: str, results: Path = RESULTS) -> Result:
+    result: Result = json.loads((results / f"{name}.json").read_text(encoding="utf-8"))
+    return result
+
+
+def source(r: Result) -> str:
+    rows = [[FIGURE[key].what, r[key]] for key in (
+        "source_rows_per_s", "source_layer_rows_per_s", "plain_reader_rows_per_s",
+        "mariadb_binlog_rows_per_s",
+    )]  # fmt: skip
+    rows += [
+        ["source / plain reader", r["source_vs_plain_ratio"]],
+        ["Python worker peak RSS, 100k-row transaction (MB)",
+         r["source_large_tx_worker_peak_rss_mb"]],
+    ]  # fmt: skip
+    head = f"{r['rows']:,} rows, median of {r['rounds']} rounds; load average "
+    return (
+        head + f"{triple(r['load_average'])} at the start.\n\n" + table(["reader", "rows/s"], rows)
+    )
+
+
+def sinks(r: Result) -> str:
+    rows = [
+        ["memcached invalidations/s", r["memcached_invalidations_per_s"]],
+        ["Version Stream appends/s", r["versionstream_appends_per_s"]],
+        ["naive single-row appends/s", r["naive_append_per_s"]],
+        ["Version Stream / naive, median of the rounds' ratios", r["versionstream_vs_naive_ratio"]],
+    ]  # fmt: skip
+    head = (f"{r['events']:,} events ({r['naive']:,} naive appends), median of {r['rounds']} "
+            f"rounds; load average {triple(r['load_average'])} at the start")  # fmt: skip
+    return head + ".\n\n" + table(["figure", "median"], rows)
+
+
+def mirror(r: Result) -> str:
+    rounds = r["rounds_rows_per_s"]
+    rows = [
+        ["mirror sink, batches of 10,000", r["mirror_rows_per_s"], listed(rounds["10k"])],
+        ["mirror sink, batches of 1,000", r["mirror_rows_per_s_batch_1k"], listed(rounds["1k"])],
+        ["one guarded upsert per row, autocommit", r["mirror_naive_rows_per_s"],
+         listed(rounds["naive"])],
+        ["ratio, batches of 10,000 over per row", r["mirror_vs_naive_ratio"], ""],
+    ]  # fmt: skip
+    head = (f"{r['rows']:,} inserts then {r['rows']:,} updates, {r['naive']:,} of each per row; "
+            f"load average {triple(r['load_average'])} at the start")  # fmt: skip
+    return head + ".\n\n" + table(["writer", "rows/s (median)", "rounds"], rows)
+
+
+def lag(r: Result) -> str:
+    probe = r["max_rate"]
+    parts = probe["spark_batch_parts_s"]
+    head = (
+        f"Shards {', '.join(r['shards'])}; trigger {shown(r['trigger_seconds'])} s; "
+        f"{shown(r['seconds_per_load'])} s per load, {r['rounds']} rounds; source options "
+        f"{json.dumps(r.get('source_options') or {})}; load average "
+        f"{triple(r['load_average_before'])} before, per round (1 min) below.\n\n"
+        f"**Maximum sustainable rate** {probe['sustained_rows_per_s']:,} rows/s (the generator "
+        f"committed {probe['committed_rows_per_s']:,} rows/s unthrottled; the sinks were "
+        f"{shown(probe['catch_up_s'])} s behind at its end); median batch "
+        f"{shown(probe['median_batch_rows'])} rows, Spark `triggerExecution` "
+        f"{shown(parts['triggerExecution'])} s of which `addBatch` {shown(parts['addBatch'])} s. "
+        f"One shard connection: {shown(r['shard_connect_ms']['pymysql_defaults'])} ms with "
+        f"PyMySQL's defaults, {shown(r['shard_connect_ms']['ssl_disabled'])} ms with "
+        f"`ssl_disabled=True`."
+    )  # fmt: skip
+    rows = []
+    for load, data in r["loads"].items():
+        rate = data["runs"][0]["requested_rows_per_s"]
+        for sink, f in data["median"].items():
+            rows.append([load, rate, sink, f["p50_s"], f["p99_s"], f["max_s"]])
+    lags = table(["load", "rows/s", "sink", "p50 (s)", "p99 (s)", "max (s)"], rows)
+    return "\n\n".join([head, lags, lag_rounds(r)])
+
+
+def lag_rounds(r: Result) -> str:
+    """Per load and round: the Version Stream's lag, the batches and Spark's phases."""
+    rows = []
+    for load, data in r["loads"].items():
+        for number, run in enumerate(data["runs"], 1):
+            vs, parts = run["sinks"]["versionstream"], run["spark_batch_parts_s"]
+            rows.append([
+                load, number, loads([run["load_average"]]), run["committed_rows_per_s"],
+                f"{shown(vs['p50_s'])} / {shown(vs['p99_s'])}", run["batches_per_s"],
+                run["median_batch_rows"], parts["triggerExecution"], parts["addBatch"],
+                parts["walCommit"], parts["commitOffsets"], run["shard_connections_per_batch"],
+            ])  # fmt: skip
+    header = ["load", "round", "load avg", "committed rows/s", "Version Stream p50 / p99 (s)",
+              "batches/s", "median batch rows", "`triggerExecution` (s)", "`addBatch` (s)",
+              "`walCommit` (s)", "`commitOffsets` (s)", "shard connections per batch"]  # fmt: skip
+    return table(header, rows)
+
+
+def peers(r: Result) -> str:
+    catch = r["catch_up"]
+    keys = ["debezium_first_to_last_rows_per_s", "debezium_with_engine_start_rows_per_s",
+            "debezium_with_jvm_start_rows_per_s", "source_rows_per_s", "plain_reader_rows_per_s",
+            "mariadb_binlog_rows_per_s"]  # fmt: skip
+    catch_rows = [
+        [key.removesuffix("_rows_per_s"), catch["median"][key],
+         listed(round_[key] for round_ in catch["rounds"])]
+        for key in keys
+    ]  # fmt: skip
+    seen = [r["load_average_before"], r["load_average_between"], r["load_average_after"]]
+    head = (f"Debezium {r['debezium']}. {r['rows']:,} rows, {r['rounds']} rounds; load average "
+            f"(1 min) {loads(seen)} (start, after the catch-up, end). `source_vs_debezium_ratio` "
+            f"{shown(r['source_vs_debezium_ratio'])}.")  # fmt: skip
+    rows = []
+    for rate, figures in r["lag"]["median"].items():
+        for system in ("debezium_default", "debezium_poll10", "job_console", "job_versionstream"):
+            f = figures[system]
+            rows.append([rate, system, f["p50_s"], f["p99_s"], f["max_s"]])
+    lag_table = table(["rows/s", "system", "p50 (s)", "p99 (s)", "max (s)"], rows)
+    return "\n\n".join([
+        head, table(["reader", "rows/s (median)", "rounds"], catch_rows), lag_table,
+        peers_phases(r),
+    ])  # fmt: skip
+
+
+def peers_phases(r: Result) -> str:
+    """The job's median micro-batch at each rate: Spark's phases and the batch function's."""
+    rows = []
+    for rate, figures in r["lag"]["median"].items():
+        parts, driver = figures["job_spark_batch_parts_s"], figures["job_driver_phases_s"]
+        batch = figures["job_batch_phases"]
+        rows.append([
+            rate, batch["median_batch_rows"], parts["triggerExecution"], parts["latestOffset"],
+            parts["addBatch"], parts["walCommit"], parts["commitOffsets"], driver["read_s"],
+            driver["console_write_s"], driver["versionstream_write_s"],
+        ])  # fmt: skip
+    header = ["rows/s", "batch rows", "`triggerExecution`", "`latestOffset`", "`addBatch`",
+              "`walCommit`", "`commitOffsets`", "read from Spark", "console sink",
+              "Version Stream sink"]  # fmt: skip
+    return "Median micro-batch of the job, seconds:\n\n" + table(header, rows)
+
+
+def footprint(r: Result) -> str:
+    operator, driver = r["operator"], r["driver"]["median"]
+    rows = [[f"operator, {run['streams']} UpdateStreams ({run['launcher']} launcher), round {n}",
+             run["idle_mb"], run["peak_mb"], run["steady_mb"]]
+            for n, run in enumerate(operator["runs"], 1)]  # fmt: skip
+    rows += [[f"job driver, median: {process}", driver["idle_mb"][process],
+              driver["peak_mb"][process], ""]
+             for process in ("driver_jvm", "driver_python", "python_workers")]  # fmt: skip
+    head = f"{r['rounds']} rounds; load average (1 min) {loads(r['load_averages'])}, in turn."
+    return head + "\n\n" + table(["process", "idle (MB)", "peak (MB)", "steady (MB)"], rows)
+
+
+def scaling(r: Result) -> str:
+    rows = [
+        [shards, ", ".join(f["shards"]), f["rows_per_s"], f["rows_per_s_per_shard"],
+         f["spark_cpu_s_per_100k_rows"], f["mariadbd_cpu_s_per_100k_rows"],
+         listed(run["rows_per_s"] for run in f["runs"])]
+        for shards, f in r["by_shards"].items()
+    ]  # fmt: skip
+    head = (f"{r['rows']:,} rows, Spark `{r['spark_master']}`, median of {r['rounds']} rounds; "
+            f"load average (1 min) {loads(r['load_averages'])}, in turn.")  # fmt: skip
+    header = ["shards", "key ranges", "rows/s", "per shard", "Spark CPU s / 100k rows",
+              "`mariadbd` CPU s / 100k rows", "rounds (rows/s)"]  # fmt: skip
+    return head + "\n\n" + table(header, rows)
+
+
+def hop(r: Result) -> str:
+    hops = [[n, ",".join(h["from"]), ",".join(h["to"]), h["duration_s"], h["duplicates_dropped"]]
+            for n, h in enumerate(r["hops"], 1)]  # fmt: skip
+    verify = [[sink, v["committed"], v["delivered"], v["lost"], v["duplicates_delivered"],
+               v["duplicates_dropped"]] for sink, v in r["verify"].items()]  # fmt: skip
+    head = (f"{r['rounds']} splits and {r['rounds']} merges at {shown(r['rate_rows_per_s'])} "
+            f"rows/s, filtered replication {shown(r['replicate_seconds_before_cutover'])} s before "
+            f"each cut-over; load average {triple(r['load_average'])} at the end. Hop time median "
+            f"{shown(r['hop_median_s'])} s (splits {shown(r['split_median_s'])} s, merges "
+            f"{shown(r['merge_median_s'])} s), max {shown(r['hop_max_s'])} s.")  # fmt: skip
+    return "\n\n".join([
+        head, table(["hop", "from", "to", "time (s)", "duplicates dropped"], hops),
+        table(["sink", "committed", "delivered", "lost", "duplicates delivered",
+               "duplicates dropped"], verify),
+    ])  # fmt: skip
+
+
+def snapshot(r: Result) -> str:
+    rounds = r["rounds"]
+    rates = {kind: [run["rows_per_s"] for run in runs] for kind, runs in rounds.items()}
+    rows = [
+        ["our snapshot", r["snapshot_rows_per_s"], listed(rates["updatestream"])],
+        ["Spark's JDBC reader", r["jdbc_rows_per_s"], listed(rates["jdbc"])],
+        ["ours / JDBC", r["snapshot_vs_jdbc_ratio"], listed(
+            u / j for u, j in zip(rates["updatestream"], rates["jdbc"], strict=True))],
+    ]  # fmt: skip
+    if "debezium" in rates:
+        rows += [
+            ["Debezium's initial snapshot, first to last record", r["debezium_rows_per_s"],
+             listed(rates["debezium"])],
+            ["ours / Debezium", r["snapshot_vs_debezium_ratio"], listed(
+                u / d for u, d in zip(rates["updatestream"], rates["debezium"], strict=True))],
+        ]  # fmt: skip
+    rss = r["rss"]
+    head = (f"{r['rows']:,} rows, chunks of {r['chunk_rows']:,}; load average "
+            f"(1 min) {loads([r['load_before'], r['load_after']])} (start, end). Peak RSS at "
+            f"{listed(rss['rows'])} rows: Python driver {listed(rss['driver_rss_mb'])} MB, "
+            f"Python workers {listed(rss['worker_rss_mb'])} MB.")  # fmt: skip
+    return head + "\n\n" + table(["reader", "rows/s (median)", "rounds"], rows)
+
+
+def history(benchmark: str, entries: list[dict[str, Any]]) -> str:
+    """Every recorded run of `benchmark`, oldest first."""
+    runs = [entry for entry in entries if entry["benchmark"] == benchmark]
+    seen = {key for run in runs for key in run["figures"]}
+    keys = [
+        figure.key for figure in FIGURES if figure.benchmark == benchmark and figure.key in seen
+    ]
+    rows = [[run["date"], run["commit"] or "—", loads(run["load"]) if run["load"] else "—",
+             *(run["figures"].get(key) for key in keys)] for run in runs]  # fmt: skip
+    return table(["date", "commit", "load avg", *(f"`{key}`" for key in keys)], rows)
+
+
+RENDERERS: dict[str, Callable[[Result], str]] = {
+    "source": source, "sinks": sinks, "mirror": mirror, "lag": lag, "peers": peers,
+    "footprint": footprint, "scaling": scaling, "hop": hop, "snapshot": snapshot,
+}  # fmt: skip

@@ -1,0 +1,219 @@
+"""The mirror sink: a MySQL/MariaDB database kept up to date, only ever moving forward.
+
+Each batch is collapsed to the newest change per key and applied with guarded multi-row
+upserts (:mod:`updatestream.mirror`): a replayed batch, a hop duplicate or a late older change
+leaves a row as it is; deletes are tombstones, purged every ``purgeEveryBatches`` batches once
+older than ``tombstoneHorizonSeconds``. The source's column types are read from a serving shard
+of the Keyspace (``information_schema``) with the shard's own Secret.
+
+A change the mirror already holds at an equal token, in a batch that is no replay, is reported
+as a duplicate delivered. Metrics (the job's registry): ``updatestream_mirror_rows_applied_total``,
+``updatestream_mirror_rows_ignored_total{cause}`` (older, equal, superseded),
+``updatestream_mirror_unknown_order_total``, ``updatestream_mirror_tombstones_written_total``,
+``updatestream_mirror_tombstones_purged_total``, all labelled ``stream`` and ``sink``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pymysql
+from prometheus_client import CollectorRegistry, Counter
+
+from updatestream import spec
+from updatestream.binlog.events import ChangeEvent
+from updatestream.core.errors import UpdateStreamError
+from updatestream.mirror import (
+    ApplyResult,
+    MirrorSchemaError,
+    MirrorWriter,
+    SourceSchemas,
+    collapse,
+)
+from updatestream.mysql_connections import connection_arguments
+from updatestream_jobs.sinks.sink import (
+    BatchContext,
+    MirrorSinkSchemaError,
+    ReplayGuard,
+    SinkContext,
+    SinkError,
+    SinkResult,
+)
+
+IGNORE_CAUSES = ("older", "equal", "superseded")
+_FAILURES = (pymysql.err.MySQLError, OSError, UpdateStreamError, ValueError)
+
+
+class MirrorMetrics:
+    def __init__(self, registry: CollectorRegistry | None) -> None:
+        registry = registry if registry is not None else CollectorRegistry()
+        labels = ["stream", "sink"]
+        self.applied = Counter(
+            "updatestream_mirror_rows_applied_total",
+            "Rows the mirror sink wrote (upserts and tombstones)",
+            labels,
+            registry=registry,
+        )
+        self.ignored = Counter(
+            "updatestream_mirror_rows_ignored_total",
+            "Changes the mirror sink did not apply, by cause (older, equal, superseded)",
+            [*labels, "cause"],
+            registry=registry,
+        )
+        self.unknown = Counter(
+            "updatestream_mirror_unknown_order_total",
+            "Changes applied over a row of the same second from another shard (arrival order)",
+            labels,
+            registry=registry,
+        )
+        self.tombstones = Counter(
+            "updatestream_mirror_tombstones_written_total",
+            "Tombstones the mirror sink wrote for deleted rows",
+            labels,
+            registry=registry,
+        )
+        self.purged = Counter(
+            "updatestream_mirror_tombstones_purged_total",
+            "Tombstones older than the horizon the mirror sink deleted",
+            labels,
+            registry=registry,
+        )
+
+    def start(self, stream: str, sink: str) -> None:
+        """Every series at 0, so increase() sees the first increment."""
+        for counter in (self.applied, self.unknown, self.tombstones, self.purged):
+            counter.labels(stream, sink)
+        for cause in IGNORE_CAUSES:
+            self.ignored.labels(stream, sink, cause)
+
+    def record(self, stream: str, sink: str, result: ApplyResult) -> None:
+        self.applied.labels(stream, sink).inc(result.applied)
+        self.unknown.labels(stream, sink).inc(result.unknown)
+        self.tombstones.labels(stream, sink).inc(result.tombstones)
+        for cause, count in result.ignored.items():
+            self.ignored.labels(stream, sink, cause).inc(count)
+
+
+def describe(exc: BaseException) -> str:
+    if isinstance(exc, UpdateStreamError):
+        return str(exc)
+    if isinstance(exc, pymysql.err.MySQLError) and len(exc.args) >= 2:
+        return f"MySQL error {exc.args[0]}: {exc.args[1]}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+class MirrorSink:
+    """Keeps ``<database>.<tablePrefix><table>`` up to date (see the module)."""
+
+    @classmethod
+    def from_spec(cls, config: spec.MirrorSink, context: SinkContext) -> MirrorSink:
+        return cls(
+            config,
+            secrets_dir=context.secrets_dir,
+            keyspace=context.keyspace_spec,
+            registry=context.registry,
+        )
+
+    def __init__(
+        self,
+        config: spec.MirrorSink,
+        *,
+        secrets_dir: Path,
+        keyspace: spec.Keyspace | None,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self.config = config
+        self.secrets_dir = secrets_dir
+        self.keyspace = keyspace
+        endpoint = config.mysql
+        self.name = f"mirror({endpoint.host}:{endpoint.port}/{config.database})"
+        self.metrics = MirrorMetrics(registry)
+        self._writer: MirrorWriter | None = None
+        self._replays = ReplayGuard()
+        self._batches = 0
+        self._started: set[str] = set()
+
+    def _connect(self) -> Any:
+        settings = connection_arguments(
+            self.config.mysql, self.secrets_dir, self.config.credentials_secret, autocommit=False
+        )
+        return pymysql.connect(**settings)
+
+    def _sources(self) -> SourceSchemas:
+        if self.keyspace is None:
+            raise SinkError(f"{self.name}: needs the Keyspace to read the source tables' columns")
+        keyspace = self.keyspace
+        shards = []
+        for name in keyspace.spec.serving_shards:
+            shard = keyspace.spec.shard(name)
+            settings = connection_arguments(
+                shard.mysql, self.secrets_dir, shard.credentials_secret, read_timeout=30
+            )
+            shards.append((name, lambda s=settings: pymysql.connect(**s)))
+        database = self.config.source_database or keyspace.metadata.name
+        flavor = keyspace.spec.shards[0].flavor if keyspace.spec.shards else "mariadb"
+        return SourceSchemas(shards, database, flavor)
+
+    @property
+    def writer(self) -> MirrorWriter:
+        if self._writer is None:
+            self._writer = MirrorWriter(
+                self._connect,
+                self._sources(),
+                database=self.config.database,
+                prefix=self.config.table_prefix,
+                where=self.name,
+            )
+        return self._writer
+
+    def open(self) -> None:
+        try:
+            self.writer.create_database()
+        except _FAILURES as exc:
+            self._drop_connection()
+            raise SinkError(f"{self.name}: cannot create the database: {describe(exc)}") from None
+
+    def write_batch(self, events: Iterable[ChangeEvent], ctx: BatchContext) -> SinkResult:
+        if ctx.stream not in self._started:
+            self.metrics.start(ctx.stream, self.name)
+            self._started.add(ctx.stream)
+        keys = 0
+        try:
+            batch = collapse(events)
+            keys = len(batch.changes)
+            result = self.writer.apply(batch)
+            purged = self._maybe_purge()
+        except MirrorSchemaError as exc:  # the library's: the sink's typed error
+            raise MirrorSinkSchemaError(str(exc)) from None
+        except _FAILURES as exc:
+            self._drop_connection()
+            raise SinkError(
+                f"{self.name}: cannot apply batch {ctx.batch_id} ({keys} keys); it is retried "
+                f"(tables committed already hold only what is newer): {describe(exc)}"
+            ) from None
+        self.metrics.record(ctx.stream, self.name, result)
+        self.metrics.purged.labels(ctx.stream, self.name).inc(purged)
+        equal = result.ignored.get("equal", 0)
+        delivered = 0 if self._replays.may_repeat(ctx) else equal
+        self._replays.written(ctx)
+        skipped = sum(result.ignored.values())
+        return SinkResult(written=result.applied, skipped=skipped, duplicates_delivered=delivered)
+
+    def _maybe_purge(self) -> int:
+        self._batches += 1
+        if self._batches % self.config.purge_every:
+            return 0
+        return self.writer.purge(self.config.tombstone_horizon)
+
+    def purge(self) -> int:
+        """Purge tombstones older than the horizon now (the sink does it every N batches)."""
+        return self.writer.purge(self.config.tombstone_horizon)
+
+    def _drop_connection(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+
+    def close(self) -> None:
+        self._drop_connection()

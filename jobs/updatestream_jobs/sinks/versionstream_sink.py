@@ -1,0 +1,159 @@
+"""The Version Stream sink: every row change appended as the next version of one stream.
+
+Each change becomes a version of the entity ``<table>:<primary key JSON>`` with the after image
+as ``data`` (NULL for a delete: a tombstone). An update that changes the primary key first
+writes a tombstone for the old key. A batch is appended in one transaction (see
+:mod:`updatestream.versionstream.repository`): gapless versions in stream order, each change at
+most once, recognised by its source identity, so replayed batches and hop duplicates append
+nothing. An identity already present in a batch that is no replay is reported as a duplicate
+delivered (`SinkResult.duplicates_delivered`): the hop dedup should have dropped it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pymysql
+
+from updatestream import spec
+from updatestream.binlog.events import ChangeEvent
+from updatestream.core.errors import UpdateStreamError
+from updatestream.mysql_connections import connection_arguments
+from updatestream.versionstream.partitioned_stream import PartitionedStream
+from updatestream.versionstream.repository import (
+    Origin,
+    Record,
+    VersionStreamRepository,
+    entity_name,
+)
+from updatestream_jobs.sinks.common import identity, loads_object, pk_of
+from updatestream_jobs.sinks.sink import (
+    BatchContext,
+    ReplayGuard,
+    SinkContext,
+    SinkError,
+    SinkResult,
+)
+
+
+def records_of(event: ChangeEvent) -> list[Record]:
+    """The versions one row change appends."""
+    shard, gtid, _table, _pk, index = identity(event)
+    # A snapshot row's origin is the position it was read at, marked as a snapshot: it can
+    # never be mistaken for the change that wrote the row at that position.
+    origin = Origin(shard, gtid, index, snapshot=event.op == "snapshot")
+    table = event.table or ""
+    entity = f"{table}:{event.pk}"  # the pk of the after image, or of the before for a delete
+    if event.after is None:
+        return [Record(entity, None, origin)]
+    record = Record(entity, event.after, origin)
+    if event.before is None:
+        return [record]
+    pk = loads_object(event.pk, "pk", event)
+    old_pk = pk_of(loads_object(event.before, "before", event), pk)
+    if old_pk == pk:
+        return [record]
+    tombstone = origin._replace(part=1)
+    return [Record(entity_name(table, old_pk), None, tombstone), record]
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, UpdateStreamError):
+        return str(exc)
+    if isinstance(exc, pymysql.err.MySQLError) and len(exc.args) >= 2:
+        return f"MySQL error {exc.args[0]}: {exc.args[1]}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+class VersionStreamSink:
+    """Appends each batch to ``<database>.<table>``, stream ``stream`` (see the module)."""
+
+    @classmethod
+    def from_spec(cls, config: spec.VersionStreamSink, context: SinkContext) -> VersionStreamSink:
+        return cls(config, secrets_dir=context.secrets_dir)
+
+    def __init__(self, config: spec.VersionStreamSink, *, secrets_dir: Path) -> None:
+        self.config = config
+        self.secrets_dir = secrets_dir
+        endpoint = config.mysql
+        self.address = f"{endpoint.host}:{endpoint.port}"
+        parts = f", {config.partitions} partitions" if config.partitions > 1 else ""
+        self.name = (
+            f"versionstream({self.address}/{config.database}.{config.table} "
+            f"stream {config.stream}{parts})"
+        )
+        self._repository: VersionStreamRepository | PartitionedStream | None = None
+        self._replays = ReplayGuard()
+
+    def _settings(self) -> dict[str, Any]:
+        return connection_arguments(
+            self.config.mysql, self.secrets_dir, self.config.credentials_secret, autocommit=False
+        )
+
+    @property
+    def repository(self) -> VersionStreamRepository | PartitionedStream:
+        """One stream, or with `partitions` > 1 the partitions written in parallel."""
+        if self._repository is None:
+            settings = self._settings()
+            config = self.config
+            if config.partitions > 1:
+                self._repository = PartitionedStream(
+                    lambda: pymysql.connect(**settings),
+                    table=config.table,
+                    database=config.database,
+                    stream=config.stream,
+                    partitions=config.partitions,
+                    where=self.name,
+                )
+            else:
+                self._repository = VersionStreamRepository(
+                    lambda: pymysql.connect(**settings),
+                    table=config.table,
+                    database=config.database,
+                    stream=config.stream,
+                    where=self.name,
+                )
+        return self._repository
+
+    def open(self) -> None:
+        try:
+            self.repository.create_table()
+        except (pymysql.err.MySQLError, OSError, UpdateStreamError) as exc:
+            raise SinkError(
+                f"{self.name}: cannot create the Version Stream table: {_describe(exc)}"
+            ) from None
+
+    def write_batch(self, events: Iterable[ChangeEvent], ctx: BatchContext) -> SinkResult:
+        records: list[Record] = []
+        changes = 0
+        for event in events:
+            if event.op != "heartbeat":
+                changes += 1
+                records += records_of(event)
+        try:
+            result = self.repository.append(records)
+        except (pymysql.err.MySQLError, OSError, UpdateStreamError) as exc:
+            # partitions commit on their own: some may hold their share, which the batch's
+            # next attempt skips by origin, as the replay it then is
+            self._replays.written(ctx)
+            appended = "nothing was appended"
+            if self.config.partitions > 1:
+                appended = "partitions that committed keep their share"
+            raise SinkError(
+                f"{self.name}: cannot append batch {ctx.batch_id} ({len(records)} versions); "
+                f"{appended}: {_describe(exc)}"
+            ) from None
+        skipped = min(changes, result.skipped)
+        # An origin the stream already holds came again: unless this batch may repeat an
+        # earlier write, the stream delivered a duplicate (the append kept it out).
+        delivered = 0 if self._replays.may_repeat(ctx) else skipped
+        self._replays.written(ctx)
+        return SinkResult(
+            written=changes - skipped, skipped=skipped, duplicates_delivered=delivered
+        )
+
+    def close(self) -> None:
+        if self._repository is not None:
+            self._repository.close()
