@@ -182,12 +182,14 @@ class StreamOfStreams:
     def cover(self, partition: int, partition_version: int) -> int | None:
         """The first stream-of-streams version at which ``partition_version`` of ``partition``
         is visible; None while it is not."""
+        # a partition's mapping only grows with the version: the first row in partition_version
+        # order is the earliest version (one index probe, not a scan of the later ones)
         rows = self._query(
-            f"SELECT MIN(version) FROM {self.table} WHERE stream = %s AND partition_stream = %s "
-            "AND partition_version >= %s",
+            f"SELECT version FROM {self.table} WHERE stream = %s AND partition_stream = %s "
+            "AND partition_version >= %s ORDER BY partition_version, version LIMIT 1",
             (self.stream, partition, partition_version),
         )
-        return None if not rows or rows[0][0] is None else int(rows[0][0])
+        return int(rows[0][0]) if rows else None
 
 
 class Steps:
