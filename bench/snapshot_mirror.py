@@ -50,7 +50,9 @@ def start_mirror_server(root: Path, cluster: DevCluster) -> MariaDBServer:
 
 
 def steady(batches: list[BatchRecord]) -> dict[str, float]:
-    """The first batch's rows and end, and the rate of the batches after it."""
+    """The first batch's rows and end, and the rate of the batches after it (batches that
+    carried rows)."""
+    batches = [b for b in batches if sum(b.transactions.values())]
     if len(batches) < 2:
         return {"first_batch_rows": 0, "steady_rows_per_s": 0.0}
     first = batches[0]
