@@ -16,9 +16,10 @@ the next version number of its stream, and a version is never changed afterwards
     UNIQUE KEY (stream, origin_hash)            a source change is appended at most once
 
 **Appending.** :meth:`VersionStreamRepository.append` writes a whole batch in one transaction
-under REPEATABLE READ: ``SELECT MAX(version) ... FOR UPDATE`` locks the stream's last index
-record and the gap after it, so no other appender can add a version to the stream until the
-transaction ends; the batch then gets the versions ``max+1 ... max+n`` in one multi-row INSERT.
+under REPEATABLE READ: a locking read of the stream's last version locks its index record and
+the gap after it (see ``_lock_last``), so no other appender can add a version to the stream
+until the transaction ends; the batch then gets the versions ``max+1 ... max+n`` in one
+multi-row INSERT.
 Versions are therefore gapless and become visible in order.
 
 **At most once.** A record may carry its source identity (for a change event: origin shard,
@@ -212,12 +213,7 @@ class VersionStreamRepository:
     def _append_once(self, records: Sequence[Record]) -> AppendResult:
         with self._connection() as conn, conn.cursor() as cur:
             conn.begin()
-            cur.execute(
-                f"SELECT MAX(version) FROM {self.table} WHERE stream = %s FOR UPDATE",
-                (self.stream,),
-            )
-            row = cur.fetchone()
-            last = -1 if row is None or row[0] is None else int(row[0])
+            last = self._lock_last(cur)
             digests = [None if r.origin is None else r.origin.digest(r.entity) for r in records]
             present = self._present(cur, [d for d in digests if d is not None])
             rows: list[tuple[Any, ...]] = []
@@ -248,6 +244,32 @@ class VersionStreamRepository:
         if not rows:
             return AppendResult(0, skipped, None, None)
         return AppendResult(len(rows), skipped, last + 1, last + len(rows))
+
+    def _lock_last(self, cur: pymysql.cursors.Cursor) -> int:
+        """Lock the stream's last version and the gap after it; returns it (-1: empty stream).
+
+        The last version is read first without a lock, then locked by an ascending scan from it
+        to the end of the stream. Locking it with ``SELECT MAX(version) ... FOR UPDATE`` would
+        scan down from the next stream's first record, taking the gap lock after the last
+        version before waiting for that version's record lock: a waiting appender then holds a
+        gap lock the lock holder's INSERT must wait for, and one of the two dies in a
+        deadlock. The ascending scan waits on the record first and takes the gap only once it
+        holds the record (the rows past a stale first read are locked too)."""
+        cur.execute(f"SELECT MAX(version) FROM {self.table} WHERE stream = %s", (self.stream,))
+        row = cur.fetchone()
+        if row is None or row[0] is None:  # empty: only the gap, as the stream's first appenders
+            cur.execute(
+                f"SELECT MAX(version) FROM {self.table} WHERE stream = %s FOR UPDATE",
+                (self.stream,),
+            )
+            row = cur.fetchone()
+            return -1 if row is None or row[0] is None else int(row[0])
+        cur.execute(
+            f"SELECT version FROM {self.table} WHERE stream = %s AND version >= %s "
+            "ORDER BY version FOR UPDATE",
+            (self.stream, int(row[0])),
+        )
+        return max(int(r[0]) for r in cur.fetchall())
 
     def _present(self, cur: pymysql.cursors.Cursor, digests: list[bytes]) -> set[bytes]:
         found: set[bytes] = set()
