@@ -257,19 +257,13 @@ class VersionStreamRepository:
         holds the record (the rows past a stale first read are locked too)."""
         cur.execute(f"SELECT MAX(version) FROM {self.table} WHERE stream = %s", (self.stream,))
         row = cur.fetchone()
-        if row is None or row[0] is None:  # empty: only the gap, as the stream's first appenders
-            cur.execute(
-                f"SELECT MAX(version) FROM {self.table} WHERE stream = %s FOR UPDATE",
-                (self.stream,),
-            )
-            row = cur.fetchone()
-            return -1 if row is None or row[0] is None else int(row[0])
-        cur.execute(
+        first = -1 if row is None or row[0] is None else int(row[0])
+        cur.execute(  # an empty stream: only its gap, which its first appenders share
             f"SELECT version FROM {self.table} WHERE stream = %s AND version >= %s "
             "ORDER BY version FOR UPDATE",
-            (self.stream, int(row[0])),
+            (self.stream, first),
         )
-        return max(int(r[0]) for r in cur.fetchall())
+        return max((int(r[0]) for r in cur.fetchall()), default=-1)
 
     def _present(self, cur: pymysql.cursors.Cursor, digests: list[bytes]) -> set[bytes]:
         found: set[bytes] = set()

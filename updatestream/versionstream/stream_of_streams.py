@@ -110,12 +110,7 @@ class StreamOfStreams:
         marks = ",".join(["%s"] * len(self.partition_streams))
         with self._pool.connection() as conn, conn.cursor() as cur:
             conn.begin()
-            cur.execute(
-                f"SELECT MAX(version) FROM {self.table} WHERE stream = %s FOR UPDATE",
-                (self.stream,),
-            )
-            row = cur.fetchone()
-            last = -1 if row is None or row[0] is None else int(row[0])
+            last = self._lock_last(cur)
             cur.execute(
                 f"SELECT partition_stream, MAX(partition_version) FROM {self.table} "
                 "WHERE stream = %s GROUP BY partition_stream",
@@ -138,6 +133,19 @@ class StreamOfStreams:
                 )
             conn.commit()
         return None if last + len(moved) < 0 else last + len(moved)
+
+    def _lock_last(self, cur: Any) -> int:
+        """Lock the last version and the gap after it by an ascending scan from it, as
+        `VersionStreamRepository` does (recombiners then queue instead of deadlocking)."""
+        cur.execute(f"SELECT MAX(version) FROM {self.table} WHERE stream = %s", (self.stream,))
+        row = cur.fetchone()
+        first = -1 if row is None or row[0] is None else int(row[0])
+        cur.execute(
+            f"SELECT version FROM {self.table} WHERE stream = %s AND version >= %s "
+            "ORDER BY version FOR UPDATE",
+            (self.stream, first),
+        )
+        return max((int(r[0]) for r in cur.fetchall()), default=-1)
 
     # -- reading ----------------------------------------------------------------------------
 
