@@ -7,7 +7,8 @@ versions stay in one gapless, gap-locked stream, in order, each origin at most o
 the single stream's guarantees, per partition. An append splits the records by partition
 (keeping their order), appends each partition's share in a thread of its own with its own
 connection (the partitions' gap locks are independent, so the appends and their commits run at
-the same time), then recombines the stream-of-streams
+the same time; only a writer's first append to a partition runs alone, since empty partitions
+share one gap of the index), then recombines the stream-of-streams
 (:mod:`updatestream.versionstream.stream_of_streams`), which orders the partitions into one
 combined stream (:class:`updatestream.versionstream.combined_stream.CombinedStream`).
 
@@ -88,6 +89,7 @@ class PartitionedStream:
             connect, table=table, database=database, stream=stream, partition_streams=self.streams
         )
         self._executor = ThreadPoolExecutor(partitions, thread_name_prefix="versionstream-part")
+        self._written: set[int] = set()  # partitions this writer has appended to
 
     def create_table(self) -> None:
         """Create the Version Stream table and its stream-of-streams table if missing."""
@@ -108,15 +110,21 @@ class PartitionedStream:
         and a :class:`~updatestream.versionstream.stream_of_streams.Recombiner`): every
         recombination takes the stream-of-streams' lock."""
         groups = self.split(records)
+        results: dict[int, AppendResult] = {}
+        for k in [k for k in groups if k not in self._written]:
+            # Empty partitions have no index record of their own between them: their first
+            # appenders would share one gap and deadlock, so they append one after the other.
+            results[k] = self.repositories[k].append(groups.pop(k))
+            self._written.add(k)
         if len(groups) == 1:  # one partition: no thread needed
             ((k, group),) = groups.items()
-            results = {k: self.repositories[k].append(group)}
-        else:
+            results[k] = self.repositories[k].append(group)
+        elif groups:
             futures: dict[int, Future[AppendResult]] = {
                 k: self._executor.submit(self.repositories[k].append, group)
                 for k, group in groups.items()
             }
-            results, errors = {}, []
+            errors = []
             for k, future in futures.items():
                 try:
                     results[k] = future.result()
