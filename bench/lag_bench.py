@@ -48,6 +48,8 @@ from bench.lag_rig import (
     Rig,
     connect_ms,
     connections_per_batch,
+    cpu_per_row,
+    cpu_seconds,
     spark_durations,
 )
 from bench.lagtools import BatchRecord, TimedSink, cdcv2_complete_times, event_lags, summarize
@@ -125,11 +127,13 @@ def growth_s(rig: Rig, ledger: list[LedgerEntry]) -> float:
 def run_load(rig: Rig, rate: float, duration: float) -> dict[str, Any]:
     """One load at `rate` (0: unthrottled): the generator's figures, the job's throughput,
     whether it was sustainable, the lag per sink, the batches and the load average."""
-    began, opened = time.time(), rig.connections()
+    began, opened, cpu_before = time.time(), rig.connections(), cpu_seconds(rig)
     load = rig.traffic(rate, duration)
     ledger = load.ledger
     last_write = rig.wait_delivered(ledger)
     first, last = load.figures.first_commit, load.figures.last_commit
+    cpu = cpu_per_row(cpu_before, cpu_seconds(rig), load.figures.cpu_s, len(ledger),
+                      time.time() - began)  # fmt: skip
     run: dict[str, Any] = {
         "requested_rows_per_s": round(rate),
         "rows": len(ledger),
@@ -143,6 +147,7 @@ def run_load(rig: Rig, rate: float, duration: float) -> dict[str, Any]:
         ),
         **batch_figures(rig, first, last),
         "spark_batch_parts_s": spark_durations(rig.job.query, first, last),
+        "cpu": cpu,
         "sinks": lags_of(rig, ledger),
     }
     run["sustainable"] = (
@@ -157,7 +162,8 @@ def run_load(rig: Rig, rate: float, duration: float) -> dict[str, Any]:
         f"{run['delivered_rows_per_s']:,}, lag p50 {last_sink['p50_s']}s p99 "
         f"{last_sink['p99_s']}s, growth {run['lag_growth_s']}s, catch-up {run['catch_up_s']}s"
         f" -> {'sustainable' if run['sustainable'] else 'not sustainable'}"
-        f" (load {run['load_average'][0]})"
+        f" (load {run['load_average'][0]}; CPU {cpu['total_us_per_row']} µs/row,"
+        f" {cpu['cores_busy']} cores busy)"
     )
     return run
 
@@ -196,8 +202,11 @@ def find_max_rate(rig: Rig, start: float, duration: float) -> tuple[float, list[
 def loadgen_alone(rig: Rig, rounds: int) -> dict[str, Any]:
     runs = []
     for _ in range(rounds):
+        before, began = cpu_seconds(rig), time.time()
         load = rig.traffic(0, 10)
-        runs.append({"rows_per_s": round(load.figures.committed_rows_per_s),
+        cpu = cpu_per_row(before, cpu_seconds(rig), load.figures.cpu_s, load.figures.rows,
+                          time.time() - began)  # fmt: skip
+        runs.append({"rows_per_s": round(load.figures.committed_rows_per_s), "cpu": cpu,
                      "load_average": load_average()})  # fmt: skip
     console.print(f"load generator alone, unthrottled: {[r['rows_per_s'] for r in runs]} rows/s")
     return {"rows_per_s": round(median(r["rows_per_s"] for r in runs)), "runs": runs}

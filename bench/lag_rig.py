@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pymysql
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.ledger import LedgerEntry
@@ -142,6 +143,47 @@ class Rig:
 
     def close(self) -> None:
         self.stack.close()
+
+
+def process_cpu(process: psutil.Process, reaped: bool = True) -> float:
+    """User and system CPU seconds of a process (with `reaped`, of its ended children too)."""
+    try:
+        times = process.cpu_times()
+    except psutil.Error:
+        return 0.0
+    own = times.user + times.system
+    return own + (times.children_user + times.children_system if reaped else 0.0)
+
+
+def cpu_seconds(rig: Rig) -> dict[str, float]:
+    """CPU seconds so far of every part of the rig: this process (the job's driver Python,
+    without its children), Spark (the JVM, its Python workers and their ended children), the
+    two shards, the sinks' MariaDB and memcached. The load generator reports its own."""
+    me = psutil.Process()
+    spark = [p for p in me.children() if p.name() == "java"]
+    spark += [d for p in spark for d in p.children(recursive=True)]
+    return {
+        "job_driver_python": round(process_cpu(me, reaped=False), 3),
+        "spark_jvm_and_workers": round(sum(process_cpu(p) for p in spark), 3),
+        "shards_mariadbd": round(
+            sum(process_cpu(psutil.Process(rig.cluster.server(s).pid)) for s in SHARDS), 3
+        ),
+        "sinks_mariadbd": round(process_cpu(psutil.Process(rig.sinks_server.pid)), 3),
+        "memcached": round(process_cpu(psutil.Process(rig.memcached.pid)), 3),
+    }
+
+
+def cpu_per_row(before: dict[str, float], after: dict[str, float], generator_s: float,
+                rows: int, wall_s: float) -> dict[str, Any]:  # fmt: skip
+    """µs of CPU per row change of each part between two `cpu_seconds`, and the cores all of
+    it kept busy over `wall_s`."""
+    spent = {part: after[part] - before[part] for part in after}
+    spent["load_generator"] = generator_s
+    return {
+        "us_per_row": {part: round(s / max(rows, 1) * 1e6, 1) for part, s in spent.items()},
+        "total_us_per_row": round(sum(spent.values()) / max(rows, 1) * 1e6, 1),
+        "cores_busy": round(sum(spent.values()) / max(wall_s, 1e-9), 2),
+    }
 
 
 def connect_ms(rig: Rig, attempts: int = 20) -> dict[str, float]:

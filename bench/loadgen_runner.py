@@ -74,6 +74,7 @@ class LoadFigures:
     by_shard: dict[str, int]
     writers: int
     seconds: float
+    cpu_s: float  # the generator's own CPU time (user and system, every thread)
     first_commit: float  # unix seconds, the writers' clock after the first COMMIT
     last_commit: float
 

@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "buf.h"
@@ -211,8 +212,12 @@ static void print_figures(writer_t *writers, int count, double seconds, const ch
             if (writers[i].shard == &opts.shards[s]) shard_rows += writers[i].rows;
         printf("%s\"%s\":%llu", s ? "," : "", opts.shards[s].name, (unsigned long long)shard_rows);
     }
-    printf("},\"writers\":%d,\"seconds\":%.3f,\"first_commit\":%.6f,\"last_commit\":%.6f,"
-           "\"error\":", count, seconds, first, last);
+    struct rusage usage;
+    getrusage(RUSAGE_SELF, &usage);
+    double cpu = (double)usage.ru_utime.tv_sec + usage.ru_utime.tv_usec / 1e6 +
+                 (double)usage.ru_stime.tv_sec + usage.ru_stime.tv_usec / 1e6;
+    printf("},\"writers\":%d,\"seconds\":%.3f,\"cpu_s\":%.3f,\"first_commit\":%.6f,"
+           "\"last_commit\":%.6f,\"error\":", count, seconds, cpu, first, last);
     buf_t text;
     buf_init(&text, 256);
     if (error) buf_json_string(&text, error, strlen(error));
