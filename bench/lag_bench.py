@@ -168,6 +168,11 @@ def run_load(rig: Rig, rate: float, duration: float) -> dict[str, Any]:
     return run
 
 
+def two_figures(rate: float) -> float:
+    """A rate rounded to two significant figures (1,234 -> 1,200; 87 -> 87)."""
+    return float(f"{max(rate, 0.0):.2g}")
+
+
 def find_max_rate(rig: Rig, start: float, duration: float) -> tuple[float, list[dict[str, Any]]]:
     """The highest sustainable rate, by steps from `start` (see the module docstring)."""
     steps: list[dict[str, Any]] = []
@@ -176,12 +181,12 @@ def find_max_rate(rig: Rig, start: float, duration: float) -> tuple[float, list[
         steps.append(run_load(rig, rate, duration))
         return bool(steps[-1]["sustainable"])
 
-    rate = round(start, -2)
+    rate = two_figures(start)
     good, bad = 0.0, float("inf")
     if ok(rate):
         good = rate
         for _ in range(4):
-            rate = round(rate * 1.25, -2)
+            rate = two_figures(rate * 1.25)
             if not ok(rate):
                 bad = rate
                 break
@@ -189,13 +194,14 @@ def find_max_rate(rig: Rig, start: float, duration: float) -> tuple[float, list[
     else:
         bad = rate
         for _ in range(6):
-            rate = round(rate * 0.8, -2)
+            rate = two_figures(rate * 0.8)
             if ok(rate):
                 good = rate
                 break
             bad = rate
-    if good and bad != float("inf") and ok(round((good + bad) / 2, -2)):
-        good = round((good + bad) / 2, -2)
+    middle = two_figures((good + bad) / 2) if good and bad != float("inf") else 0.0
+    if good < middle < bad and ok(middle):
+        good = middle
     return good, steps
 
 
@@ -235,9 +241,8 @@ def main() -> None:
         rig = Rig(Path(tmp), args.trigger_seconds, dict(args.source_option), args.connections)
         try:
             result["loadgen_alone"] = loadgen_alone(rig, args.rounds)
-            rig.start_job()
-            console.print("warm-up: 10s at 200 rows/s")
-            rig.wait_delivered(rig.traffic(200, 10).ledger)
+            console.print("the job, and a warm-up: 10s at 200 rows/s")
+            rig.start_warm()
             result["shard_connect_ms"] = connect_ms(rig)
             console.print(
                 f"probe: unthrottled traffic for {args.probe_seconds:.0f}s beside the job"

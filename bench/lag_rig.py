@@ -27,7 +27,7 @@ from updatestream_jobs.job import Job, spark_session
 
 from bench.lagtools import TimedSink
 from bench.loadgen_runner import LoadOptions, LoadRun, run_load
-from bench.report import median
+from bench.report import console, median
 from bench.sinks_bench import DURABLE
 from harness.accounts import account_with_secret
 from updatestream import spec
@@ -53,6 +53,7 @@ class Rig:
         self.connections_per_shard = connections
         self.stack = contextlib.ExitStack()
         self.seed = 1
+        self.checkpoint_number = 0
         try:
             self._start_servers()
         except BaseException:
@@ -96,7 +97,7 @@ class Rig:
                 stream=stream,
                 keyspace=self.cluster.keyspace(),
                 secrets_dir=self.cluster.secrets_dir,
-                checkpoint=self.root / "checkpoint",
+                checkpoint=self.root / f"checkpoint-{self.checkpoint_number}",
                 trigger_seconds=self.trigger,
                 source_options=self.source_options,
                 status_file=self.root / "status.json",
@@ -106,6 +107,23 @@ class Rig:
         self.job.sinks = list(self.sinks)
         self.stack.callback(self.job.stop)
         self.job.start(self.spark)
+
+    def start_warm(self, attempts: int = 3) -> None:
+        """Start the job and let it deliver 10 s of light traffic. On a busy machine Spark's
+        Python workers may miss Spark's fixed 10 s to connect back at the start: then the job
+        starts again, from a fresh checkpoint, at the shards' new positions."""
+        for attempt in range(1, attempts + 1):
+            self.start_job()
+            try:
+                self.wait_delivered(self.traffic(200, 10).ledger)
+                return
+            except SystemExit as exc:
+                if "failed to connect back" not in str(exc) or attempt == attempts:
+                    raise
+            console.print("a Spark Python worker did not start in time; starting the job again")
+            self.job.stop()
+            self.spark.stop()
+            self.checkpoint_number += 1
 
     def positions(self) -> dict[str, str]:
         return {shard: self.cluster.server(shard).gtid_position() for shard in SHARDS}
