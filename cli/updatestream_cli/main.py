@@ -23,6 +23,7 @@ _COMMANDS: tuple[tuple[str, str], ...] = (
     ("updatestream_cli.devcluster.cli", "devcluster"),
     ("updatestream_cli.snapshot_request", "snapshot_request"),
     ("updatestream_cli.verify.cli", "verify"),
+    ("updatestream_cli.vitess.cli", "vitess"),
     ("updatestream_jobs.cli", "run"),
     ("updatestream_operator.cli", "operator_command"),
     ("updatestream_operator.cli", "publish_progress"),

@@ -159,13 +159,22 @@ def insert_params(table: str, row: Mapping[str, Any]) -> list[Any]:
     return [sql_value(row[c]) for c in sample_schema.COLUMNS[table]]
 
 
+def match_columns(table: str) -> list[str]:
+    """The columns an update or delete names a row by: its primary key, and its primary vindex
+    column when that is not part of the key (`orders.user_id`), which updates never change. A
+    router (Vitess's vtgate) then sends the statement to the one shard that holds the row."""
+    keys = list(sample_schema.PRIMARY_KEYS[table])
+    vindex = sample_schema.VSCHEMA["tables"][table]["column_vindexes"][0]["column"]
+    return keys if vindex in keys else [*keys, vindex]
+
+
 def update_sql(table: str, columns: list[str]) -> tuple[str, list[str]]:
-    keys = sample_schema.PRIMARY_KEYS[table]
+    keys = match_columns(table)
     assignments = ", ".join(f"`{c}` = %s" for c in columns)
     where = " AND ".join(f"`{k}` = %s" for k in keys)
-    return f"UPDATE `{table}` SET {assignments} WHERE {where}", list(keys)
+    return f"UPDATE `{table}` SET {assignments} WHERE {where}", keys
 
 
 def delete_sql(table: str) -> str:
-    where = " AND ".join(f"`{k}` = %s" for k in sample_schema.PRIMARY_KEYS[table])
+    where = " AND ".join(f"`{k}` = %s" for k in match_columns(table))
     return f"DELETE FROM `{table}` WHERE {where}"

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pymysql
 import pymysql.cursors
@@ -52,6 +52,22 @@ class Change:
     op: LedgerOp
     image: dict[str, Any]  # after image; the before image for deletes
     updated: tuple[str, ...] = ()  # columns an update sets
+
+
+class Gateway(Protocol):
+    """One endpoint that routes every row itself (Vitess's vtgate), in place of the shards.
+
+    `commit` COMMITs the open transaction and returns the shard that committed it and that
+    shard's GTID of it, for the ledger; `retryable` says whether an error left the transaction
+    rolled back and worth retrying (a primary moving during a Reshard)."""
+
+    address: tuple[str, int]
+
+    def connect(self, creds: spec.Credentials) -> Connection: ...
+
+    def commit(self, cur: Any, changes: Sequence[Change]) -> tuple[str, str]: ...
+
+    def retryable(self, exc: pymysql.err.MySQLError) -> bool: ...
 
 
 @dataclass
@@ -118,8 +134,10 @@ class TrafficGenerator:
         ledger: Path | str | LedgerWriter | None = None,
         options: TrafficOptions | None = None,
         on_commit: Callable[[list[LedgerEntry]], None] | None = None,
+        gateway: Gateway | None = None,
     ) -> None:
         self.options = options or TrafficOptions()
+        self.gateway = gateway
         self.router = Router(Path(manifest_path))
         self.secrets_dir = Path(secrets_dir)
         app = spec.SecretRef(
@@ -289,6 +307,10 @@ class TrafficGenerator:
                     self.router.refresh()
 
     def _connection(self, shard: str) -> Connection:
+        if self.gateway is not None:
+            if self.gateway.address not in self._conns:
+                self._conns[self.gateway.address] = self.gateway.connect(self._creds)
+            return self._conns[self.gateway.address]
         host, port = self.router.endpoints[shard]
         conn = self._conns.get((host, port))
         if conn is None:
@@ -309,7 +331,8 @@ class TrafficGenerator:
         return conn
 
     def _drop(self, shard: str) -> None:
-        conn = self._conns.pop(self.router.endpoints.get(shard, ("", 0)), None)
+        key = self.gateway.address if self.gateway else self.router.endpoints.get(shard, ("", 0))
+        conn = self._conns.pop(key, None)
         if conn is not None:
             with contextlib.suppress(Exception):
                 conn.close()
@@ -322,7 +345,10 @@ class TrafficGenerator:
             with conn.cursor() as cur:
                 # autocommit is off: the first statement opens the transaction.
                 self._apply(cur, changes)
-                gtid = committed_gtid.commit(conn, cur, self.router.flavors[shard])
+                if self.gateway is not None:  # the gateway knows where the rows went
+                    shard, gtid = self.gateway.commit(cur, changes)
+                else:
+                    gtid = committed_gtid.commit(conn, cur, self.router.flavors[shard])
                 committed_at = time.time()
         except pymysql.err.MySQLError as exc:
             code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
@@ -332,7 +358,8 @@ class TrafficGenerator:
             if code == _READ_ONLY:
                 self.stats.frozen_waits += 1
                 return "frozen"
-            if code in _CONNECTION_LOST and time.monotonic() < deadline:
+            retry = self.gateway.retryable(exc) if self.gateway else code in _CONNECTION_LOST
+            if retry and time.monotonic() < deadline:
                 self._drop(shard)
                 return "retry"
             raise TrafficError(
@@ -348,7 +375,7 @@ class TrafficGenerator:
                 inserts.setdefault(change.table, []).append(change)
                 continue
             self._flush_inserts(cur, inserts)
-            key = [change.image[k] for k in sample_schema.PRIMARY_KEYS[change.table]]
+            key = [change.image[k] for k in sample_rows.match_columns(change.table)]
             if change.op == "delete":
                 count = cur.execute(sample_rows.delete_sql(change.table), key)
             else:

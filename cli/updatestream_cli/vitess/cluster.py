@@ -1,0 +1,380 @@
+"""A local Vitess cluster: etcd, vtctld, vtgate and one primary tablet per shard, by directory.
+
+`VitessCluster(D).up("-80,80-")` starts (or restarts) everything and leaves the sample keyspace
+serving through vtgate; `down()` stops every process it recorded, by pid; `add_tablets` and
+`remove_tablets` are what a Reshard needs (see `reshard`). The directory layout is in
+`environment`. Everything listens on 127.0.0.1 and runs as the service user (`runtime`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import shutil
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from updatestream import spec
+from updatestream.core.keyrange import KeyRange, parse_shard_names
+from updatestream.core.shardmap import ShardMap
+from updatestream_cli.devcluster.cluster import atomic_write
+from updatestream_cli.devcluster.local_server import free_port
+from updatestream_cli.vitess import manifest, provisioning, runtime
+from updatestream_cli.vitess.environment import ClusterEnv
+from updatestream_cli.vitess.errors import VitessStateError
+from updatestream_cli.vitess.tablets import Tablet, template_datadir
+from updatestream_cli.vitess.topology import Etcd
+from updatestream_cli.vitess.vtctld import Vtctld
+from updatestream_cli.vitess.vtctldclient import Vtctldclient
+from updatestream_cli.vitess.vtgate import Vtgate
+
+DEFAULT_DIR = Path(".updatestream") / "vitess"
+DEFAULT_KEYSPACE = "commerce"
+DEFAULT_CELL = "zone1"
+_FIRST_UID = 100
+
+
+class VitessCluster:
+    """The processes, manifest and Secrets of one cluster directory."""
+
+    def __init__(self, directory: Path | str = DEFAULT_DIR, keyspace: str = DEFAULT_KEYSPACE):
+        self.dir = Path(directory).absolute()
+        self.state: dict[str, Any] = self._read_state() or {
+            "keyspace": keyspace,
+            "cell": DEFAULT_CELL,
+            "next_uid": _FIRST_UID,
+            "tablets": {},
+        }
+        self.keyspace: str = self.state["keyspace"]
+        self.timings: dict[str, float] = {}
+        self._env: ClusterEnv | None = None
+
+    # -- paths and state ------------------------------------------------------------------------
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.dir / "keyspace.yaml"
+
+    @property
+    def secrets_dir(self) -> Path:
+        return self.dir / "secrets"
+
+    @property
+    def state_path(self) -> Path:
+        return self.dir / "state.json"
+
+    def exists(self) -> bool:
+        return self.state_path.exists()
+
+    def _read_state(self) -> dict[str, Any] | None:
+        try:
+            data: dict[str, Any] = json.loads(self.state_path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, json.JSONDecodeError) as exc:
+            raise VitessStateError(
+                f"cluster state {self.state_path} is unreadable ({exc}); stop its processes by "
+                "hand and remove the directory"
+            ) from None
+        return data
+
+    def save(self) -> None:
+        self.state["tablets"] = {str(t.uid): t.to_dict() for t in self.tablets()}
+        for name in ("etcd", "vtctld", "vtgate"):
+            component = getattr(self, f"_{name}", None)
+            if component is not None:
+                self.state[name] = _as_dict(component)
+        atomic_write(self.state_path, json.dumps(self.state, indent=2, sort_keys=True) + "\n")
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """An exclusive lock on the directory while processes, state or manifest change."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with (self.dir / ".lock").open("a") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    # -- components -----------------------------------------------------------------------------
+
+    @property
+    def etcd(self) -> Etcd:
+        if getattr(self, "_etcd", None) is None:
+            data = self.state.get("etcd") or {"client_port": free_port(), "peer_port": free_port()}
+            self._etcd = Etcd(
+                self.dir / "etcd", self.dir / "logs" / "etcd.log", **_ports(data, "pid")
+            )
+            self._etcd.pid = data.get("pid")
+        return self._etcd
+
+    @property
+    def vtctld(self) -> Vtctld:
+        if getattr(self, "_vtctld", None) is None:
+            data = self.state.get("vtctld")
+            self._vtctld = Vtctld.from_dict(data) if data else Vtctld.new()
+        return self._vtctld
+
+    @property
+    def vtgate(self) -> Vtgate:
+        if getattr(self, "_vtgate", None) is None:
+            data = self.state.get("vtgate")
+            self._vtgate = Vtgate.from_dict(data) if data else Vtgate.new()
+        return self._vtgate
+
+    def tablets(self) -> list[Tablet]:
+        if getattr(self, "_tablets", None) is None:
+            self._tablets = {
+                int(uid): Tablet.from_dict(data) for uid, data in self.state["tablets"].items()
+            }
+        return sorted(self._tablets.values(), key=lambda t: (KeyRange.parse(t.shard), t.uid))
+
+    def tablet(self, shard: str) -> Tablet:
+        name = KeyRange.parse(shard).name
+        for tablet in self.tablets():
+            if tablet.shard == name:
+                return tablet
+        raise VitessStateError(
+            f"shard {name} has no tablet in {self.dir} (shards: "
+            f"{', '.join(t.shard for t in self.tablets()) or 'none'})"
+        )
+
+    def env(self) -> ClusterEnv:
+        """The shared environment; stages the programs into the directory the first time."""
+        if self._env is None:
+            user = runtime.service_user()
+            user.check_reachable(self.dir)
+            staged = runtime.stage(self.dir / "runtime")
+            self._env = ClusterEnv(
+                self.dir, staged, user, self.etcd, self.state["cell"], self.keyspace
+            )
+            self._env.prepare()
+        return self._env
+
+    def vtctl(self) -> Vtctldclient:
+        env = self.env()
+        return Vtctldclient(
+            env.runtime, env.user, self.vtctld.address, env.dir, env.environ(),
+            env.logs / "vtctldclient.log",
+        )  # fmt: skip
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def running(self, shards: str | None = None) -> Iterator[VitessCluster]:
+        """`up(shards)` for the length of a `with` block, then `down()`, however it ends."""
+        try:
+            self.up(shards)
+            yield self
+        finally:
+            self.down()
+
+    def up(self, shards: str | None = None) -> None:
+        """Start (or restart) every process; create the keyspace on first use. Idempotent."""
+        wanted = self._wanted_shards(shards)
+        with self.locked():
+            env = self.env()
+            self._timed("topology", lambda: self._start_control(env))
+            for shard in wanted:
+                if not any(t.shard == shard for t in self.tablets()):
+                    self._new_tablet(shard)
+            self._timed("tablets", lambda: self._start_tablets(env, self.tablets()))
+            self._timed("keyspace", lambda: self._provision(env, wanted))
+            self._timed("vtgate", lambda: self._start_vtgate(env))
+            if not self.manifest_path.exists():
+                self._write_manifest(wanted)
+            self.save()
+
+    def _wanted_shards(self, shards: str | None) -> list[str]:
+        serving = self.serving_shards_recorded()
+        if shards is None:
+            return serving or ["-80", "80-"]
+        names = [r.name for r in parse_shard_names(shards)]
+        ShardMap(KeyRange.parse(n) for n in names)
+        if serving and sorted(serving) != sorted(names):
+            raise VitessStateError(
+                f"the cluster in {self.dir} serves {','.join(serving)}, not {shards}; run `up` "
+                "without --shards, or `down --purge` first"
+            )
+        return names
+
+    def serving_shards_recorded(self) -> list[str]:
+        """The serving shards as the manifest records them ([] before the first `up`)."""
+        if not self.manifest_path.exists():
+            return []
+        return list(spec.load_keyspace(self.manifest_path).spec.serving_shards)
+
+    def _timed(self, phase: str, action: Any) -> None:
+        began = time.monotonic()
+        action()
+        self.timings[phase] = self.timings.get(phase, 0.0) + time.monotonic() - began
+
+    def _start_control(self, env: ClusterEnv) -> None:
+        self.etcd.start(env.user, env.environ())
+        self.save()
+        self.vtctld.start(env)
+        self.save()
+        vtctl = self.vtctl()
+        provisioning.ensure_cell(env, vtctl)
+        provisioning.ensure_keyspace(env, vtctl)
+
+    def _new_tablet(self, shard: str) -> Tablet:
+        uid = int(self.state["next_uid"])
+        self.state["next_uid"] = uid + 100
+        tablet = Tablet.new(uid, KeyRange.parse(shard).name)
+        self.tablets()
+        self._tablets[uid] = tablet
+        self.save()
+        return tablet
+
+    def _start_tablets(self, env: ClusterEnv, tablets: Sequence[Tablet]) -> None:
+        """mysqld then vttablet of each tablet, the tablets in parallel."""
+        template_datadir(env)  # once, before the parallel copies
+        with ThreadPoolExecutor(max_workers=max(1, len(tablets))) as pool:
+            list(pool.map(lambda t: t.start_mysqld(env), tablets))
+            list(pool.map(lambda t: t.start_vttablet(env), tablets))
+        self.save()
+
+    def _provision(self, env: ClusterEnv, shards: Sequence[str]) -> None:
+        vtctl = self.vtctl()
+        tablets = [self.tablet(shard) for shard in shards]
+        self.elect_primaries(tablets)
+        if not self.state.get("schema_applied"):
+            provisioning.apply_sample_schema(env, vtctl)
+            self.state["schema_applied"] = True
+            self.save()
+
+    def elect_primaries(self, tablets: Sequence[Tablet]) -> None:
+        """Make each tablet its shard's primary and give its mysqld the reader account."""
+        env, vtctl = self.env(), self.vtctl()
+        with ThreadPoolExecutor(max_workers=max(1, len(tablets))) as pool:
+            list(pool.map(lambda t: provisioning.elect_primary(env, vtctl, t), tablets))
+        provisioning.wait_writable(env, tablets)
+        reader = manifest.ensure_secret(self.secrets_dir, self.keyspace, "reader")
+        accounts = self.state.setdefault("accounts", [])
+        for tablet in tablets:
+            if tablet.uid not in accounts:
+                provisioning.create_account(env, tablet, "reader", reader.password)
+                accounts.append(tablet.uid)
+        self.save()
+
+    def _start_vtgate(self, env: ClusterEnv) -> None:
+        app = manifest.ensure_secret(self.secrets_dir, self.keyspace, "app")
+        self.vtgate.write_users(env, [app])
+        self.vtgate.start(env)
+        self.save()
+        self.wait_vtgate_serving()
+
+    def wait_vtgate_serving(self, timeout: float = 120.0) -> None:
+        """Wait until a query that needs every serving shard succeeds through vtgate."""
+        app = manifest.ensure_secret(self.secrets_dir, self.keyspace, "app")
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                provisioning.query_through(
+                    "127.0.0.1", self.vtgate.mysql_port, app, "SELECT COUNT(*) FROM users",
+                    self.keyspace,
+                )  # fmt: skip
+                return
+            except Exception as exc:
+                if time.monotonic() > deadline:
+                    raise VitessStateError(
+                        f"vtgate on 127.0.0.1:{self.vtgate.mysql_port} does not serve keyspace "
+                        f"{self.keyspace} after {timeout:.0f}s ({exc}); see {self.dir / 'logs'}"
+                    ) from None
+                time.sleep(0.5)
+
+    def _write_manifest(self, serving: Sequence[str]) -> None:
+        manifest.write_manifest(
+            self.manifest_path,
+            keyspace=self.keyspace,
+            endpoints=self.endpoints(),
+            serving=serving,
+        )
+
+    def endpoints(self) -> dict[str, int]:
+        """Each shard with a tablet: its mysqld port."""
+        return {t.shard: t.mysql_port for t in self.tablets()}
+
+    # -- resharding support ---------------------------------------------------------------------
+
+    def add_tablets(self, shards: Sequence[str]) -> list[Tablet]:
+        """Start a primary tablet for each new shard (not serving yet); idempotent."""
+        with self.locked():
+            env = self.env()
+            names = [KeyRange.parse(s).name for s in shards]
+            existing = {t.shard: t for t in self.tablets()}
+            tablets = [existing.get(n) or self._new_tablet(n) for n in names]
+            self._start_tablets(env, tablets)
+            self.elect_primaries(tablets)
+            manifest.write_manifest(
+                self.manifest_path,
+                keyspace=self.keyspace,
+                endpoints=self.endpoints(),
+                serving=self.serving_shards_recorded(),
+            )
+            self.save()
+        return tablets
+
+    def remove_tablets(self, shards: Sequence[str]) -> None:
+        """Stop the tablets of shards a Reshard removed and delete their mysqld's data."""
+        with self.locked():
+            env = self.env()
+            for shard in shards:
+                tablet = self.tablet(shard)
+                tablet.stop_vttablet(env)
+                tablet.stop_mysqld(env)
+                shutil.rmtree(tablet.dir(env), ignore_errors=True)
+                del self._tablets[tablet.uid]
+                retired = {"shard": tablet.shard, "uid": tablet.uid}
+                self.state.setdefault("retired", []).append(retired)
+            manifest.write_manifest(
+                self.manifest_path,
+                keyspace=self.keyspace,
+                endpoints=self.endpoints(),
+                serving=self.serving_shards_recorded(),
+            )
+            self.save()
+
+    # -- stopping -------------------------------------------------------------------------------
+
+    def down(self, purge: bool = False) -> list[str]:
+        """Stop every process this directory recorded, by pid; `purge` also removes the data."""
+        stopped: list[str] = []
+        if not self.exists():
+            return stopped
+        with self.locked():
+            env = self.env()
+            if self.vtgate.stop(env):
+                stopped.append("vtgate")
+            for tablet in self.tablets():
+                if tablet.stop_vttablet(env):
+                    stopped.append(f"vttablet {tablet.alias(env.cell)}")
+            for tablet in self.tablets():
+                if tablet.stop_mysqld(env):
+                    stopped.append(f"mysqld {tablet.shard}")
+            if self.vtctld.stop(env):
+                stopped.append("vtctld")
+            if self.etcd.stop():
+                stopped.append("etcd")
+            self.save()
+        if purge:
+            shutil.rmtree(self.dir, ignore_errors=True)
+        return stopped
+
+
+def _as_dict(component: Any) -> dict[str, Any]:
+    if isinstance(component, Etcd):
+        return {"client_port": component.client_port, "peer_port": component.peer_port,
+                "pid": component.pid}  # fmt: skip
+    data: dict[str, Any] = component.to_dict()
+    return data
+
+
+def _ports(data: dict[str, Any], *skip: str) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if k not in skip}
