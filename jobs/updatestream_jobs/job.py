@@ -34,7 +34,6 @@ from typing import Any
 
 from updatestream import spec
 from updatestream.binlog.errors import SourceOptionsError
-from updatestream.binlog.events import ChangeEvent
 from updatestream.contract.job_config import JobConfig
 from updatestream.core.errors import UpdateStreamError
 from updatestream_jobs.batch_delivery import BatchDelivery, BatchPhases

@@ -21,7 +21,7 @@ from updatestream import spec
 from updatestream.binlog.events import SNAPSHOT_OPS, ChangeEvent
 from updatestream.core.errors import UpdateStreamError
 from updatestream.mysql_connections import connection_arguments
-from updatestream.versionstream.partitioned_stream import PartitionedStream
+from updatestream.versionstream.partitioned_stream import PartitionedAppend, PartitionedStream
 from updatestream.versionstream.repository import (
     AppendResult,
     Origin,
@@ -151,7 +151,7 @@ class VersionStreamSink:
             duplicates_delivered=delivered,
         )
 
-    def _append(self, records: list[Record], ctx: BatchContext) -> AppendResult:
+    def _append(self, records: list[Record], ctx: BatchContext) -> AppendResult | PartitionedAppend:
         """Append in one transaction; changes and the rows read after them go in turn, each
         at most once, so a failure between the two is repaired by the batch's replay."""
         try:

@@ -29,7 +29,6 @@ from updatestream.core.dedup import DedupFilter
 from updatestream.core.gtid import position_contains
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.recent_rows import RecentTransactions
-from updatestream.core.snapshot_plan import SnapshotRange
 from updatestream.core.start import Start
 from updatestream.core.token import EventToken
 from updatestream.spec import Keyspace
