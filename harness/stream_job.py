@@ -1,10 +1,12 @@
-"""A streaming job run as `updatestream run` against a development cluster, for the hop tests.
+"""A streaming job run as `updatestream run` against a cluster, for the hop tests.
 
 The job writes to a Version Stream (on a MariaDB server of its own) and to CDCv2 files, and,
-given a memcached server, invalidates its keys (with the fast lane, the sink's default); it
-follows the cluster's Keyspace manifest and reports through its status file; the cluster
+given a memcached server, invalidates its keys (with the fast lane, the sink's default) and,
+given a database, mirrors the rows there on the Version Stream's server. It follows the
+cluster's Keyspace manifest and reports through its status file; the cluster (the development
+cluster, or a local Vitess cluster: anything with a manifest, Secrets and its shards' positions)
 reshards under traffic that keeps a ledger; `updatestream verify` then compares every sink with
-the ledger.
+the ledger, and the mirror with the shards.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 from updatestream_cli.devcluster.cluster import DevCluster
@@ -26,6 +28,7 @@ from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 from updatestream_cli.manifests import update_stream
 
 from harness.accounts import write_secret
+from updatestream import spec
 
 CLI = str(Path(sys.executable).with_name("updatestream"))
 
@@ -35,6 +38,16 @@ def read_status(path: Path) -> dict[str, Any]:
         return dict(json.loads(path.read_text()))
     except (OSError, ValueError):
         return {}
+
+
+class StreamCluster(Protocol):
+    """What a stream job needs of a cluster: its manifest and Secrets."""
+
+    @property
+    def manifest_path(self) -> Path: ...
+
+    @property
+    def secrets_dir(self) -> Path: ...
 
 
 @dataclass
@@ -49,7 +62,7 @@ class SinkServer:
 
 @dataclass
 class StreamJob:
-    cluster: DevCluster
+    cluster: StreamCluster
     workdir: Path
     sink: SinkServer
     key_range: str = "-"
@@ -57,6 +70,9 @@ class StreamJob:
     trigger_seconds: float = 1.0
     extra: Sequence[str] = ()
     memcached: str | None = None  # host:port of a memcached server to invalidate, if any
+    mirror_database: str | None = None  # a mirror in this database of the sink's server
+    # shard -> its GTID position now (default: the development cluster's servers)
+    position: Callable[[str], str] | None = None
     process: subprocess.Popen[bytes] | None = None
     launches: int = 0
     logs: list[Path] = field(default_factory=list)
@@ -70,6 +86,14 @@ class StreamJob:
     def __post_init__(self) -> None:
         self.status, self.checkpoint = self.workdir / "status.json", self.workdir / "checkpoint"
         self.trace, self.cdc = self.workdir / "checkpoint.log", self.workdir / "cdc"
+        if self.position is None:
+            assert isinstance(self.cluster, DevCluster)
+            servers = self.cluster
+            self.position = lambda shard: servers.server(shard).gtid_position()
+
+    def _position(self, shard: str) -> str:
+        assert self.position is not None
+        return self.position(shard)
 
     def write_stream(self, start: dict[str, Any]) -> Path:
         sinks: list[dict[str, Any]] = [
@@ -83,6 +107,15 @@ class StreamJob:
         ]
         if self.memcached is not None:
             sinks.append({"type": "memcached", "servers": [self.memcached]})
+        if self.mirror_database is not None:
+            sinks.append(
+                {
+                    "type": "mirror",
+                    "mysql": {"host": self.sink.host, "port": self.sink.port},
+                    "database": self.mirror_database,
+                    "credentialsSecret": {"name": self.sink.secret},
+                }
+            )
         stream = update_stream(self.name, "commerce", start, sinks, [self.key_range])
         path = self.workdir / "stream.yaml"
         path.write_text(yaml.safe_dump(stream))
@@ -90,8 +123,8 @@ class StreamJob:
 
     def write_stream_from_now(self) -> Path:
         """The stream, starting on every serving shard at its current GTID position."""
-        serving = self.cluster.keyspace().spec.serving_shards
-        start = {s: self.cluster.server(s).gtid_position() for s in serving}
+        serving = spec.load_keyspace(self.cluster.manifest_path).spec.serving_shards
+        start = {str(s): self._position(str(s)) for s in serving}
         return self.write_stream({"mode": "gtid", "gtid": start})
 
     def arguments(self) -> list[str]:
@@ -148,7 +181,7 @@ class StreamJob:
     def wait_caught_up(self, shards: Sequence[str], timeout: float = 300) -> dict[str, Any]:
         """Every shard delivered up to its current position, and heartbeats from a few seconds
         after now, so CDCv2 has declared every second of the traffic complete."""
-        want = {s: self.cluster.server(s).gtid_position() for s in shards}
+        want = {s: self._position(s) for s in shards}
         after = time.time() + 3
 
         def done(status: dict[str, Any]) -> bool:
@@ -179,13 +212,26 @@ class StreamJob:
         shards' rows in the job's key range."""
         return self._verify("--table-state", "--keyspace-manifest", str(self.cluster.manifest_path))
 
+    def _run_verify(self, common: Sequence[str], sink: str, *options: str) -> dict[str, Any]:
+        command = [CLI, "verify", *common, "--sink", sink, "--key-range", self.key_range]
+        command += ["--secrets-dir", str(self.cluster.secrets_dir), *options, "--json"]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        assert done.returncode in (0, 1), done.stderr
+        return dict(json.loads(done.stdout))
+
+    def verify_mirror(self) -> dict[str, Any]:
+        """`updatestream verify --sink mirror`: the mirror against the shards' rows now."""
+        assert self.mirror_database is not None
+        return self._run_verify(
+            (), "mirror",
+            "--mysql", f"{self.sink.host}:{self.sink.port}", "--secret", self.sink.secret,
+            "--database", self.mirror_database,
+            "--keyspace-manifest", str(self.cluster.manifest_path),
+        )  # fmt: skip
+
     def _verify(self, *common: str) -> dict[str, dict[str, Any]]:
         def run(sink: str, *options: str) -> dict[str, Any]:
-            command = [CLI, "verify", *common, "--sink", sink, "--key-range", self.key_range]
-            command += ["--secrets-dir", str(self.cluster.secrets_dir), *options, "--json"]
-            done = subprocess.run(command, capture_output=True, text=True, timeout=300)
-            assert done.returncode in (0, 1), done.stderr
-            return dict(json.loads(done.stdout))
+            return self._run_verify(common, sink, *options)
 
         reports = {
             "versionstream": run(
@@ -233,7 +279,7 @@ def reshard(
     return float(cluster.keyspace().spec.shard_map_history[-1].at)
 
 
-def sink_secret(cluster: DevCluster, name: str, username: str, password: str) -> str:
+def sink_secret(cluster: StreamCluster, name: str, username: str, password: str) -> str:
     return write_secret(cluster.secrets_dir, name, username, password)
 
 

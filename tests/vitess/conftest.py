@@ -16,6 +16,7 @@ import pytest
 from updatestream_cli.devcluster import sample_schema
 from updatestream_cli.vitess.cluster import VitessCluster
 
+from tests.jobs.conftest import memcached  # noqa: F401  (the session's memcached server)
 from updatestream import spec
 
 
