@@ -17,6 +17,9 @@ import ssl
 from pathlib import Path
 from typing import Any
 
+import pymysql
+
+from updatestream.core.errors import UpdateStreamError
 from updatestream.spec import MySQLEndpoint, SecretRef, read_credentials
 
 
@@ -73,3 +76,13 @@ def connection_arguments(
         arguments["database"] = database
     arguments.update(extra)
     return arguments
+
+
+def describe_error(exc: BaseException) -> str:
+    """An error as a message says it: a typed error's own text, a server's error as its code and
+    text, anything else with its type."""
+    if isinstance(exc, UpdateStreamError):
+        return str(exc)
+    if isinstance(exc, pymysql.err.MySQLError) and len(exc.args) >= 2:
+        return f"MySQL error {exc.args[0]}: {exc.args[1]}"
+    return f"{type(exc).__name__}: {exc}"

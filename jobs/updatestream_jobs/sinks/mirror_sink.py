@@ -34,7 +34,7 @@ from updatestream.mirror import (
     SourceSchemas,
     collapse,
 )
-from updatestream.mysql_connections import connection_arguments
+from updatestream.mysql_connections import connection_arguments, describe_error
 from updatestream_jobs.sinks.sink import (
     BatchContext,
     MirrorSinkSchemaError,
@@ -96,14 +96,6 @@ class MirrorMetrics:
         self.tombstones.labels(stream, sink).inc(result.tombstones)
         for cause, count in result.ignored.items():
             self.ignored.labels(stream, sink, cause).inc(count)
-
-
-def describe(exc: BaseException) -> str:
-    if isinstance(exc, UpdateStreamError):
-        return str(exc)
-    if isinstance(exc, pymysql.err.MySQLError) and len(exc.args) >= 2:
-        return f"MySQL error {exc.args[0]}: {exc.args[1]}"
-    return f"{type(exc).__name__}: {exc}"
 
 
 class MirrorSink:
@@ -175,7 +167,9 @@ class MirrorSink:
             self.writer.create_database()
         except _FAILURES as exc:
             self._drop_connection()
-            raise SinkError(f"{self.name}: cannot create the database: {describe(exc)}") from None
+            raise SinkError(
+                f"{self.name}: cannot create the database: {describe_error(exc)}"
+            ) from None
 
     def write_batch(self, events: Iterable[ChangeEvent], ctx: BatchContext) -> SinkResult:
         if ctx.stream not in self._started:
@@ -193,7 +187,7 @@ class MirrorSink:
             self._drop_connection()
             raise SinkError(
                 f"{self.name}: cannot apply batch {ctx.batch_id} ({keys} keys); it is retried "
-                f"(tables committed already hold only what is newer): {describe(exc)}"
+                f"(tables committed already hold only what is newer): {describe_error(exc)}"
             ) from None
         self.metrics.record(ctx.stream, self.name, result)
         self.metrics.purged.labels(ctx.stream, self.name).inc(purged)

@@ -20,7 +20,7 @@ import pymysql
 from updatestream import spec
 from updatestream.binlog.events import SNAPSHOT_OPS, ChangeEvent
 from updatestream.core.errors import UpdateStreamError
-from updatestream.mysql_connections import connection_arguments
+from updatestream.mysql_connections import connection_arguments, describe_error
 from updatestream.versionstream.partitioned_stream import PartitionedAppend, PartitionedStream
 from updatestream.versionstream.repository import (
     AppendResult,
@@ -58,14 +58,6 @@ def records_of(event: ChangeEvent) -> list[Record]:
         return [record]
     tombstone = origin._replace(part=1)
     return [Record(entity_name(table, old_pk), None, tombstone), record]
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, UpdateStreamError):
-        return str(exc)
-    if isinstance(exc, pymysql.err.MySQLError) and len(exc.args) >= 2:
-        return f"MySQL error {exc.args[0]}: {exc.args[1]}"
-    return f"{type(exc).__name__}: {exc}"
 
 
 class VersionStreamSink:
@@ -123,7 +115,7 @@ class VersionStreamSink:
             self.repository.create_table()
         except (pymysql.err.MySQLError, OSError, UpdateStreamError) as exc:
             raise SinkError(
-                f"{self.name}: cannot create the Version Stream table: {_describe(exc)}"
+                f"{self.name}: cannot create the Version Stream table: {describe_error(exc)}"
             ) from None
 
     def write_batch(self, events: Iterable[ChangeEvent], ctx: BatchContext) -> SinkResult:
@@ -165,7 +157,7 @@ class VersionStreamSink:
                 appended = "partitions that committed keep their share"
             raise SinkError(
                 f"{self.name}: cannot append batch {ctx.batch_id} ({len(records)} versions); "
-                f"{appended}: {_describe(exc)}"
+                f"{appended}: {describe_error(exc)}"
             ) from None
 
     def close(self) -> None:
