@@ -158,15 +158,11 @@ class TailBuffer:
         """The rows of the transactions `(start, end]`, in binlog order; None when the buffer
         does not hold both ends exactly or the range has more than `max_rows` rows."""
         with self._changed:
-            if self.overflowed:
-                return None
-            first, last = self._number(start), self._number(end)
-            if first is None or last is None or last < first:
-                return None
-            if self._total_at(last) - self._total_at(first) > max_rows:
+            numbers = self._numbers_between(start, end, max_rows)
+            if numbers is None:
                 return None
             out: list[EventRow] = []
-            for number in range(first + 1, last + 1):
+            for number in numbers:
                 out += self._kept[number - self._first].rows
             return out
 
@@ -176,17 +172,27 @@ class TailBuffer:
         """The transactions `(start, end]` (the position after each, its rows), in binlog
         order; None as for `rows_between`."""
         with self._changed:
-            if self.overflowed:
-                return None
-            first, last = self._number(start), self._number(end)
-            if first is None or last is None or last < first:
-                return None
-            if self._total_at(last) - self._total_at(first) > max_rows:
+            numbers = self._numbers_between(start, end, max_rows)
+            if numbers is None:
                 return None
             return [
                 (self._kept[n - self._first].position, self._kept[n - self._first].rows)
-                for n in range(first + 1, last + 1)
+                for n in numbers
             ]
+
+    def _numbers_between(
+        self, start: GTIDPosition, end: GTIDPosition, max_rows: int
+    ) -> range | None:
+        """The numbers of the kept transactions `(start, end]`; None when the buffer does not
+        hold both ends exactly or they hold more than `max_rows` rows. Call it holding the lock."""
+        if self.overflowed:
+            return None
+        first, last = self._number(start), self._number(end)
+        if first is None or last is None or last < first:
+            return None
+        if self._total_at(last) - self._total_at(first) > max_rows:
+            return None
+        return range(first + 1, last + 1)
 
     def _total_at(self, number: int) -> int:
         if number < self._first:  # the base
