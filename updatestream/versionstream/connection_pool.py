@@ -66,6 +66,15 @@ class ConnectionPool:
             raise
         self._idle.put(conn)
 
+    def query(self, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        """The rows of one read, committed at once: that ends the read view, so the next query
+        sees newer versions."""
+        with self.connection() as conn, conn.cursor() as cur:
+            cur.execute(sql, args)
+            rows = list(cur.fetchall())
+            conn.commit()
+            return rows
+
     def close(self) -> None:
         while True:
             try:

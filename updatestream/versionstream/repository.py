@@ -292,16 +292,9 @@ class VersionStreamRepository:
 
     # -- reading ----------------------------------------------------------------------------
 
-    def _query(self, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        with self._connection() as conn, conn.cursor() as cur:
-            cur.execute(sql, args)
-            rows = list(cur.fetchall())
-            conn.commit()  # end the read view: the next query sees newer versions
-            return rows
-
     def fetch_last_version(self) -> int | None:
         """The stream's last version, None while it is empty."""
-        rows = self._query(
+        rows = self._pool.query(
             f"SELECT MAX(version) FROM {self.table} WHERE stream = %s", (self.stream,)
         )
         return None if not rows or rows[0][0] is None else int(rows[0][0])
@@ -319,11 +312,11 @@ class VersionStreamRepository:
         if prefix:
             sql += " AND LEFT(entity, %s) = %s"
             args += (len(prefix), prefix)
-        return {str(e): int(v) for e, v in self._query(sql + " GROUP BY entity", args)}
+        return {str(e): int(v) for e, v in self._pool.query(sql + " GROUP BY entity", args)}
 
     def fetch_version_at(self, entity: str, version: int) -> int | None:
         """The entity's last version at or before ``version`` (None: it had none yet)."""
-        rows = self._query(
+        rows = self._pool.query(
             f"SELECT MAX(version) FROM {self.table} WHERE stream = %s AND entity = %s AND "
             "version <= %s",
             (self.stream, entity, version),
@@ -336,7 +329,7 @@ class VersionStreamRepository:
 
     def fetch_entry(self, entity: str, version: int) -> Entry:
         """The state at ``version`` and the entity's previous version (for history walks)."""
-        rows = self._query(
+        rows = self._pool.query(
             f"SELECT data, (SELECT MAX(p.version) FROM {self.table} p WHERE p.stream = %s AND "
             f"p.entity = %s AND p.version < %s) FROM {self.table} WHERE stream = %s AND "
             "version = %s AND entity = %s",
@@ -352,7 +345,7 @@ class VersionStreamRepository:
 
     def fetch_history(self, entity: str) -> list[tuple[int, Any]]:
         """Every (version, state) of one entity, oldest first."""
-        rows = self._query(
+        rows = self._pool.query(
             f"SELECT version, data FROM {self.table} WHERE stream = %s AND entity = %s "
             "ORDER BY version",
             (self.stream, entity),

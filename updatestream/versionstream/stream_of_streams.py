@@ -149,15 +149,8 @@ class StreamOfStreams:
 
     # -- reading ----------------------------------------------------------------------------
 
-    def _query(self, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        with self._pool.connection() as conn, conn.cursor() as cur:
-            cur.execute(sql, args)
-            rows = list(cur.fetchall())
-            conn.commit()  # end the read view: the next query sees newer versions
-            return rows
-
     def fetch_last_version(self) -> int | None:
-        rows = self._query(
+        rows = self._pool.query(
             f"SELECT MAX(version) FROM {self.table} WHERE stream = %s", (self.stream,)
         )
         return None if not rows or rows[0][0] is None else int(rows[0][0])
@@ -171,7 +164,7 @@ class StreamOfStreams:
         """The version of ``partition`` at stream-of-streams version ``version`` (-1: none)."""
         if version < 0:
             return -1
-        rows = self._query(
+        rows = self._pool.query(
             f"SELECT partition_version FROM {self.table} WHERE stream = %s AND "
             "partition_stream = %s AND version <= %s ORDER BY version DESC LIMIT 1",
             (self.stream, partition, version),
@@ -180,7 +173,7 @@ class StreamOfStreams:
 
     def steps(self, partition: int, since: int, until: int) -> Steps:
         """The versions in ``since..until`` that moved ``partition``, with where they moved it."""
-        rows = self._query(
+        rows = self._pool.query(
             f"SELECT version, partition_version FROM {self.table} WHERE stream = %s AND "
             "partition_stream = %s AND version >= %s AND version <= %s ORDER BY version",
             (self.stream, partition, since, until),
@@ -192,7 +185,7 @@ class StreamOfStreams:
         is visible; None while it is not."""
         # a partition's mapping only grows with the version: the first row in partition_version
         # order is the earliest version (one index probe, not a scan of the later ones)
-        rows = self._query(
+        rows = self._pool.query(
             f"SELECT version FROM {self.table} WHERE stream = %s AND partition_stream = %s "
             "AND partition_version >= %s ORDER BY partition_version, version LIMIT 1",
             (self.stream, partition, partition_version),
