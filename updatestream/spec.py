@@ -12,7 +12,7 @@ the same layout Kubernetes gives a Secret volume, and the development cluster wr
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal, TypeVar
 
@@ -63,27 +63,33 @@ def _canonical_key_range(value: Any) -> KeyRange:
     return parsed
 
 
-def _any_key_range(value: Any) -> KeyRange:
-    """A key range in any spelling (`0000-8000` is `-80`): what a program wrote, read back."""
-    if isinstance(value, KeyRange):
-        return value
-    if not isinstance(value, str):
-        raise ValueError(f"must be a key range such as -80, 40-80 or 80-, got {value!r}")
-    try:
-        return KeyRange.parse(value)
-    except UpdateStreamError as exc:
-        raise ValueError(str(exc)) from None
+_Parsed = TypeVar("_Parsed", KeyRange, ShardMap)
 
 
-def _shard_map(value: Any) -> ShardMap:
-    if isinstance(value, ShardMap):
-        return value
-    if not isinstance(value, str):
-        raise ValueError(f"must be a shard map such as '-80,80-', got {value!r}")
-    try:
-        return ShardMap.parse(value)
-    except UpdateStreamError as exc:
-        raise ValueError(f"not a shard map: {exc}") from None
+def _from_text(
+    kind: type[_Parsed], parse: Callable[[str], _Parsed], such_as: str, failure: str = "{}"
+) -> Callable[[Any], _Parsed]:
+    """A validator taking a `kind` as it is or its text form, read with `parse`; `failure`
+    formats the parse error's text."""
+
+    def validate(value: Any) -> _Parsed:
+        if isinstance(value, kind):
+            return value
+        if not isinstance(value, str):
+            raise ValueError(f"must be {such_as}, got {value!r}")
+        try:
+            return parse(value)
+        except UpdateStreamError as exc:
+            raise ValueError(failure.format(exc)) from None
+
+    return validate
+
+
+# A key range in any spelling (`0000-8000` is `-80`): what a program wrote, read back.
+_any_key_range = _from_text(KeyRange, KeyRange.parse, "a key range such as -80, 40-80 or 80-")
+_shard_map = _from_text(
+    ShardMap, ShardMap.parse, "a shard map such as '-80,80-'", "not a shard map: {}"
+)
 
 
 def _dedup_filter(value: Any) -> DedupFilter:
