@@ -25,6 +25,16 @@ out = Console()
 _dir_option = directory_option(DEFAULT_DIR, "Cluster directory (manifest, secrets, state, data).")
 
 
+def _running_cluster(directory: Path) -> VitessCluster:
+    """The cluster `vitess up` made in `directory`; a usage error when there is none."""
+    cluster = VitessCluster(directory)
+    if not cluster.exists():
+        raise click.ClickException(
+            f"no Vitess cluster in {cluster.dir}; run `updatestream vitess up`"
+        )
+    return cluster
+
+
 @click.group("vitess")
 def vitess() -> None:
     """A local Vitess v24 cluster on MySQL 8 (etcd, vtctld, vtgate, tablets) and Reshard."""
@@ -62,11 +72,7 @@ def down(purge: bool, directory: Path) -> None:
 @_dir_option
 def status(as_json: bool, directory: Path) -> None:
     """Processes, vtgate's address, and each tablet's mysqld, GTID set and binlogs."""
-    cluster = VitessCluster(directory)
-    if not cluster.exists():
-        raise click.ClickException(
-            f"no Vitess cluster in {cluster.dir}; run `updatestream vitess up`"
-        )
+    cluster = _running_cluster(directory)
     report = cluster_status(cluster)
     if as_json:
         out.print_json(json.dumps(report))
@@ -142,11 +148,7 @@ def reshard(
     directory: Path,
 ) -> None:
     """Split or merge shards with a real Vitess Reshard (rerun the same command to resume)."""
-    cluster = VitessCluster(directory)
-    if not cluster.exists():
-        raise click.ClickException(
-            f"no Vitess cluster in {cluster.dir}; run `updatestream vitess up`"
-        )
+    cluster = _running_cluster(directory)
     plan = plan_reshard(cluster.serving_shards_recorded(), sources, targets, workflow)
     progress = _Progress()
     runner = VitessReshard(cluster, plan, progress, max_lag_seconds=max_lag)
@@ -174,11 +176,7 @@ def traffic(
     from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
     from updatestream_cli.vitess.gateway import VtgateGateway
 
-    cluster = VitessCluster(directory)
-    if not cluster.exists():
-        raise click.ClickException(
-            f"no Vitess cluster in {cluster.dir}; run `updatestream vitess up`"
-        )
+    cluster = _running_cluster(directory)
     gateway = VtgateGateway(
         "127.0.0.1", cluster.vtgate.mysql_port, cluster.manifest_path, cluster.secrets_dir
     )
