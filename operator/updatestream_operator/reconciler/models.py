@@ -268,6 +268,10 @@ class HopRecord(_Status):
     serving_changed_at: str | None = Field(None, alias="servingChangedAt")
 
 
+def _as_key_range(name: KeyRange | str) -> KeyRange:
+    return KeyRange.parse(name) if isinstance(name, str) else name
+
+
 class KeyRangeStatus(_Status):
     key_range: KeyRangeValue = Field(alias="keyRange")
     job: str | None = None
@@ -295,11 +299,8 @@ class KeyRangeStatus(_Status):
     dedup: DedupValue | None = None
 
     def shard(self, name: KeyRange | str) -> ShardPosition | None:
-        name = KeyRange.parse(name) if isinstance(name, str) else name
-        for position in self.shards:
-            if position.name == name:
-                return position
-        return None
+        wanted = _as_key_range(name)
+        return next((position for position in self.shards if position.name == wanted), None)
 
 
 class StreamStatus(_Status):
@@ -313,17 +314,11 @@ class StreamStatus(_Status):
     conditions: list[Condition] = Field(default_factory=list)
 
     def key_range(self, name: KeyRange | str) -> KeyRangeStatus | None:
-        name = KeyRange.parse(name) if isinstance(name, str) else name
-        for entry in self.key_ranges:
-            if entry.key_range == name:
-                return entry
-        return None
+        wanted = _as_key_range(name)
+        return next((entry for entry in self.key_ranges if entry.key_range == wanted), None)
 
     def condition(self, type_: str) -> Condition | None:
-        for condition in self.conditions:
-            if condition.type == type_:
-                return condition
-        return None
+        return next((condition for condition in self.conditions if condition.type == type_), None)
 
     @classmethod
     def parse(cls, data: Any) -> StreamStatus:
