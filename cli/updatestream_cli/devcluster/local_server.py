@@ -98,6 +98,20 @@ def pid_alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
+def terminate(pid: int, timeout: float) -> None:
+    """SIGTERM `pid`, wait up to `timeout` seconds for it to end, then SIGKILL it and wait."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if pid_alive(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        while pid_alive(pid):
+            time.sleep(0.05)
+
+
 def pid_cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
@@ -301,16 +315,7 @@ class LocalServer(abc.ABC):
         if self._proc is None and str(self.datadir) not in pid_cmdline(pid):
             self.pid = None  # the recorded pid is gone or now belongs to another process
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while pid_alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if pid_alive(pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            while pid_alive(pid):
-                time.sleep(0.05)
+        terminate(pid, timeout)
         if self._proc is not None:
             with contextlib.suppress(Exception):
                 self._proc.wait(timeout=5)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -18,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from updatestream_cli.devcluster.errors import ServerError
-from updatestream_cli.devcluster.local_server import free_port, pid_alive, pid_cmdline
+from updatestream_cli.devcluster.local_server import free_port, pid_cmdline, terminate
 
 MEMCACHED = (
     os.environ.get("UPDATESTREAM_MEMCACHED") or shutil.which("memcached") or ("/usr/bin/memcached")
@@ -126,13 +125,6 @@ class MemcachedServer:
             if self.process.stderr is not None:
                 self.process.stderr.close()
         elif self.pid is not None and self.is_ours():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signal.SIGTERM)
-            deadline = time.monotonic() + timeout
-            while pid_alive(self.pid) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if pid_alive(self.pid):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(self.pid, signal.SIGKILL)
+            terminate(self.pid, timeout)
         self.process = None
         self.pid = None

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import socket
 import subprocess
 import time
@@ -18,7 +17,7 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from updatestream_cli.devcluster.local_server import pid_alive, pid_cmdline
+from updatestream_cli.devcluster.local_server import pid_alive, pid_cmdline, terminate
 from updatestream_cli.vitess.errors import ProcessStartError
 from updatestream_cli.vitess.runtime import ServiceUser
 
@@ -109,16 +108,7 @@ def stop(pid: int | None, marker: str, timeout: float = 30.0) -> bool:
     """SIGTERM `pid` if it still runs our process (see `owns`), SIGKILL after `timeout`."""
     if pid is None or not owns(pid, marker):
         return False
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while pid_alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if pid_alive(pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        while pid_alive(pid):
-            time.sleep(0.05)
+    terminate(pid, timeout)
     return True
 
 
