@@ -13,18 +13,19 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import ClassVar
 
 from updatestream.spec import Credentials
 from updatestream_cli.devcluster.local_server import free_port
-from updatestream_cli.vitess import processes
 from updatestream_cli.vitess.environment import ClusterEnv
+from updatestream_cli.vitess.vitess_service import VitessService
 
 
 @dataclass
-class Vtgate:
+class Vtgate(VitessService):
+    program: ClassVar[str] = "vtgate"
     http_port: int
     grpc_port: int
     mysql_port: int
@@ -34,19 +35,9 @@ class Vtgate:
     def new(cls) -> Vtgate:
         return cls(free_port(), free_port(), free_port())
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Vtgate:
-        return cls(**data)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
     @property
     def grpc_address(self) -> str:
         return f"127.0.0.1:{self.grpc_port}"
-
-    def is_running(self, env: ClusterEnv) -> bool:
-        return processes.owns(self.pid, str(env.dir))
 
     @staticmethod
     def auth_file(env: ClusterEnv) -> Path:
@@ -62,10 +53,7 @@ class Vtgate:
         env.user.chown(path)
 
     def start(self, env: ClusterEnv, timeout: float = 120.0) -> None:
-        if self.is_running(env):
-            return
-        argv = [
-            env.runtime.program("vtgate"),
+        flags = [
             *env.common_flags(),
             "--cell", env.cell,
             "--cells-to-watch", env.cell,
@@ -83,24 +71,5 @@ class Vtgate:
             "--enable-buffer",
             # a Reshard's new tablets are found within a second, not at the next minute
             "--tablet-refresh-interval", "1s",
-            "--pid-file", str(env.dir / "vtgate.pid"),
         ]  # fmt: skip
-        log = env.logs / "vtgate.log"
-        self.pid = processes.spawn(
-            argv, log_path=log, user=env.user, env=env.environ(), cwd=env.dir
-        )
-        processes.wait_for(
-            lambda: (
-                processes.http_ok(f"http://127.0.0.1:{self.http_port}/debug/status")
-                and processes.tcp_open(self.mysql_port)
-            ),
-            what="vtgate",
-            pid=self.pid,
-            log_path=log,
-            timeout=timeout,
-        )
-
-    def stop(self, env: ClusterEnv) -> bool:
-        stopped = processes.stop(self.pid, str(env.dir))
-        self.pid = None
-        return stopped
+        self.launch(env, flags, port=self.mysql_port, timeout=timeout)
