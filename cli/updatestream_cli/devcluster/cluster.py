@@ -15,7 +15,6 @@ Directory layout (`D`, default `.updatestream/devcluster`):
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import secrets
@@ -29,6 +28,7 @@ from updatestream import spec
 from updatestream.core.keyrange import KeyRange, parse_shard_names
 from updatestream.core.shardmap import ShardMap
 from updatestream_cli.devcluster import sample_schema
+from updatestream_cli.devcluster.cluster_directory import ClusterDirectory
 from updatestream_cli.devcluster.errors import ClusterStateError
 from updatestream_cli.devcluster.local_server import (
     FLAVORS,
@@ -69,12 +69,15 @@ def shard_dir_name(shard: str) -> str:
     return f"{start or 'x'}-{end or 'x'}"
 
 
-class DevCluster:
+class DevCluster(ClusterDirectory):
     """The servers, manifest and Secrets under one directory.
 
     `flavor` and `bind_address` choose the servers of a new cluster (default MariaDB on
     127.0.0.1); an existing cluster keeps those it was made with, and `up` refuses others.
     """
+
+    state_error = ClusterStateError
+    unreadable_hint = "stop any servers by hand and remove the directory"
 
     def __init__(
         self,
@@ -84,7 +87,7 @@ class DevCluster:
         flavor: ServerFlavor | None = None,
         bind_address: str | None = None,
     ):
-        self.dir = Path(directory).absolute()
+        super().__init__(directory)
         self.keyspace_name = keyspace
         self._asked = {"flavor": flavor, "bind_address": bind_address}
         self.flavor: ServerFlavor = flavor or "mariadb"
@@ -95,51 +98,11 @@ class DevCluster:
             self.flavor = state.get("flavor", "mariadb")
             self.bind_address = state.get("bind_address", LOOPBACK)
 
-    # -- paths ----------------------------------------------------------------------------------
-
-    @property
-    def manifest_path(self) -> Path:
-        return self.dir / "keyspace.yaml"
-
-    @property
-    def secrets_dir(self) -> Path:
-        return self.dir / "secrets"
-
-    @property
-    def state_path(self) -> Path:
-        return self.dir / "state.json"
-
     @property
     def workflows_dir(self) -> Path:
         return self.dir / "workflows"
 
-    def exists(self) -> bool:
-        return self.state_path.exists()
-
     # -- state ----------------------------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def locked(self) -> Iterator[None]:
-        """An exclusive lock on the directory while changing servers, state or manifest."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        with (self.dir / ".lock").open("a") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
-
-    def _read_state(self) -> dict[str, Any] | None:
-        try:
-            data: dict[str, Any] = json.loads(self.state_path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return None
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ClusterStateError(
-                f"cluster state {self.state_path} is unreadable ({exc}); "
-                "stop any servers by hand and remove the directory"
-            ) from None
-        return data
 
     def state(self) -> dict[str, Any]:
         state = self._read_state()

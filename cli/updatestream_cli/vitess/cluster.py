@@ -9,7 +9,6 @@ serving through vtgate; `down()` stops every process it recorded, by pid; `add_t
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import shutil
 import time
@@ -24,6 +23,7 @@ from updatestream.core.shardmap import ShardMap
 from updatestream.vitess_topology import VitessTopology, resolved_keyspace
 from updatestream_cli.devcluster import sample_schema
 from updatestream_cli.devcluster.cluster import atomic_write
+from updatestream_cli.devcluster.cluster_directory import ClusterDirectory
 from updatestream_cli.devcluster.local_server import free_port
 from updatestream_cli.vitess import manifest, provisioning, runtime
 from updatestream_cli.vitess.environment import ClusterEnv
@@ -40,11 +40,14 @@ DEFAULT_CELL = "zone1"
 _FIRST_UID = 100
 
 
-class VitessCluster:
+class VitessCluster(ClusterDirectory):
     """The processes, manifest and Secrets of one cluster directory."""
 
+    state_error = VitessStateError
+    unreadable_hint = "stop its processes by hand and remove the directory"
+
     def __init__(self, directory: Path | str = DEFAULT_DIR, keyspace: str = DEFAULT_KEYSPACE):
-        self.dir = Path(directory).absolute()
+        super().__init__(directory)
         self.state: dict[str, Any] = self._read_state() or {
             "keyspace": keyspace,
             "cell": DEFAULT_CELL,
@@ -55,34 +58,7 @@ class VitessCluster:
         self.timings: dict[str, float] = {}
         self._env: ClusterEnv | None = None
 
-    # -- paths and state ------------------------------------------------------------------------
-
-    @property
-    def manifest_path(self) -> Path:
-        return self.dir / "keyspace.yaml"
-
-    @property
-    def secrets_dir(self) -> Path:
-        return self.dir / "secrets"
-
-    @property
-    def state_path(self) -> Path:
-        return self.dir / "state.json"
-
-    def exists(self) -> bool:
-        return self.state_path.exists()
-
-    def _read_state(self) -> dict[str, Any] | None:
-        try:
-            data: dict[str, Any] = json.loads(self.state_path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return None
-        except (OSError, json.JSONDecodeError) as exc:
-            raise VitessStateError(
-                f"cluster state {self.state_path} is unreadable ({exc}); stop its processes by "
-                "hand and remove the directory"
-            ) from None
-        return data
+    # -- state ----------------------------------------------------------------------------------
 
     def save(self) -> None:
         self.state["tablets"] = {str(t.uid): t.to_dict() for t in self.tablets()}
@@ -91,17 +67,6 @@ class VitessCluster:
             if component is not None:
                 self.state[name] = _as_dict(component)
         atomic_write(self.state_path, json.dumps(self.state, indent=2, sort_keys=True) + "\n")
-
-    @contextlib.contextmanager
-    def locked(self) -> Iterator[None]:
-        """An exclusive lock on the directory while processes, state or manifest change."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        with (self.dir / ".lock").open("a") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
 
     # -- components -----------------------------------------------------------------------------
 
