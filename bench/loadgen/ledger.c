@@ -1,15 +1,10 @@
 #include "ledger.h"
 
 #include <string.h>
-#include <time.h>
+
+#include "clocks.h"
 
 #define FLUSH_EVERY_S 0.2
-
-static double monotonic_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 int ledger_open(ledger_t *ledger, const char *path, uint64_t first_order, uint64_t first_tx) {
     memset(ledger, 0, sizeof *ledger);

@@ -37,6 +37,7 @@
 #include <time.h>
 
 #include "buf.h"
+#include "clocks.h"
 #include "ledger.h"
 #include "sample.h"
 #include "vindex.h"
@@ -59,18 +60,6 @@ typedef struct {
 static options_t opts;
 static ledger_t ledger;
 static volatile sig_atomic_t stopping = 0;
-
-static double wall_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static double monotonic_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static void on_signal(int signo) {
     (void)signo;

@@ -4,17 +4,7 @@
 #include <string.h>
 #include <time.h>
 
-static double wall_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static double monotonic_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
+#include "clocks.h"
 
 static int fail(writer_t *w, const char *what) {
     snprintf(w->error, sizeof w->error, "shard %s (%s:%u), %s: %s", w->shard->name,
