@@ -346,19 +346,28 @@ static void json_doc_value(buf_t *out, const json_doc_t *doc, buf_t *scratch) {
     json_text_value(out, scratch);
 }
 
-static void json_set_value(buf_t *out, uint8_t mask, const char *const labels[3]) {
+/* A SET column's members: `none` when it has none, else the members set in `mask`, comma
+ * separated, each written with `member` (a printf format), between `open` and `close`. */
+static void put_set(buf_t *out, uint8_t mask, const char *const labels[3], const char *none,
+                    char open, const char *member, char close) {
     if (!mask) {
-        buf_puts(out, "null");
+        buf_puts(out, none);
         return;
     }
-    buf_putc(out, '[');
-    int first = 1;
+    buf_putc(out, open);
+    const char *separator = "";
     for (int i = 0; i < 3; i++)
         if (mask & (1u << i)) {
-            buf_printf(out, "%s\"%s\"", first ? "" : ",", labels[i]);
-            first = 0;
+            buf_puts(out, separator);
+            buf_printf(out, member, labels[i]);
+            separator = ",";
         }
-    buf_putc(out, ']');
+    buf_putc(out, close);
+}
+
+/* A JSON list of the members' names. */
+static void json_set_value(buf_t *out, uint8_t mask, const char *const labels[3]) {
+    put_set(out, mask, labels, "null", '[', "\"%s\"", ']');
 }
 
 static void json_datetime(buf_t *out, int64_t us) {
@@ -465,19 +474,9 @@ static void sql_datetime(buf_t *out, int64_t us) {
     buf_putc(out, '\'');
 }
 
+/* The SQL literal 'a,b'. */
 static void sql_set(buf_t *out, uint8_t mask, const char *const labels[3]) {
-    if (!mask) {
-        buf_puts(out, "NULL");
-        return;
-    }
-    buf_putc(out, '\'');
-    int first = 1;
-    for (int i = 0; i < 3; i++)
-        if (mask & (1u << i)) {
-            buf_printf(out, "%s%s", first ? "" : ",", labels[i]);
-            first = 0;
-        }
-    buf_putc(out, '\'');
+    put_set(out, mask, labels, "NULL", '\'', "%s", '\'');
 }
 
 /* One column's value as an SQL literal. */
