@@ -12,15 +12,9 @@ bin_dir=$cache_dir/bin
 # Bump when the flags or the way a binary is produced change, so old builds are redone.
 recipe="v2 -trimpath -ldflags=-s -w -p 2"
 
-go_cmd=${GO:-}
-if [ -z "$go_cmd" ]; then
-  if command -v go >/dev/null 2>&1; then go_cmd=go
-  elif [ -x /usr/local/go/bin/go ]; then go_cmd=/usr/local/go/bin/go
-  else
-    echo "build-kube-tools: no Go toolchain found; install Go >= 1.26 or set GO=/path/to/go" >&2
-    exit 1
-  fi
-fi
+# shellcheck source=scripts/go-env.sh
+source "$repo/scripts/go-env.sh"
+go_cmd=$(find_go build-kube-tools 1.26)
 
 # module directory -> "binary=package ..." it produces
 declare -A targets=(

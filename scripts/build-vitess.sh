@@ -21,15 +21,9 @@ packages=(
   vitess.io/vitess/go/cmd/mysqlctl
 )
 
-go_cmd=${GO:-}
-if [ -z "$go_cmd" ]; then
-  if command -v go >/dev/null 2>&1; then go_cmd=go
-  elif [ -x /usr/local/go/bin/go ]; then go_cmd=/usr/local/go/bin/go
-  else
-    echo "build-vitess: no Go toolchain found; install Go >= 1.26.8 or set GO=/path/to/go" >&2
-    exit 1
-  fi
-fi
+# shellcheck source=scripts/go-env.sh
+source "$repo/scripts/go-env.sh"
+go_cmd=$(find_go build-vitess 1.26.8)
 
 version=$(awk '$1 == "vitess.io/vitess" { print $2; exit }' "$module_dir/go.mod")
 [ -n "$version" ] || {
