@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pymysql
 import pytest
 from updatestream_cli.devcluster.errors import ServerError
-from updatestream_cli.devcluster.local_server import check_bind_address, pid_alive
+from updatestream_cli.devcluster.local_server import check_bind_address
 from updatestream_cli.devcluster.mysql_server import MySQLNotInstalled, MySQLServer, mysqld
 
 from tests.conftest import ServerFactory, ServerFixture
@@ -88,18 +87,6 @@ def test_accounts_use_caching_sha2_and_stay_out_of_the_binlog(
     for secret in ("first-pw-3c9d", "second-pw-7e1a", fixture.admin.password):
         assert secret.encode() not in raw
     assert b"reader_t" not in raw and b"IDENTIFIED" not in raw
-
-
-def test_misconfigured_server_and_stop(mysql_server_factory: ServerFactory) -> None:
-    fixture = mysql_server_factory.start(extra_args=["--binlog-row-metadata=MINIMAL"])
-    server = fixture.server
-    assert server.variable("binlog_row_metadata") == "MINIMAL"
-    pid = server.pid
-    assert pid is not None and pid_alive(pid)
-    server.stop()
-    assert not pid_alive(pid)
-    with pytest.raises(pymysql.err.OperationalError):
-        fixture.connect()
 
 
 def test_a_missing_mysql_is_a_typed_error_that_says_how_to_install_it(

@@ -1,4 +1,5 @@
-"""The local MariaDB server and the shared fixtures, against real mariadbd processes."""
+"""The local MariaDB server and the shared fixtures, against real mariadbd processes (and mysqld
+where a test is run on both flavors)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.local_server import pid_alive
 
-from tests.conftest import MariaDBFixture, MariaDBServerFactory
+from tests.conftest import MariaDBFixture, MariaDBServerFactory, ServerFactory
 from tests.devcluster.binlog_secrets import (
     binlog_files,
     decoded_binlog,
@@ -57,10 +58,17 @@ def test_accounts_stay_out_of_the_binlog(mariadb_server_factory: MariaDBServerFa
     assert secrets_in_binlogs(binlogs, secrets) == []
 
 
-def test_misconfigured_server_and_stop(mariadb_server_factory: MariaDBServerFactory) -> None:
-    fixture = mariadb_server_factory.start(extra_args=["--binlog-format=STATEMENT"])
+@pytest.mark.parametrize(
+    ("flavor", "variable", "value"),
+    [("mariadb", "binlog_format", "STATEMENT"), ("mysql", "binlog_row_metadata", "MINIMAL")],
+)
+def test_misconfigured_server_and_stop(
+    request: pytest.FixtureRequest, flavor: str, variable: str, value: str
+) -> None:
+    factory: ServerFactory = request.getfixturevalue(f"{flavor}_server_factory")
+    fixture = factory.start(extra_args=[f"--{variable.replace('_', '-')}={value}"])
     server = fixture.server
-    assert server.variable("binlog_format") == "STATEMENT"
+    assert server.variable(variable) == value
     pid = server.pid
     assert pid is not None and pid_alive(pid)
     server.stop()
