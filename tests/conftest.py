@@ -34,6 +34,7 @@ from updatestream_cli.devcluster.local_server import Connection, LocalServer, Se
 from updatestream_cli.devcluster.mariadb_server import MariaDBServer
 from updatestream_cli.devcluster.mysql_server import MySQLServer
 
+from harness.accounts import write_secret
 from updatestream.spec import Credentials
 
 _server_ids = itertools.count(100)
@@ -61,6 +62,10 @@ class ServerFixture:
 
     def connect(self, database: str | None = None, **kwargs: Any) -> Connection:
         return self.server.connect(self.admin.username, self.admin.password, database, **kwargs)
+
+    def admin_secret(self, secrets_dir: Path, name: str) -> str:
+        """The admin account as the Secret `name` under `secrets_dir`; returns its name."""
+        return write_secret(secrets_dir, name, self.admin.username, self.admin.password)
 
 
 MariaDBFixture = MySQLFixture = ServerFixture  # the names the test modules use

@@ -21,6 +21,7 @@ from updatestream_jobs.sinks import SINKS, SinkContext, build_sinks
 from updatestream_jobs.sinks.mirror_sink import MirrorSink
 from updatestream_jobs.sinks.sink import BatchContext, MirrorSinkSchemaError, SinkError
 
+from harness.accounts import write_secret
 from harness.sink_events import ShardLog, final_rows, two_shard_workload
 from tests.conftest import MariaDBFixture, ServerFactory
 from updatestream import spec
@@ -53,10 +54,8 @@ def secrets_dir(
     mirror_server: MariaDBFixture,
 ) -> Path:
     root = tmp_path_factory.mktemp("secrets")
-    for name, server in (("source", mariadb_server), ("mirror", mirror_server)):
-        (root / name).mkdir()
-        (root / name / "username").write_text(server.admin.username + "\n")
-        (root / name / "password").write_text(server.admin.password + "\n")
+    mariadb_server.admin_secret(root, "source")
+    mirror_server.admin_secret(root, "mirror")
     return root
 
 
@@ -457,13 +456,8 @@ def test_the_documented_privileges_are_enough(
     with mirror_server.connect() as conn, conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE {database}")
     secrets = tmp_path / "secrets"
-    for name, username, secret in (
-        ("source", mariadb_server.admin.username, mariadb_server.admin.password),
-        ("mirror", "us_mirror_writer", password),
-    ):
-        (secrets / name).mkdir(parents=True)
-        (secrets / name / "username").write_text(username)
-        (secrets / name / "password").write_text(secret)
+    mariadb_server.admin_secret(secrets, "source")
+    write_secret(secrets, "mirror", "us_mirror_writer", password)
     sink = make_sink(mariadb_server, mirror_server, secrets, source)
     log = ShardLog("-80", 1)
     sink.write_batch(

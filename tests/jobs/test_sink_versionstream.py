@@ -32,9 +32,7 @@ DATABASE = "us_vstest"
 @pytest.fixture(scope="module")
 def secrets_dir(tmp_path_factory: pytest.TempPathFactory, vs_server: MariaDBFixture) -> Path:
     root = tmp_path_factory.mktemp("secrets")
-    (root / "vs").mkdir()
-    (root / "vs" / "username").write_text(vs_server.admin.username + "\n")
-    (root / "vs" / "password").write_text(vs_server.admin.password + "\n")
+    vs_server.admin_secret(root, "vs")
     return root
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from updatestream_jobs.sinks.versionstream_sink import VersionStreamSink
 
+from harness.accounts import write_secret
 from tests.conftest import MariaDBFixture
 from tests.verify.conftest import Scenario
 from tests.verify.streams import Run, batches, feed, verify
@@ -25,9 +26,7 @@ def changelog(
 ) -> tuple[MariaDBFixture, Path]:
     """Streams 1-4 of one table, each holding the whole run (batch 1 written twice)."""
     secrets = tmp_path_factory.mktemp("vs-secrets")
-    (secrets / SECRET).mkdir()
-    (secrets / SECRET / "username").write_text(mariadb_server.admin.username)
-    (secrets / SECRET / "password").write_text(mariadb_server.admin.password)
+    mariadb_server.admin_secret(secrets, SECRET)
     for stream in (1, 2, 3, 4):
         config = spec.VersionStreamSink.model_validate(
             {
@@ -135,9 +134,7 @@ def test_wrong_credentials(
     scenario: Scenario, changelog: tuple[MariaDBFixture, Path], tmp_path: Path
 ) -> None:
     server, _ = changelog
-    (tmp_path / SECRET).mkdir()
-    (tmp_path / SECRET / "username").write_text(server.admin.username)
-    (tmp_path / SECRET / "password").write_text("not-the-password-4711")
+    write_secret(tmp_path, SECRET, server.admin.username, "not-the-password-4711")
     result = run(scenario, server, tmp_path, 1, "--json")
     assert result.returncode == 2
     assert "4711" not in result.stdout + result.stderr

@@ -25,9 +25,7 @@ DATABASE = "us_vspsink"
 @pytest.fixture(scope="module")
 def secrets_dir(tmp_path_factory: pytest.TempPathFactory, mariadb_server: MariaDBFixture) -> Path:
     root = tmp_path_factory.mktemp("secrets")
-    (root / "vs").mkdir()
-    (root / "vs" / "username").write_text(mariadb_server.admin.username + "\n")
-    (root / "vs" / "password").write_text(mariadb_server.admin.password + "\n")
+    mariadb_server.admin_secret(root, "vs")
     return root
 
 
