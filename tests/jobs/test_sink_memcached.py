@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -16,6 +15,7 @@ from updatestream_jobs.sinks.memcached_sink import MemcachedSink
 from updatestream_jobs.sinks.sink import BatchContext, SinkError
 
 from harness.sink_events import ShardLog, two_shard_workload
+from tests.concurrency import run_at_once
 from updatestream import spec
 from updatestream.binlog.events import ChangeEvent
 from updatestream.cache.entry import decode, encode
@@ -191,7 +191,6 @@ def test_concurrent_invalidators_converge_on_the_newest_token(
 ) -> None:
     keys = 50
     tokens = [token(1000 + n, pos=f"1-1-{n + 1}") for n in range(40)]
-    errors: list[BaseException] = []
 
     def run(worker: int) -> None:
         sink = make_sink([memcached.address], keyspace)
@@ -199,17 +198,10 @@ def test_concurrent_invalidators_converge_on_the_newest_token(
             for n in range(worker, len(tokens), 4):  # interleaved shares of the history
                 events = [change(tokens[n], uid) for uid in range(keys)]
                 sink.write_batch(events, ctx(n))
-        except BaseException as exc:
-            errors.append(exc)
         finally:
             sink.close()
 
-    threads = [threading.Thread(target=run, args=(w,)) for w in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    run_at_once(run, 4)
     for uid in range(keys):
         assert entry(raw, f"{keyspace}:users:{uid}") == (tokens[-1], None)
 

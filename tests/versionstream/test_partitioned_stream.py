@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import random
-import threading
 import time
 import uuid
 from collections import Counter, defaultdict
@@ -15,6 +14,7 @@ from typing import Any
 import pymysql
 import pytest
 
+from tests.concurrency import run_at_once
 from tests.conftest import MariaDBFixture
 from updatestream.versionstream import (
     CombinedStream,
@@ -133,11 +133,7 @@ def test_concurrent_writers_keep_every_partition_gapless_and_ordered(
         finally:
             stream.close()
 
-    threads = [threading.Thread(target=write, args=(n,)) for n in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    run_at_once(write, 4)
     partitions = stored(mariadb_server, table)
     assert set(partitions) == set(range(PARTITIONS))
     assert sum(len(v) for v in partitions.values()) == 4 * batches * per_batch
