@@ -174,23 +174,29 @@ def test_a_crd_is_applied_and_a_custom_object_created(widgets: KubeApi) -> None:
     assert stored["metadata"]["generation"] == 1
 
 
-def test_a_schema_pattern_violation_is_rejected_naming_the_field(widgets: KubeApi) -> None:
-    result = widgets.kubectl(
-        "apply", "-f", "-", input=widget("bad-shard", "40..80", 1, 3), check=False
-    )
+@pytest.mark.parametrize(
+    ("name", "shard", "replicas", "field", "message"),
+    [
+        # the schema's pattern
+        ("bad-shard", "40..80", (1, 3), "spec.shard", "should match '^[0-9a-f]*-[0-9a-f]*$'"),
+        # a CEL rule
+        (
+            "bad-range",
+            "-80",
+            (5, 2),
+            "spec.maxReplicas",
+            "maxReplicas must not be below minReplicas",
+        ),
+    ],
+)
+def test_an_invalid_object_is_rejected_naming_the_field(
+    widgets: KubeApi, name: str, shard: str, replicas: tuple[int, int], field: str, message: str
+) -> None:
+    result = widgets.kubectl("apply", "-f", "-", input=widget(name, shard, *replicas), check=False)
     assert result.returncode != 0
-    assert "spec.shard" in result.stderr
-    assert "should match '^[0-9a-f]*-[0-9a-f]*$'" in result.stderr
-
-
-def test_a_cel_rule_violation_is_rejected_naming_the_field(widgets: KubeApi) -> None:
-    result = widgets.kubectl(
-        "apply", "-f", "-", input=widget("bad-range", "-80", 5, 2), check=False
-    )
-    assert result.returncode != 0
-    assert "spec.maxReplicas" in result.stderr
-    assert "maxReplicas must not be below minReplicas" in result.stderr
-    missing = widgets.kubectl("get", "-n", "harness-crd", "widget/bad-range", check=False)
+    assert field in result.stderr
+    assert message in result.stderr
+    missing = widgets.kubectl("get", "-n", "harness-crd", f"widget/{name}", check=False)
     assert missing.returncode != 0
     assert "NotFound" in missing.stderr
 
