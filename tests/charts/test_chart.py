@@ -36,6 +36,12 @@ def by_kind(manifests: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [doc for doc in manifests if doc["kind"] == kind]
 
 
+def placed(manifests: list[dict[str, Any]], kind: str) -> set[tuple[str, str]]:
+    """(name, namespace) of each object of `kind`."""
+    names = (doc["metadata"] for doc in by_kind(manifests, kind))
+    return {(meta["name"], meta["namespace"]) for meta in names}
+
+
 def one(manifests: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     found = by_kind(manifests, kind)
     assert len(found) == 1, f"expected one {kind}, found {len(found)}"
@@ -271,11 +277,7 @@ def test_default_rbac_is_namespaced_to_the_release_namespace(
 ) -> None:
     assert not by_kind(default_manifests, "ClusterRole")
     assert not by_kind(default_manifests, "ClusterRoleBinding")
-    roles = {
-        (r["metadata"]["name"], r["metadata"]["namespace"])
-        for r in by_kind(default_manifests, "Role")
-    }
-    assert roles == {
+    assert placed(default_manifests, "Role") == {
         ("us-updatestream-operator", "updatestream"),
         ("us-updatestream-operator-spark", "updatestream"),
     }
@@ -341,11 +343,7 @@ def test_cluster_wide_rbac_and_spark_accounts_in_every_job_namespace(
     assert {"create", "delete"} <= rules["sparkoperator.k8s.io/sparkapplications"]
     assert rules["secrets"] == {"get"}, "rbac.extraRules are added"
     assert not [r for r in by_kind(full_manifests, "Role") if "spark" not in r["metadata"]["name"]]
-    accounts = {
-        (a["metadata"]["name"], a["metadata"]["namespace"])
-        for a in by_kind(full_manifests, "ServiceAccount")
-    }
-    assert accounts == {
+    assert placed(full_manifests, "ServiceAccount") == {
         ("us-updatestream-operator", "updatestream"),
         ("updatestream-spark", "streams-a"),
         ("updatestream-spark", "streams-b"),
