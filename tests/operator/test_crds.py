@@ -66,6 +66,11 @@ def _set(path: str, value: Any) -> Edit:
 _DELETE = object()
 
 
+def _one_sink(**fields: Any) -> Edit:
+    """The stream's sinks become one sink with `fields`."""
+    return _set("spec.sinks", [fields])
+
+
 def test_the_crds_install_and_describe_their_printer_columns(api: KubeApi) -> None:
     result = api.kubectl("get", "crd", "updatestreams.updatestream.io", "-o", "yaml")
     crd = yaml.safe_load(result.stdout)
@@ -173,43 +178,38 @@ STREAM_CASES: list[tuple[str, Edit, str]] = [
     ),
     (
         "memcached without servers",
-        _set("spec.sinks", [{"type": "memcached"}]),
+        _one_sink(type="memcached"),
         "spec.sinks[0].servers",
     ),
     (
         "memcached server without port",
-        _set("spec.sinks", [{"type": "memcached", "servers": ["cache"]}]),
+        _one_sink(type="memcached", servers=["cache"]),
         "spec.sinks[0].servers[0]",
     ),
     (
         "versionStream without mysql",
-        _set("spec.sinks", [{"type": "versionStream", "credentialsSecret": {"name": "w"}}]),
+        _one_sink(type="versionStream", credentialsSecret={"name": "w"}),
         "spec.sinks[0].mysql",
     ),
     (
         "versionStream without credentials",
-        _set("spec.sinks", [{"type": "versionStream", "mysql": {"host": "db"}}]),
+        _one_sink(type="versionStream", mysql={"host": "db"}),
         "spec.sinks[0].credentialsSecret",
     ),
-    ("cdcv2 without path", _set("spec.sinks", [{"type": "cdcv2"}]), "spec.sinks[0].path"),
-    ("unknown sink type", _set("spec.sinks", [{"type": "kafka"}]), "spec.sinks[0].type"),
+    ("cdcv2 without path", _one_sink(type="cdcv2"), "spec.sinks[0].path"),
+    ("unknown sink type", _one_sink(type="kafka"), "spec.sinks[0].type"),
     (
         "servers on a cdcv2 sink",
-        _set("spec.sinks", [{"type": "cdcv2", "path": "/x", "servers": ["a:1"]}]),
+        _one_sink(type="cdcv2", path="/x", servers=["a:1"]),
         "spec.sinks[0].servers",
     ),
     (
         "bad database name",
-        _set(
-            "spec.sinks",
-            [
-                {
-                    "type": "versionStream",
-                    "mysql": {"host": "db"},
-                    "credentialsSecret": {"name": "w"},
-                    "database": "my-db",
-                }
-            ],
+        _one_sink(
+            type="versionStream",
+            mysql={"host": "db"},
+            credentialsSecret={"name": "w"},
+            database="my-db",
         ),
         "spec.sinks[0].database",
     ),
@@ -220,48 +220,38 @@ STREAM_CASES: list[tuple[str, Edit, str]] = [
     ),
     (
         "negative allowed lateness",
-        _set("spec.sinks", [{"type": "cdcv2", "path": "/x", "allowedLatenessSeconds": -1}]),
+        _one_sink(type="cdcv2", path="/x", allowedLatenessSeconds=-1),
         "spec.sinks[0].allowedLatenessSeconds",
     ),
     (
         "allowed lateness on a memcached sink",
-        _set(
-            "spec.sinks", [{"type": "memcached", "servers": ["a:1"], "allowedLatenessSeconds": 5}]
-        ),
+        _one_sink(type="memcached", servers=["a:1"], allowedLatenessSeconds=5),
         "spec.sinks[0].allowedLatenessSeconds",
     ),
     (
         "extra keys not a list",
-        _set("spec.sinks", [{"type": "memcached", "servers": ["a:1"], "extraKeys": {"t": "k"}}]),
+        _one_sink(type="memcached", servers=["a:1"], extraKeys={"t": "k"}),
         "spec.sinks[0].extraKeys.t",
     ),
     (
         "extra keys on a cdcv2 sink",
-        _set("spec.sinks", [{"type": "cdcv2", "path": "/x", "extraKeys": {"t": ["k"]}}]),
+        _one_sink(type="cdcv2", path="/x", extraKeys={"t": ["k"]}),
         "spec.sinks[0].extraKeys",
     ),
     (
         "mirror without a Secret",
-        _set("spec.sinks", [{"type": "mirror", "mysql": {"host": "db"}}]),
+        _one_sink(type="mirror", mysql={"host": "db"}),
         "spec.sinks[0].credentialsSecret",
     ),
     (
         "tombstone horizon on a cdcv2 sink",
-        _set("spec.sinks", [{"type": "cdcv2", "path": "/x", "tombstoneHorizonSeconds": 60}]),
+        _one_sink(type="cdcv2", path="/x", tombstoneHorizonSeconds=60),
         "spec.sinks[0].tombstoneHorizonSeconds",
     ),
     (
         "mirror table prefix not a MySQL name",
-        _set(
-            "spec.sinks",
-            [
-                {
-                    "type": "mirror",
-                    "mysql": {"host": "db"},
-                    "credentialsSecret": {"name": "w"},
-                    "tablePrefix": "m-",
-                }
-            ],
+        _one_sink(
+            type="mirror", mysql={"host": "db"}, credentialsSecret={"name": "w"}, tablePrefix="m-"
         ),
         "spec.sinks[0].tablePrefix",
     ),
