@@ -49,7 +49,7 @@ from updatestream_jobs.source.options import parse_options
 from bench.report import machine, say_load, write_result
 from bench.rss import pyspark_worker_peak_rss_mb
 from bench.summary import merge_summary
-from harness import accounts
+from harness import accounts, manifests
 from updatestream.core.gtid import parse_position
 from updatestream.core.token import EventToken
 
@@ -119,28 +119,16 @@ def write_secret(root: Path, password: str) -> Path:
 def bench_keyspace(ports: dict[str, int], flavor: str = "mariadb") -> dict[str, Any]:
     """Keyspace `bench`: the given shards (name -> port on 127.0.0.1, of `flavor`), `items`
     hashed on id."""
-    return {
-        "apiVersion": "updatestream.io/v1alpha1",
-        "kind": "Keyspace",
-        "metadata": {"name": "bench"},
-        "spec": {
-            "shards": [
-                {
-                    "name": name,
-                    "mysql": {"host": "127.0.0.1", "port": port},
-                    "credentialsSecret": {"name": READER_SECRET},
-                    "flavor": flavor,
-                }
-                for name, port in ports.items()
-            ],
-            "servingShards": list(ports),
-            "vschema": {
-                "sharded": True,
-                "vindexes": {"hash": {"type": "hash"}},
-                "tables": {"items": {"column_vindexes": [{"column": "id", "name": "hash"}]}},
-            },
-        },
+    shards = [
+        manifests.shard(name, "127.0.0.1", port, READER_SECRET, flavor)
+        for name, port in ports.items()
+    ]
+    vschema = {
+        "sharded": True,
+        "vindexes": {"hash": {"type": "hash"}},
+        "tables": {"items": {"column_vindexes": [{"column": "id", "name": "hash"}]}},
     }
+    return manifests.keyspace(shards, vschema, name="bench")
 
 
 def bounded_options(

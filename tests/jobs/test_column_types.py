@@ -11,13 +11,13 @@ import json
 import random
 import struct
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from updatestream_cli.devcluster.local_server import FLAVORS
 from updatestream_jobs.source.options import SourceConfig, parse_options
 
 from tests.conftest import ServerFactory, ServerFixture
+from tests.jobs.test_source_start import single_shard_options
 from updatestream.binlog.mysql_json import format_double
 from updatestream.binlog.range_reader import BinlogRangeReader
 from updatestream.binlog.row_converter import RowConverter
@@ -54,6 +54,13 @@ MYSQL_JSON = [
     "'z', CAST(b'101' AS JSON), 'geo', CAST(ST_GeomFromText('POINT(1 2)') AS JSON))",
 ]
 
+# the typed table hashed on its id
+TYPED_VSCHEMA = {
+    "sharded": True,
+    "vindexes": {"hash": {"type": "hash"}},
+    "tables": {"typed": {"column_vindexes": [{"column": "id", "name": "hash"}]}},
+}
+
 
 @pytest.fixture(scope="module", params=FLAVORS)
 def shard(
@@ -61,7 +68,8 @@ def shard(
 ) -> Iterator[tuple[ServerFixture, SourceConfig, GTIDPosition]]:
     factory: ServerFactory = request.getfixturevalue(f"{request.param}_server_factory")
     fixture = factory.start(f"column-types-{request.param}")
-    config = parse_options(_options(fixture, request.param, tmp_path_factory.mktemp("types")))
+    folder = tmp_path_factory.mktemp("types")
+    config = parse_options(single_shard_options(fixture, folder, request.param, TYPED_VSCHEMA))
     with fixture.connect() as conn, conn.cursor() as cur:
         cur.execute("SET time_zone = '+00:00'")
         cur.execute("CREATE DATABASE commerce")
@@ -83,35 +91,6 @@ def shard(
         yield fixture, config, start
     finally:
         fixture.server.stop()
-
-
-def _options(fixture: ServerFixture, flavor: str, folder: Path) -> dict[str, str]:
-    secret = folder / "secrets" / "shard-admin"
-    secret.mkdir(parents=True)
-    (secret / "username").write_text(fixture.admin.username)
-    (secret / "password").write_text(fixture.admin.password)
-    keyspace = {
-        "apiVersion": "updatestream.io/v1alpha1",
-        "kind": "Keyspace",
-        "metadata": {"name": "commerce"},
-        "spec": {
-            "shards": [
-                {
-                    "name": "-",
-                    "mysql": {"host": fixture.host, "port": fixture.port},
-                    "credentialsSecret": {"name": "shard-admin"},
-                    "flavor": flavor,
-                }
-            ],
-            "servingShards": ["-"],
-            "vschema": {
-                "sharded": True,
-                "vindexes": {"hash": {"type": "hash"}},
-                "tables": {"typed": {"column_vindexes": [{"column": "id", "name": "hash"}]}},
-            },
-        },
-    }
-    return {"keyspace": json.dumps(keyspace), "secretsDir": str(folder / "secrets")}
 
 
 def _position(config: SourceConfig) -> GTIDPosition:

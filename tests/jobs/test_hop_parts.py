@@ -22,6 +22,7 @@ from updatestream_jobs.source.keyspace_watch import (
 )
 from updatestream_jobs.source.offsets import HopInfo, StreamOffset, tokens_of
 
+from harness import manifests
 from updatestream.binlog.errors import SourceOptionsError
 from updatestream.binlog.events import ChangeEvent
 from updatestream.core.dedup import DedupFilter
@@ -34,27 +35,16 @@ from updatestream.spec import Keyspace, parse_keyspace
 
 
 def keyspace(serving: list[str], declared: list[str], history: list[tuple[float, str]]) -> Keyspace:
+    entries = [
+        manifests.shard(name, "127.0.0.1", 3306 + i, "reader") for i, name in enumerate(declared)
+    ]
     return parse_keyspace(
-        {
-            "apiVersion": "updatestream.io/v1alpha1",
-            "kind": "Keyspace",
-            "metadata": {"name": "commerce"},
-            "spec": {
-                "shards": [
-                    {
-                        "name": name,
-                        "mysql": {"host": "127.0.0.1", "port": 3306 + i},
-                        "credentialsSecret": {"name": "reader"},
-                    }
-                    for i, name in enumerate(declared)
-                ],
-                "vschema": {"sharded": True, "vindexes": {}, "tables": {}},
-                "servingShards": serving,
-                "shardMapHistory": [
-                    {"at": at, "shards": shards.split(",")} for at, shards in history
-                ],
-            },
-        }
+        manifests.keyspace(
+            entries,
+            {"sharded": True, "vindexes": {}, "tables": {}},
+            serving=serving,
+            shardMapHistory=[{"at": at, "shards": shards.split(",")} for at, shards in history],
+        )
     )
 
 

@@ -21,6 +21,7 @@ from updatestream_jobs.sinks import SINKS, SinkContext, build_sinks
 from updatestream_jobs.sinks.mirror_sink import MirrorSink
 from updatestream_jobs.sinks.sink import BatchContext, MirrorSinkSchemaError, SinkError
 
+from harness import manifests
 from harness.accounts import write_secret
 from harness.sink_events import ShardLog, final_rows, two_shard_workload
 from tests.conftest import MariaDBFixture, ServerFactory
@@ -74,22 +75,8 @@ def source(mariadb_server: MariaDBFixture) -> Iterator[str]:
 
 
 def keyspace(server: MariaDBFixture) -> spec.Keyspace:
-    return spec.Keyspace.model_validate(
-        {
-            "metadata": {"name": "commerce"},
-            "spec": {
-                "shards": [
-                    {
-                        "name": "-",
-                        "mysql": {"host": server.host, "port": server.port},
-                        "credentialsSecret": {"name": "source"},
-                    }
-                ],
-                "vschema": {"sharded": False},
-                "servingShards": ["-"],
-            },
-        }
-    )
+    shard = manifests.shard("-", server.host, server.port, "source")
+    return spec.Keyspace.model_validate(manifests.keyspace([shard], {"sharded": False}))
 
 
 def make_sink(

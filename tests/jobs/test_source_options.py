@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 import updatestream_jobs.source.options as options_module
@@ -18,6 +17,7 @@ from updatestream_jobs.source.options import (
     parse_options,
 )
 
+from harness import manifests
 from updatestream.binlog.errors import SourceOptionsError
 from updatestream.core.start import Start
 
@@ -48,23 +48,11 @@ def minimal(manifest: Path, **extra: str) -> dict[str, str]:
 def manifest(tmp_path: Path) -> Path:
 
     path = tmp_path / "keyspace.json"
-    keyspace: dict[str, Any] = {
-        "apiVersion": "updatestream.io/v1alpha1",
-        "kind": "Keyspace",
-        "metadata": {"name": "commerce"},
-        "spec": {
-            "shards": [
-                {
-                    "name": name,
-                    "mysql": {"host": "127.0.0.1", "port": port},
-                    "credentialsSecret": {"name": "replication"},
-                }
-                for name, port in (("-80", 3306), ("80-", 3307))
-            ],
-            "servingShards": ["-80", "80-"],
-            "vschema": VSCHEMA,
-        },
-    }
+    shards = [
+        manifests.shard(name, "127.0.0.1", port, "replication")
+        for name, port in (("-80", 3306), ("80-", 3307))
+    ]
+    keyspace = manifests.keyspace(shards, VSCHEMA)
     path.write_text(json.dumps(keyspace))
     return path
 

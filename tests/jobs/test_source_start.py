@@ -8,6 +8,7 @@ import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from updatestream_cli.devcluster.sample_schema import VSCHEMA
@@ -15,6 +16,7 @@ from updatestream_jobs.source.binlog_ranges import ShardRange, read_shard_range
 from updatestream_jobs.source.options import SourceConfig, parse_options
 from updatestream_jobs.source.planner import BatchPlanner
 
+from harness import manifests
 from tests.conftest import MariaDBFixture, MariaDBServerFactory
 from updatestream.binlog.errors import BinlogPurged
 from updatestream.binlog.events import ChangeEvent
@@ -25,31 +27,16 @@ FILES = 8
 
 
 def single_shard_options(
-    server: MariaDBFixture, folder: Path, flavor: str = "mariadb"
+    server: MariaDBFixture,
+    folder: Path,
+    flavor: str = "mariadb",
+    vschema: dict[str, Any] = VSCHEMA,
 ) -> dict[str, str]:
-    """Options for a one-shard keyspace `-` on `server` (of `flavor`), with its admin user as
-    the Secret."""
-    secret = folder / "secrets" / "shard-admin"
-    secret.mkdir(parents=True, exist_ok=True)
-    (secret / "username").write_text(server.admin.username)
-    (secret / "password").write_text(server.admin.password)
-    keyspace = {
-        "apiVersion": "updatestream.io/v1alpha1",
-        "kind": "Keyspace",
-        "metadata": {"name": "commerce"},
-        "spec": {
-            "shards": [
-                {
-                    "name": "-",
-                    "mysql": {"host": server.host, "port": server.port},
-                    "credentialsSecret": {"name": "shard-admin"},
-                    "flavor": flavor,
-                }
-            ],
-            "servingShards": ["-"],
-            "vschema": VSCHEMA,
-        },
-    }
+    """Options for a one-shard keyspace `-` on `server` (of `flavor`, its tables as `vschema`
+    says), with its admin user as the Secret."""
+    server.admin_secret(folder / "secrets", "shard-admin")
+    shard = manifests.shard("-", server.host, server.port, "shard-admin", flavor)
+    keyspace = manifests.keyspace([shard], vschema)
     return {"keyspace": json.dumps(keyspace), "secretsDir": str(folder / "secrets")}
 
 
