@@ -125,6 +125,17 @@ def expected_users(events: list[ChangeEvent]) -> dict[int, dict[str, Any]]:
     }
 
 
+def ctx(batch_id: int, replay: bool = False) -> BatchContext:
+    """Batch `batch_id` of stream s, key range `-`."""
+    return BatchContext("s", "-", batch_id, replay=replay)
+
+
+def alter_users(source_server: MariaDBFixture, source_db: str, change: str) -> None:
+    """Change the source's `users` table: `ALTER TABLE users <change>`."""
+    with source_server.connect(source_db) as conn, conn.cursor() as cur:
+        cur.execute(f"ALTER TABLE users {change}")
+
+
 def user(id_: int, name: str, visits: int = 0) -> dict[str, Any]:
     return {"id": id_, "name": name, "visits": visits}
 
@@ -148,9 +159,9 @@ def test_batches_apply_and_a_replay_changes_nothing(
     sink = make_sink(mariadb_server, mirror_server, secrets_dir, source)
     work = two_shard_workload()
     for index, batch in enumerate(work.batches):
-        first = sink.write_batch(batch, BatchContext("s", "-", index))
+        first = sink.write_batch(batch, ctx(index))
         before = stored(mirror_server, source)
-        again = sink.write_batch(batch, BatchContext("s", "-", index, replay=True))
+        again = sink.write_batch(batch, ctx(index, replay=True))
         assert stored(mirror_server, source) == before
         assert again.written == 0 and again.duplicates_delivered == 0
         assert again.skipped >= first.written
@@ -170,17 +181,17 @@ def test_a_delete_is_a_tombstone_that_an_older_insert_cannot_resurrect(
     log = ShardLog("-80", 1)
     insert = log.transaction(100, [("insert", "users", None, user(1, "a"))])
     delete = log.transaction(101, [("delete", "users", user(1, "a"), None)])
-    sink.write_batch(insert + delete, BatchContext("s", "-", 0))
+    sink.write_batch(insert + delete, ctx(0))
     assert live(mirror_server, source) == {}
     row = stored(mirror_server, source)[1]
     assert row[3] == 1 and row[1] is None and row[4] == 101  # the tombstone: key and token
     # the insert delivered again later (a restart from an older position) stays ignored
-    result = sink.write_batch(insert, BatchContext("s", "-", 1))
+    result = sink.write_batch(insert, ctx(1))
     assert result.written == 0 and result.skipped == 1
     assert live(mirror_server, source) == {} and stored(mirror_server, source)[1] == row
     # a newer insert of the key brings it back
     again = log.transaction(102, [("insert", "users", None, user(1, "b"))])
-    sink.write_batch(again, BatchContext("s", "-", 2))
+    sink.write_batch(again, ctx(2))
     sink.close()
     assert live(mirror_server, source) == {1: user(1, "b")}
 
@@ -209,12 +220,12 @@ def test_out_of_order_changes_never_move_a_row_backward(
     shuffled = events[:]
     rng.shuffle(shuffled)
     for index in range(0, len(shuffled), 20):  # every key's changes arrive out of order
-        sink.write_batch(shuffled[index : index + 20], BatchContext("s", "-", index))
+        sink.write_batch(shuffled[index : index + 20], ctx(index))
     expected = {k: v for k, v in state.items() if v is not None}
     assert live(mirror_server, source) == expected
     # in order again, as a restart from the start would deliver them: nothing moves
     before = stored(mirror_server, source)
-    result = sink.write_batch(events, BatchContext("s", "-", 999))
+    result = sink.write_batch(events, ctx(999))
     sink.close()
     assert result.written == 0 and stored(mirror_server, source) == before
     ignored = registry.get_sample_value(
@@ -234,12 +245,12 @@ def test_a_copy_compares_by_its_origin_and_same_second_shards_by_arrival(
     update = src.transaction(501, [("update", "users", user(2, "orig"), user(2, "upd"))])
     # the destination's copy of the first transaction arrives after the update: it is older
     copy = src.copy_to(first, dst)
-    sink.write_batch(first + update, BatchContext("s", "-", 0))
-    result = sink.write_batch(copy, BatchContext("s", "-", 1))
+    sink.write_batch(first + update, ctx(0))
+    result = sink.write_batch(copy, ctx(1))
     assert result.written == 0 and live(mirror_server, source)[2]["name"] == "upd"
     # a change on the destination in the same second as the source's last: arrival order
     after_cutover = dst.transaction(501, [("update", "users", user(2, "upd"), user(2, "dst"))])
-    result = sink.write_batch(after_cutover, BatchContext("s", "-", 2))
+    result = sink.write_batch(after_cutover, ctx(2))
     sink.close()
     assert result.written == 1 and live(mirror_server, source)[2]["name"] == "dst"
     unknown = registry.get_sample_value(
@@ -278,7 +289,7 @@ def test_types_round_trip_with_a_composite_key(
             tx_index=1,
         ),
     ]
-    assert sink.write_batch(events, BatchContext("s", "-", 0)).written == 1
+    assert sink.write_batch(events, ctx(0)).written == 1
     sink.close()
     with mirror_server.connect(f"m_{source}") as conn, conn.cursor() as cur:
         cur.execute("SELECT shop, code, price, tags, seen, doc FROM items_live")
@@ -293,15 +304,10 @@ def test_a_new_source_column_is_added_to_the_mirror(
 ) -> None:
     sink = make_sink(mariadb_server, mirror_server, secrets_dir, source)
     log = ShardLog("-80", 1)
-    sink.write_batch(
-        log.transaction(10, [("insert", "users", None, user(1, "a"))]), BatchContext("s", "-", 0)
-    )
-    with mariadb_server.connect(source) as conn, conn.cursor() as cur:
-        cur.execute("ALTER TABLE users ADD COLUMN email VARCHAR(190) NULL DEFAULT 'none'")
+    sink.write_batch(log.transaction(10, [("insert", "users", None, user(1, "a"))]), ctx(0))
+    alter_users(mariadb_server, source, "ADD COLUMN email VARCHAR(190) NULL DEFAULT 'none'")
     with_email = {**user(2, "b"), "email": "b@example.org"}
-    sink.write_batch(
-        log.transaction(11, [("insert", "users", None, with_email)]), BatchContext("s", "-", 1)
-    )
+    sink.write_batch(log.transaction(11, [("insert", "users", None, with_email)]), ctx(1))
     sink.close()
     rows = live(mirror_server, source)
     # the row the source filled with the default when it added the column gets it here too
@@ -322,13 +328,12 @@ def test_a_dropped_source_column_is_a_typed_error(
     log = ShardLog("-80", 1)
     sink.write_batch(
         log.transaction(10, [("insert", "users", None, user(1, "a", 3))]),
-        BatchContext("s", "-", 0),
+        ctx(0),
     )
-    with mariadb_server.connect(source) as conn, conn.cursor() as cur:
-        cur.execute("ALTER TABLE users DROP COLUMN visits")
+    alter_users(mariadb_server, source, "DROP COLUMN visits")
     events = log.transaction(11, [("insert", "users", None, {"id": 2, "name": "b"})])
     with pytest.raises(MirrorSinkSchemaError) as err:
-        sink.write_batch(events, BatchContext("s", "-", 1))
+        sink.write_batch(events, ctx(1))
     assert isinstance(err.value, SinkError)
     message = str(err.value)
     assert "users" in message and "visits" in message and "DROP COLUMN" in message
@@ -342,14 +347,13 @@ def test_a_retyped_column_is_a_typed_error_when_the_table_is_checked(
     sink = make_sink(mariadb_server, mirror_server, secrets_dir, source)
     log = ShardLog("-80", 1)
     batch = log.transaction(10, [("insert", "users", None, user(1, "a"))])
-    sink.write_batch(batch, BatchContext("s", "-", 0))
+    sink.write_batch(batch, ctx(0))
     sink.close()
-    with mariadb_server.connect(source) as conn, conn.cursor() as cur:
-        cur.execute("ALTER TABLE users MODIFY visits BIGINT NOT NULL DEFAULT 0")
+    alter_users(mariadb_server, source, "MODIFY visits BIGINT NOT NULL DEFAULT 0")
     restarted = make_sink(mariadb_server, mirror_server, secrets_dir, source)
     retyped = r"column visits is int(\(11\))? in the mirror but "  # MySQL 8: no display width
     with pytest.raises(MirrorSinkSchemaError, match=retyped):
-        restarted.write_batch(batch, BatchContext("s", "-", 1))
+        restarted.write_batch(batch, ctx(1))
     restarted.close()
 
 
@@ -372,9 +376,9 @@ def test_tombstones_older_than_the_horizon_are_purged(
     for key, ts in ((1, now - 7200), (2, now - 7000), (3, now - 60)):
         events += log.transaction(ts - 1, [("insert", "users", None, user(key, "x"))])
         events += log.transaction(ts, [("delete", "users", user(key, "x"), None)])
-    first = sink.write_batch(events, BatchContext("s", "-", 0))
+    first = sink.write_batch(events, ctx(0))
     assert first.written == 3 and set(stored(mirror_server, source)) == {1, 2, 3}
-    sink.write_batch([], BatchContext("s", "-", 1))  # the second batch purges
+    sink.write_batch([], ctx(1))  # the second batch purges
     sink.close()
     assert set(stored(mirror_server, source)) == {3}
     labels = {"stream": "s", "sink": sink.name}
@@ -387,22 +391,20 @@ def test_the_mirror_down_then_up(
 ) -> None:
     sink = make_sink(mariadb_server, mirror_server, secrets_dir, source)
     log = ShardLog("-80", 1)
-    sink.write_batch(
-        log.transaction(10, [("insert", "users", None, user(1, "a"))]), BatchContext("s", "-", 0)
-    )
+    sink.write_batch(log.transaction(10, [("insert", "users", None, user(1, "a"))]), ctx(0))
     batch = log.transaction(11, [("insert", "users", None, user(2, "b"))])
     mirror_server.server.stop()
     try:
         with pytest.raises(SinkError) as err:
-            sink.write_batch(batch, BatchContext("s", "-", 1))
+            sink.write_batch(batch, ctx(1))
         message = str(err.value)
         assert f"mirror({mirror_server.host}:{mirror_server.port}/m_{source})" in message
         assert "batch 1" in message and mirror_server.admin.password not in message
         with pytest.raises(SinkError):  # still down: the retry fails the same way
-            sink.write_batch(batch, BatchContext("s", "-", 1, replay=True))
+            sink.write_batch(batch, ctx(1, replay=True))
     finally:
         mirror_server.server.start()
-    result = sink.write_batch(batch, BatchContext("s", "-", 1, replay=True))
+    result = sink.write_batch(batch, ctx(1, replay=True))
     sink.close()
     assert result.written == 1
     assert live(mirror_server, source) == {1: user(1, "a"), 2: user(2, "b")}
@@ -415,9 +417,9 @@ def test_a_key_change_leaves_a_tombstone_for_the_old_key(
     log = ShardLog("-80", 1)
     events = log.transaction(10, [("insert", "users", None, user(1, "a"))])
     events += log.transaction(11, [("update", "users", user(1, "a"), user(12, "a"))])
-    assert sink.write_batch(events, BatchContext("s", "-", 0)).written == 2
+    assert sink.write_batch(events, ctx(0)).written == 2
     # the insert of key 1 delivered again later is older than the key change's tombstone
-    assert sink.write_batch(events[:1], BatchContext("s", "-", 1)).written == 0
+    assert sink.write_batch(events[:1], ctx(1)).written == 0
     sink.close()
     assert live(mirror_server, source) == {12: user(12, "a")}
     assert stored(mirror_server, source)[1][3:5] == (1, 11)
@@ -447,18 +449,11 @@ def test_the_documented_privileges_are_enough(
     write_secret(secrets, "mirror", "us_mirror_writer", password)
     sink = make_sink(mariadb_server, mirror_server, secrets, source)
     log = ShardLog("-80", 1)
-    sink.write_batch(
-        log.transaction(10, [("insert", "users", None, user(1, "a"))]), BatchContext("s", "-", 0)
-    )
-    with mariadb_server.connect(source) as conn, conn.cursor() as cur:
-        cur.execute("ALTER TABLE users ADD COLUMN email VARCHAR(190) NULL")
+    sink.write_batch(log.transaction(10, [("insert", "users", None, user(1, "a"))]), ctx(0))
+    alter_users(mariadb_server, source, "ADD COLUMN email VARCHAR(190) NULL")
     row = {**user(2, "b"), "email": "b@example.org"}
-    sink.write_batch(
-        log.transaction(11, [("insert", "users", None, row)]), BatchContext("s", "-", 1)
-    )
-    sink.write_batch(
-        log.transaction(12, [("delete", "users", row, None)]), BatchContext("s", "-", 2)
-    )
+    sink.write_batch(log.transaction(11, [("insert", "users", None, row)]), ctx(1))
+    sink.write_batch(log.transaction(12, [("delete", "users", row, None)]), ctx(2))
     assert sink.purge() == 1  # the tombstone (timestamp 12) is far beyond the horizon
     sink.close()
     assert live(mirror_server, source) == {1: {**user(1, "a"), "email": None}}
