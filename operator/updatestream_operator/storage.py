@@ -284,12 +284,13 @@ class KubeStore:
             )
 
     def list_config_maps(self, namespace: str | None, selector: str) -> list[dict[str, Any]]:
-        with _calling(f"listing ConfigMaps ({selector})"):
-            if namespace is None:
-                found = self.core.list_config_map_for_all_namespaces(label_selector=selector)
-            else:
-                found = self.core.list_namespaced_config_map(namespace, label_selector=selector)
-        return [self._plain(item) for item in found.items]
+        return self._list_core(
+            "ConfigMaps",
+            namespace,
+            selector,
+            self.core.list_config_map_for_all_namespaces,
+            self.core.list_namespaced_config_map,
+        )
 
     def delete_config_map(self, namespace: str, name: str) -> None:
         _delete(
@@ -307,11 +308,29 @@ class KubeStore:
         return None if found is None else self._plain(found)
 
     def list_pods(self, namespace: str | None, selector: str) -> list[dict[str, Any]]:
-        with _calling(f"listing Pods ({selector})"):
+        return self._list_core(
+            "Pods",
+            namespace,
+            selector,
+            self.core.list_pod_for_all_namespaces,
+            self.core.list_namespaced_pod,
+        )
+
+    def _list_core(
+        self,
+        kind: str,
+        namespace: str | None,
+        selector: str,
+        everywhere: Callable[..., Any],
+        in_namespace: Callable[..., Any],
+    ) -> list[dict[str, Any]]:
+        """The objects of a core `kind` matching `selector`, in `namespace` or, when it is None,
+        in every namespace (with the list calls of that kind)."""
+        with _calling(f"listing {kind} ({selector})"):
             if namespace is None:
-                found = self.core.list_pod_for_all_namespaces(label_selector=selector)
+                found = everywhere(label_selector=selector)
             else:
-                found = self.core.list_namespaced_pod(namespace, label_selector=selector)
+                found = in_namespace(namespace, label_selector=selector)
         return [self._plain(item) for item in found.items]
 
     def delete_pod(self, namespace: str, name: str, grace_seconds: int = 30) -> None:
