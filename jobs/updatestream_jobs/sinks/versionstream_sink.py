@@ -91,22 +91,19 @@ class VersionStreamSink:
         if self._repository is None:
             settings = self._settings()
             config = self.config
+            table: dict[str, Any] = {
+                "table": config.table,
+                "database": config.database,
+                "stream": config.stream,
+                "where": self.name,
+            }
             if config.partitions > 1:
                 self._repository = PartitionedStream(
-                    lambda: pymysql.connect(**settings),
-                    table=config.table,
-                    database=config.database,
-                    stream=config.stream,
-                    partitions=config.partitions,
-                    where=self.name,
+                    lambda: pymysql.connect(**settings), partitions=config.partitions, **table
                 )
             else:
                 self._repository = VersionStreamRepository(
-                    lambda: pymysql.connect(**settings),
-                    table=config.table,
-                    database=config.database,
-                    stream=config.stream,
-                    where=self.name,
+                    lambda: pymysql.connect(**settings), **table
                 )
         return self._repository
 
