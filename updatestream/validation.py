@@ -267,14 +267,8 @@ def _sink_problems(spec: UpdateStreamSpec) -> Iterator[SpecProblem]:
         if isinstance(sink, MemcachedSink):
             yield from _memcached_problems(field, sink)
         elif isinstance(sink, VersionStreamSink):
-            for key, value in (("database", sink.database), ("table", sink.table)):
-                if not _SQL_NAME.match(value):
-                    yield SpecProblem(
-                        f"{field}.{key}",
-                        "InvalidSink",
-                        f"{key} {value!r} is not a plain MySQL name; use 1 to 64 letters, "
-                        "digits, _ or $, like updatestream",
-                    )
+            names = [("database", sink.database), ("table", sink.table)]
+            yield from _sql_name_problems(field, names, "updatestream")
         elif isinstance(sink, MirrorSink):
             yield from _mirror_problems(field, sink)
         elif isinstance(sink, CDCv2Sink):
@@ -292,13 +286,20 @@ def _mirror_problems(field: str, sink: MirrorSink) -> Iterator[SpecProblem]:
     names = [("database", sink.database), ("sourceDatabase", sink.source_database)]
     if sink.table_prefix:
         names.append(("tablePrefix", sink.table_prefix))
+    yield from _sql_name_problems(field, names, "mirror")
+
+
+def _sql_name_problems(
+    field: str, names: Sequence[tuple[str, str | None]], example: str
+) -> Iterator[SpecProblem]:
+    """A problem for each of the sink's `names` (key, value) given and not a plain MySQL name."""
     for key, value in names:
         if value is not None and not _SQL_NAME.match(value):
             yield SpecProblem(
                 f"{field}.{key}",
                 "InvalidSink",
                 f"{key} {value!r} is not a plain MySQL name; use 1 to 64 letters, "
-                "digits, _ or $, like mirror",
+                f"digits, _ or $, like {example}",
             )
 
 
