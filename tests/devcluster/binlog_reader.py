@@ -40,7 +40,7 @@ class BinlogRow:
     op: str  # insert, update, delete
     before: dict[str, Any] | None
     after: dict[str, Any] | None
-    timestamp: int
+    timestamp: int  # of the row event's header
 
 
 @dataclass

@@ -19,22 +19,13 @@ from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import GtidEvent, QueryEvent, RotateEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+from tests.devcluster.binlog_reader import BinlogRow
 from updatestream.binlog import mysql_json
 from updatestream.spec import Credentials
 
 mysql_json.install()
 _reader_ids = itertools.count(random.randint(10_000, 1_000_000))  # distinct per reader
 _ROW_EVENTS = {WriteRowsEvent: "insert", UpdateRowsEvent: "update", DeleteRowsEvent: "delete"}
-
-
-@dataclass
-class BinlogRow:
-    schema: str
-    table: str
-    op: str  # insert, update, delete
-    before: dict[str, Any] | None
-    after: dict[str, Any] | None
-    timestamp: int  # of the row event's header
 
 
 @dataclass
