@@ -8,20 +8,21 @@ from typing import Any
 from updatestream.spec import API_VERSION
 
 
-def document(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
-    """A custom resource of `kind` named `name`."""
-    return {"apiVersion": API_VERSION, "kind": kind, "metadata": {"name": name}, "spec": spec}
+def document(
+    kind: str, name: str, spec: dict[str, Any], namespace: str | None = None
+) -> dict[str, Any]:
+    """A custom resource of `kind` named `name` (in `namespace` if given)."""
+    metadata = {"name": name} if namespace is None else {"name": name, "namespace": namespace}
+    return {"apiVersion": API_VERSION, "kind": kind, "metadata": metadata, "spec": spec}
 
 
 def shard(
-    name: str, host: str, port: int, secret: str, flavor: str | None = None
+    name: str, host: str, port: int | None, secret: str, flavor: str | None = None
 ) -> dict[str, Any]:
-    """A shard of a Keyspace: its server, the Secret to read it with, and its flavor if given."""
-    entry: dict[str, Any] = {
-        "name": name,
-        "mysql": {"host": host, "port": port},
-        "credentialsSecret": {"name": secret},
-    }
+    """A shard of a Keyspace: its server (the default port if None), the Secret to read it
+    with, and its flavor if given."""
+    mysql: dict[str, Any] = {"host": host} if port is None else {"host": host, "port": port}
+    entry: dict[str, Any] = {"name": name, "mysql": mysql, "credentialsSecret": {"name": secret}}
     if flavor is not None:
         entry["flavor"] = flavor
     return entry
@@ -32,6 +33,7 @@ def keyspace(
     vschema: dict[str, Any],
     *,
     name: str = "commerce",
+    namespace: str | None = None,
     serving: list[str] | None = None,
     **spec: Any,
 ) -> dict[str, Any]:
@@ -41,6 +43,7 @@ def keyspace(
         "Keyspace",
         name,
         {"shards": shards, "servingShards": serving_shards, "vschema": vschema, **spec},
+        namespace,
     )
 
 

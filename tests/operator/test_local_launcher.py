@@ -20,6 +20,7 @@ import pytest
 from updatestream_operator.launchers.local import LocalLauncher, _processes_using
 from updatestream_operator.reconciler.models import JobPhase, JobSpec, StreamRef
 
+from harness import manifests
 from harness.operator import wait_for
 from updatestream.contract.job_config import JobConfig
 from updatestream.core.keyrange import KeyRange
@@ -47,18 +48,8 @@ time.sleep(600)
 
 
 def job_spec(launch_id: int = 1, table: str = "orders", uid: str = "uid-1") -> JobSpec:
-    keyspace = parse_keyspace(
-        {
-            "metadata": {"name": "commerce", "namespace": "ns"},
-            "spec": {
-                "shards": [
-                    {"name": "-", "mysql": {"host": "db"}, "credentialsSecret": {"name": "reader"}}
-                ],
-                "vschema": {"sharded": False},
-                "servingShards": ["-"],
-            },
-        }
-    )
+    shards = [manifests.shard("-", "db", None, "reader")]
+    keyspace = parse_keyspace(manifests.keyspace(shards, {"sharded": False}, namespace="ns"))
     stream = parse_update_stream(
         {
             "metadata": {"name": "orders"},
