@@ -50,3 +50,17 @@ def keyspace(
 def update_stream(name: str, *, keyspace: str = "commerce", **spec: Any) -> dict[str, Any]:
     """An UpdateStream of `keyspace` with the rest of its `spec`."""
     return document("UpdateStream", name, {"keyspace": keyspace, **spec})
+
+
+def database_sink(
+    kind: str, host: str, port: int, database: str, secret: str, **options: Any
+) -> dict[str, Any]:
+    """A sink of `kind` (`mirror`, `versionStream`) writing into `database` on a server, with
+    the Secret `secret`."""
+    return {
+        "type": kind,
+        "mysql": {"host": host, "port": port},
+        "database": database,
+        "credentialsSecret": {"name": secret},
+        **options,
+    }

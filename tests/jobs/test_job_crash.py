@@ -28,6 +28,7 @@ from updatestream_cli.devcluster.memcached_server import MemcachedServer
 from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 from updatestream_jobs.job import FAULT_EXIT_AFTER_SINK_WRITE
 
+from harness import manifests
 from tests.conftest import MariaDBFixture
 from updatestream.core.dedup import DedupFilter
 from updatestream.core.gtid import parse_position
@@ -61,33 +62,22 @@ def test_a_crash_after_the_sink_write_replays_the_batch_without_duplicates(
     cluster: DevCluster, mariadb_server: MariaDBFixture, memcached: MemcachedServer, tmp_path: Path
 ) -> None:
     memcached.flush()
-    secret = cluster.secrets_dir / "crash-versionstream"
-    secret.mkdir(exist_ok=True)
-    (secret / "username").write_text(mariadb_server.admin.username)
-    (secret / "password").write_text(mariadb_server.admin.password)
+    secret = mariadb_server.admin_secret(cluster.secrets_dir, "crash-versionstream")
     first = {s: cluster.server(s).gtid_position() for s in SHARDS}
     token = EventToken(int(time.time()), "-80", parse_position(first["-80"])).to_json()
     cdc = tmp_path / "cdc"
-    stream = {
-        "apiVersion": "updatestream.io/v1alpha1",
-        "kind": "UpdateStream",
-        "metadata": {"name": "crash-feed"},
-        "spec": {
-            "keyspace": "commerce",
-            "keyRanges": ["-"],
-            "start": {"mode": "resume", "tokens": {"-80": token}, "gtid": {"80-": first["80-"]}},
-            "sinks": [
-                {
-                    "type": "versionStream",
-                    "mysql": {"host": mariadb_server.host, "port": mariadb_server.port},
-                    "database": DATABASE,
-                    "credentialsSecret": {"name": "crash-versionstream"},
-                },
-                {"type": "cdcv2", "path": str(cdc), "allowedLatenessSeconds": 1},
-                {"type": "memcached", "servers": [memcached.address]},
-            ],
-        },
-    }
+    stream = manifests.update_stream(
+        "crash-feed",
+        keyRanges=["-"],
+        start={"mode": "resume", "tokens": {"-80": token}, "gtid": {"80-": first["80-"]}},
+        sinks=[
+            manifests.database_sink(
+                "versionStream", mariadb_server.host, mariadb_server.port, DATABASE, secret
+            ),
+            {"type": "cdcv2", "path": str(cdc), "allowedLatenessSeconds": 1},
+            {"type": "memcached", "servers": [memcached.address]},
+        ],
+    )
     stream_file = tmp_path / "stream.yaml"
     stream_file.write_text(yaml.safe_dump(stream))
     status = tmp_path / "status.json"

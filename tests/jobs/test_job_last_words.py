@@ -25,6 +25,8 @@ import yaml
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.mariadb_server import MariaDBServer
 
+from harness import manifests
+
 SHARDS = ("-80", "80-")
 CLI = str(Path(sys.executable).with_name("updatestream"))
 
@@ -51,17 +53,12 @@ def write_rows(cluster: DevCluster, first_id: int, count: int) -> None:
 
 def run_args(cluster: DevCluster, tmp_path: Path, *extra: str) -> list[str]:
     start = {s: cluster.server(s).gtid_position() for s in SHARDS}
-    stream = {
-        "apiVersion": "updatestream.io/v1alpha1",
-        "kind": "UpdateStream",
-        "metadata": {"name": "last-words"},
-        "spec": {
-            "keyspace": "commerce",
-            "keyRanges": ["-"],
-            "start": {"mode": "gtid", "gtid": start},
-            "sinks": [{"type": "console", "path": str(tmp_path / "events.jsonl")}],
-        },
-    }
+    stream = manifests.update_stream(
+        "last-words",
+        keyRanges=["-"],
+        start={"mode": "gtid", "gtid": start},
+        sinks=[{"type": "console", "path": str(tmp_path / "events.jsonl")}],
+    )
     (tmp_path / "stream.yaml").write_text(yaml.safe_dump(stream))
     return [
         CLI, "run",

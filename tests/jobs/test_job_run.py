@@ -21,6 +21,7 @@ from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 from updatestream_jobs import main as job_main
 from updatestream_jobs.job import Job
 
+from tests.jobs.test_mirror_job import wait_caught_up
 from updatestream import spec
 from updatestream.binlog.vreplication import binlog_source
 from updatestream.contract.job_config import JobConfig
@@ -117,14 +118,7 @@ def test_job_delivers_the_ledger_with_progress_metrics_and_dedup(
         traffic.run()
         traffic.close()
         final = positions(cluster)
-        deadline = time.monotonic() + 180
-        while True:
-            shards = json.loads(status.read_text())["shards"] if status.exists() else {}
-            if all(shards.get(s, {}).get("position") == final[s] for s in SHARDS):
-                break
-            assert job.query.isActive, job.query.exception()
-            assert time.monotonic() < deadline, f"status never reached {final}: {shards}"
-            time.sleep(1)
+        wait_caught_up(job, cluster, status)
         assert job.metrics_port is not None
         metrics = scrape(job.metrics_port)
     finally:

@@ -18,6 +18,7 @@ from updatestream_cli.devcluster.traffic import TrafficOptions
 from updatestream_cli.verify.mirror_check import verify_mirror
 from updatestream_jobs.job import Job
 
+from harness import manifests
 from harness.stream_job import completed_hops, read_status, reshard, sink_secret, traffic_generator
 from tests.conftest import ServerFactory
 from tests.jobs.test_mirror_job import SECRET, target
@@ -57,24 +58,9 @@ def test_the_mirror_follows_a_live_split(
     factory: ServerFactory = request.getfixturevalue(f"{mirror_flavor}_server_factory")
     mirror = factory.start(f"mirror-hop-{mirror_flavor}")
     sink_secret(cluster, SECRET, mirror.admin.username, mirror.admin.password)
+    sink = manifests.database_sink("mirror", mirror.host, mirror.port, "mirror_hop", SECRET)
     stream = spec.parse_update_stream(
-        {
-            "apiVersion": "updatestream.io/v1alpha1",
-            "kind": "UpdateStream",
-            "metadata": {"name": "mirror-hop"},
-            "spec": {
-                "keyspace": "commerce",
-                "start": {"mode": "earliest"},
-                "sinks": [
-                    {
-                        "type": "mirror",
-                        "mysql": {"host": mirror.host, "port": mirror.port},
-                        "database": "mirror_hop",
-                        "credentialsSecret": {"name": SECRET},
-                    }
-                ],
-            },
-        }
+        manifests.update_stream("mirror-hop", start={"mode": "earliest"}, sinks=[sink])
     )
     status = tmp_path / "status.json"
     job = Job(

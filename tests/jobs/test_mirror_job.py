@@ -18,6 +18,7 @@ from updatestream_cli.verify.mirror_check import MirrorTarget, verify_mirror
 from updatestream_jobs.job import Job, typed_error
 from updatestream_jobs.sinks.sink import SinkError
 
+from harness import manifests
 from tests.conftest import MariaDBFixture, MariaDBServerFactory
 from tests.jobs.snapshot_support import wait_until_caught_up
 from updatestream import spec
@@ -30,35 +31,18 @@ SECRET = "mirror-writer"
 @pytest.fixture(scope="module")
 def mirror_db(mariadb_server_factory: MariaDBServerFactory, cluster: DevCluster) -> MariaDBFixture:
     server = mariadb_server_factory.start("mirror-job")
-    secret = cluster.secrets_dir / SECRET
-    secret.mkdir(exist_ok=True)
-    (secret / "username").write_text(server.admin.username)
-    (secret / "password").write_text(server.admin.password)
+    server.admin_secret(cluster.secrets_dir, SECRET)
     return server
 
 
 def make_job(
     cluster: DevCluster, mirror: MariaDBFixture, database: str, work: Path, start: str = "earliest"
 ) -> Job:
+    sink = manifests.database_sink(
+        "mirror", mirror.host, mirror.port, database, SECRET, purgeEveryBatches=3
+    )
     stream = spec.parse_update_stream(
-        {
-            "apiVersion": "updatestream.io/v1alpha1",
-            "kind": "UpdateStream",
-            "metadata": {"name": "mirrored"},
-            "spec": {
-                "keyspace": "commerce",
-                "start": {"mode": start},
-                "sinks": [
-                    {
-                        "type": "mirror",
-                        "mysql": {"host": mirror.host, "port": mirror.port},
-                        "database": database,
-                        "credentialsSecret": {"name": SECRET},
-                        "purgeEveryBatches": 3,
-                    }
-                ],
-            },
-        }
+        manifests.update_stream("mirrored", start={"mode": start}, sinks=[sink])
     )
     return Job(
         JobConfig(
@@ -84,6 +68,7 @@ def traffic(cluster: DevCluster, work: Path, seconds: float, seed: int) -> None:
 
 
 def wait_caught_up(job: Job, cluster: DevCluster, status: Path) -> None:
+    """Wait until the job's status shows every shard at its current position."""
     final = {shard: cluster.server(shard).gtid_position() for shard in SHARDS}
     deadline = time.monotonic() + 180
     while True:

@@ -21,6 +21,7 @@ from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 from updatestream_cli.verify.mirror_check import verify_mirror
 from updatestream_jobs.job import FAULT_EXIT_AFTER_HOP_WRITE
 
+from harness import manifests
 from harness.stream_job import CLI, SinkServer, StreamJob, completed_hops, reshard, sink_secret
 from tests.conftest import MariaDBFixture
 from tests.jobs.test_mirror_job import SECRET, target
@@ -87,23 +88,8 @@ def mirror_job(
     """A job into a mirror database of its own on the (session-wide) server."""
     sink_secret(cluster, SECRET, server.admin.username, server.admin.password)
     job = StreamJob(cluster, workdir, SinkServer(server.host, server.port, SECRET, database))
-    stream = {
-        "apiVersion": "updatestream.io/v1alpha1",
-        "kind": "UpdateStream",
-        "metadata": {"name": "mirror-resilience"},
-        "spec": {
-            "keyspace": "commerce",
-            "start": {"mode": "snapshot"},
-            "sinks": [
-                {
-                    "type": "mirror",
-                    "mysql": {"host": server.host, "port": server.port},
-                    "database": database,
-                    "credentialsSecret": {"name": SECRET},
-                }
-            ],
-        },
-    }
+    sink = manifests.database_sink("mirror", server.host, server.port, database, SECRET)
+    stream = manifests.update_stream("mirror-resilience", start={"mode": "snapshot"}, sinks=[sink])
     (workdir / "stream.yaml").write_text(yaml.safe_dump(stream))
     job.extra = ["--source-option", "snapshotChunkRows=1500"]
     return job
