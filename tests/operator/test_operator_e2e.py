@@ -32,6 +32,7 @@ from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 from updatestream_operator.launchers.local import _processes_using
 from updatestream_operator.reconciler.conditions import rfc3339
 
+from harness import manifests
 from harness.kube import KubeApi
 from harness.operator import (
     OPERATOR_ACCOUNT,
@@ -147,10 +148,7 @@ def world(
         kubeconfig = prepare_operator(kube_api, workdir, NS)
         kube_api.kubectl("apply", "-n", NS, "-f", "-", input=SECRET_READER)
         reader = cluster.secrets_dir / cluster.secret_ref("reader").name
-        sink = w.secrets_dir / SINK_SECRET
-        sink.mkdir(parents=True)
-        (sink / "username").write_text(mariadb_server.admin.username)
-        (sink / "password").write_text(mariadb_server.admin.password)
+        mariadb_server.admin_secret(w.secrets_dir, SINK_SECRET)
         (w.secrets_dir / reader.name).mkdir()
         for key in ("username", "password"):
             (w.secrets_dir / reader.name / key).write_text((reader / key).read_text())
@@ -171,25 +169,14 @@ def test_a_live_split_is_hopped_by_the_spark_job_the_operator_launched(
     apply(w.api, NS, keyspace)
     start = {s: cluster.server(s).gtid_position() for s in ["-80", "80-"]}
     sinks = [
-        {
-            "type": "versionStream",
-            "mysql": {"host": mariadb_server.host, "port": mariadb_server.port},
-            "database": SINK_DATABASE,
-            "credentialsSecret": {"name": SINK_SECRET},
-        },
+        manifests.database_sink(
+            "versionStream", mariadb_server.host, mariadb_server.port, SINK_DATABASE, SINK_SECRET
+        ),
         {"type": "cdcv2", "path": str(w.workdir / "cdc"), "allowedLatenessSeconds": 1},
     ]
-    stream = {
-        "apiVersion": "updatestream.io/v1alpha1",
-        "kind": "UpdateStream",
-        "metadata": {"name": STREAM},
-        "spec": {
-            "keyspace": "commerce",
-            "keyRanges": ["-"],
-            "start": {"mode": "gtid", "gtid": start},
-            "sinks": sinks,
-        },
-    }
+    stream = manifests.update_stream(
+        STREAM, keyRanges=["-"], start={"mode": "gtid", "gtid": start}, sinks=sinks
+    )
     apply(w.api, NS, stream)
 
     def delivering() -> bool:
