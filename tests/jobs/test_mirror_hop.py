@@ -15,13 +15,12 @@ from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.local_server import FLAVORS
 from updatestream_cli.devcluster.reshard import ReshardOptions
 from updatestream_cli.devcluster.traffic import TrafficOptions
-from updatestream_cli.verify.mirror_check import verify_mirror
 from updatestream_jobs.job import Job
 
 from harness import manifests
 from harness.stream_job import completed_hops, read_status, reshard, sink_secret, traffic_generator
 from tests.conftest import ServerFactory
-from tests.jobs.test_mirror_job import SECRET, target
+from tests.jobs.test_mirror_job import SECRET, mirror_report
 from updatestream import spec
 from updatestream.contract.job_config import JobConfig
 
@@ -103,9 +102,7 @@ def test_the_mirror_follows_a_live_split(
 
     (hop,) = completed_hops(state)
     assert hop["duplicatesDropped"] > 0  # the overlap's copies never reached the mirror
-    report = verify_mirror(
-        cluster.keyspace(), target(mirror, "mirror_hop"), cluster.secrets_dir, "-"
-    )
+    report = mirror_report(cluster, mirror, "mirror_hop")
     assert report.ok, report.examples
     assert report.source_rows == report.mirror_rows > 500
     labels = {"stream": "mirror-hop", "sink": f"mirror({mirror.host}:{mirror.port}/mirror_hop)"}

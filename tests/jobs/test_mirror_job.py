@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from click.testing import CliRunner
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 from updatestream_cli.verify.cli import verify
-from updatestream_cli.verify.mirror_check import MirrorTarget, verify_mirror
+from updatestream_cli.verify.mirror_check import MirrorReport, MirrorTarget, verify_mirror
 from updatestream_jobs.job import Job, typed_error
 from updatestream_jobs.sinks.sink import SinkError
 
@@ -85,19 +86,35 @@ def target(mirror: MariaDBFixture, database: str) -> MirrorTarget:
     return MirrorTarget(endpoint=endpoint, secret=SECRET, database=database)
 
 
+def mirror_report(cluster: DevCluster, mirror: MariaDBFixture, database: str) -> MirrorReport:
+    """What `verify` finds comparing the mirror `database` on `mirror` with the shards."""
+    return verify_mirror(cluster.keyspace(), target(mirror, database), cluster.secrets_dir, "-")
+
+
+def run_with_traffic(
+    spark: Any,
+    job: Job,
+    cluster: DevCluster,
+    work: Path,
+    seconds: float,
+    seed: int,
+    caught_up: Callable[[Job, DevCluster, Path], object] = wait_caught_up,
+) -> None:
+    """Run the job through `seconds` of traffic until `caught_up` says it is, then stop it."""
+    job.start(spark)
+    try:
+        traffic(cluster, work, seconds, seed=seed)
+        caught_up(job, cluster, work / "status.json")
+    finally:
+        job.stop()
+
+
 def test_job_mirrors_live_traffic_and_verify_finds_it_equal(
     spark: Any, cluster: DevCluster, mirror_db: MariaDBFixture, tmp_path: Path
 ) -> None:
     job = make_job(cluster, mirror_db, "mirror_live", tmp_path)
-    job.start(spark)
-    try:
-        traffic(cluster, tmp_path, 4.0, seed=5)
-        wait_caught_up(job, cluster, tmp_path / "status.json")
-    finally:
-        job.stop()
-    report = verify_mirror(
-        cluster.keyspace(), target(mirror_db, "mirror_live"), cluster.secrets_dir, "-"
-    )
+    run_with_traffic(spark, job, cluster, tmp_path, 4.0, seed=5)
+    report = mirror_report(cluster, mirror_db, "mirror_live")
     assert report.ok, report.examples
     assert report.source_rows > 100 and report.mirror_rows == report.source_rows
     state = json.loads((tmp_path / "status.json").read_text())
@@ -154,9 +171,7 @@ def test_the_mirror_down_fails_the_batch_and_a_restart_catches_up(
         wait_caught_up(again, cluster, tmp_path / "status.json")
     finally:
         again.stop()
-    report = verify_mirror(
-        cluster.keyspace(), target(mirror_db, "mirror_restart"), cluster.secrets_dir, "-"
-    )
+    report = mirror_report(cluster, mirror_db, "mirror_restart")
     assert report.ok, report.examples
     assert report.source_rows == report.mirror_rows > 0
 
@@ -175,14 +190,7 @@ def test_a_stream_started_from_a_snapshot_fills_the_mirror_then_follows_traffic(
     loader.preload(3000)
     loader.close()
     job = make_job(cluster, mirror_db, "mirror_snapshot", tmp_path, start="snapshot")
-    job.start(spark)
-    try:
-        traffic(cluster, tmp_path, 3.0, seed=9)
-        wait_until_caught_up(job, cluster, tmp_path / "status.json")
-    finally:
-        job.stop()
-    report = verify_mirror(
-        cluster.keyspace(), target(mirror_db, "mirror_snapshot"), cluster.secrets_dir, "-"
-    )
+    run_with_traffic(spark, job, cluster, tmp_path, 3.0, seed=9, caught_up=wait_until_caught_up)
+    report = mirror_report(cluster, mirror_db, "mirror_snapshot")
     assert report.ok, report.examples
     assert report.source_rows == report.mirror_rows >= 3000

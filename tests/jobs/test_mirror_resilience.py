@@ -24,7 +24,7 @@ from updatestream_jobs.job import FAULT_EXIT_AFTER_HOP_WRITE
 from harness import manifests
 from harness.stream_job import CLI, SinkServer, StreamJob, completed_hops, reshard, sink_secret
 from tests.conftest import MariaDBFixture
-from tests.jobs.test_mirror_job import SECRET, target
+from tests.jobs.test_mirror_job import SECRET, mirror_report, target
 from updatestream.mirror.order import Order, Verdict, classify
 
 DATABASE = "mirror_resilience"
@@ -150,9 +150,7 @@ def test_the_mirror_never_moves_backwards_through_kills_and_reshards(
         sampler.join(timeout=30)
     assert sampler.samples > 20 and len(sampler.last) > 8000
     assert sampler.backwards == []
-    report = verify_mirror(
-        cluster.keyspace(), target(mariadb_server, DATABASE), cluster.secrets_dir, "-"
-    )
+    report = mirror_report(cluster, mariadb_server, DATABASE)
     assert report.ok, report.examples
     assert report.source_rows == report.mirror_rows > 8000
 
