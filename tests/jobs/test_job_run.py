@@ -19,12 +19,10 @@ from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.ledger import read_ledger
 from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 from updatestream_jobs import main as job_main
-from updatestream_jobs.job import Job
 
-from tests.jobs.test_mirror_job import wait_caught_up
+from tests.jobs.cluster_jobs import cluster_job, wait_caught_up
 from updatestream import spec
 from updatestream.binlog.vreplication import binlog_source
-from updatestream.contract.job_config import JobConfig
 from updatestream.core.dedup import DedupFilter
 from updatestream.core.gtid import parse_position
 
@@ -90,19 +88,14 @@ def test_job_delivers_the_ledger_with_progress_metrics_and_dedup(
     console = tmp_path / "events.jsonl"
     status = tmp_path / "status.json"
     stream = spec.parse_update_stream(stream_spec({"mode": "gtid", "gtid": start}, console))
-    job = Job(
-        JobConfig(
-            stream=stream,
-            keyspace=cluster.keyspace(),
-            secrets_dir=cluster.secrets_dir,
-            checkpoint=tmp_path / "checkpoint",
-            trigger_seconds=1.0,
-            metrics_port=0,
-            metrics_host="0.0.0.0",  # the cluster setting; scraped on loopback below
-            status_file=status,
-            dedup=DedupFilter({"-": parse_position("9-9-50")}),
-            hop_started_at=time.time() - 30,
-        )
+    job = cluster_job(
+        cluster,
+        stream,
+        tmp_path,
+        metrics_port=0,
+        metrics_host="0.0.0.0",  # the cluster setting; scraped on loopback below
+        dedup=DedupFilter({"-": parse_position("9-9-50")}),
+        hop_started_at=time.time() - 30,
     )
     ledger_path = tmp_path / "ledger.jsonl"
     traffic = TrafficGenerator(

@@ -20,9 +20,9 @@ from updatestream_jobs.job import Job
 from harness import manifests
 from harness.stream_job import completed_hops, read_status, reshard, sink_secret, traffic_generator
 from tests.conftest import ServerFactory
+from tests.jobs.cluster_jobs import cluster_job
 from tests.jobs.test_mirror_job import SECRET, mirror_report
 from updatestream import spec
-from updatestream.contract.job_config import JobConfig
 
 
 @pytest.fixture
@@ -62,17 +62,7 @@ def test_the_mirror_follows_a_live_split(
         manifests.update_stream("mirror-hop", start={"mode": "earliest"}, sinks=[sink])
     )
     status = tmp_path / "status.json"
-    job = Job(
-        JobConfig(
-            stream=stream,
-            keyspace=cluster.keyspace(),
-            secrets_dir=cluster.secrets_dir,
-            checkpoint=tmp_path / "checkpoint",
-            trigger_seconds=1.0,
-            status_file=status,
-            keyspace_watch=str(cluster.manifest_path),
-        )
-    )
+    job = cluster_job(cluster, stream, tmp_path, keyspace_watch=str(cluster.manifest_path))
     registry: CollectorRegistry = job.metrics.registry
     traffic = traffic_generator(
         cluster, tmp_path / "ledger.jsonl", TrafficOptions(rate=300, seed=3)

@@ -21,11 +21,10 @@ from updatestream_jobs.sinks.sink import SinkError
 
 from harness import manifests
 from tests.conftest import MariaDBFixture, MariaDBServerFactory
+from tests.jobs.cluster_jobs import cluster_job, wait_caught_up
 from tests.jobs.snapshot_support import wait_until_caught_up
 from updatestream import spec
-from updatestream.contract.job_config import JobConfig
 
-SHARDS = ("-80", "80-")
 SECRET = "mirror-writer"
 
 
@@ -45,16 +44,7 @@ def make_job(
     stream = spec.parse_update_stream(
         manifests.update_stream("mirrored", start={"mode": start}, sinks=[sink])
     )
-    return Job(
-        JobConfig(
-            stream=stream,
-            keyspace=cluster.keyspace(),
-            secrets_dir=cluster.secrets_dir,
-            checkpoint=work / "checkpoint",
-            trigger_seconds=1.0,
-            status_file=work / "status.json",
-        )
-    )
+    return cluster_job(cluster, stream, work)
 
 
 def traffic(cluster: DevCluster, work: Path, seconds: float, seed: int) -> None:
@@ -66,19 +56,6 @@ def traffic(cluster: DevCluster, work: Path, seconds: float, seed: int) -> None:
     )
     generator.run()
     generator.close()
-
-
-def wait_caught_up(job: Job, cluster: DevCluster, status: Path) -> None:
-    """Wait until the job's status shows every shard at its current position."""
-    final = {shard: cluster.server(shard).gtid_position() for shard in SHARDS}
-    deadline = time.monotonic() + 180
-    while True:
-        shards = json.loads(status.read_text())["shards"] if status.exists() else {}
-        if all(shards.get(s, {}).get("position") == final[s] for s in SHARDS):
-            return
-        assert job.query.isActive, job.query.exception()
-        assert time.monotonic() < deadline, f"status never reached {final}: {shards}"
-        time.sleep(1)
 
 
 def target(mirror: MariaDBFixture, database: str) -> MirrorTarget:
