@@ -14,6 +14,7 @@ import shutil
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -63,36 +64,28 @@ class VitessCluster(ClusterDirectory):
     def save(self) -> None:
         self.state["tablets"] = {str(t.uid): t.to_dict() for t in self.tablets()}
         for name in ("etcd", "vtctld", "vtgate"):
-            component = getattr(self, f"_{name}", None)
-            if component is not None:
-                self.state[name] = _as_dict(component)
+            if name in self.__dict__:  # its property made it in this process
+                self.state[name] = _as_dict(self.__dict__[name])
         atomic_write(self.state_path, json.dumps(self.state, indent=2, sort_keys=True) + "\n")
 
     # -- components -----------------------------------------------------------------------------
 
-    @property
+    @cached_property
     def etcd(self) -> Etcd:
-        if getattr(self, "_etcd", None) is None:
-            data = self.state.get("etcd") or {"client_port": free_port(), "peer_port": free_port()}
-            self._etcd = Etcd(
-                self.dir / "etcd", self.dir / "logs" / "etcd.log", **_ports(data, "pid")
-            )
-            self._etcd.pid = data.get("pid")
-        return self._etcd
+        data = self.state.get("etcd") or {"client_port": free_port(), "peer_port": free_port()}
+        etcd = Etcd(self.dir / "etcd", self.dir / "logs" / "etcd.log", **_ports(data, "pid"))
+        etcd.pid = data.get("pid")
+        return etcd
 
-    @property
+    @cached_property
     def vtctld(self) -> Vtctld:
-        if getattr(self, "_vtctld", None) is None:
-            data = self.state.get("vtctld")
-            self._vtctld = Vtctld.from_dict(data) if data else Vtctld.new()
-        return self._vtctld
+        data = self.state.get("vtctld")
+        return Vtctld.from_dict(data) if data else Vtctld.new()
 
-    @property
+    @cached_property
     def vtgate(self) -> Vtgate:
-        if getattr(self, "_vtgate", None) is None:
-            data = self.state.get("vtgate")
-            self._vtgate = Vtgate.from_dict(data) if data else Vtgate.new()
-        return self._vtgate
+        data = self.state.get("vtgate")
+        return Vtgate.from_dict(data) if data else Vtgate.new()
 
     def tablets(self) -> list[Tablet]:
         if getattr(self, "_tablets", None) is None:
