@@ -20,7 +20,7 @@ import os
 import secrets
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -238,15 +238,6 @@ class DevCluster(ClusterDirectory):
         return keyspace
 
     # -- lifecycle ------------------------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def running(self, shards: str | None = None) -> Iterator[DevCluster]:
-        """`up(shards)` for the length of a `with` block, then `down()`, however it ends."""
-        try:
-            self.up(shards)
-            yield self
-        finally:
-            self.down()
 
     def up(self, shards: str | None = None) -> list[str]:
         """Start (or restart) every shard's server; idempotent. Returns the shards it started.

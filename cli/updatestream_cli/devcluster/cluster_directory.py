@@ -1,5 +1,6 @@
 """The directory of a local cluster, laid out alike for the development cluster and the local
-Vitess cluster: the Keyspace manifest, the Secrets as files, the recorded state and a lock."""
+Vitess cluster: the Keyspace manifest, the Secrets as files, the recorded state and a lock; and
+the cluster's run for the length of a `with` block."""
 
 from __future__ import annotations
 
@@ -8,14 +9,14 @@ import fcntl
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 from updatestream.core.errors import UpdateStreamError
 
 
 class ClusterDirectory:
     """Paths, state and lock of one cluster directory; a subclass names its state error and
-    what to do when the state cannot be read."""
+    what to do when the state cannot be read, and starts and stops the cluster."""
 
     state_error: ClassVar[type[UpdateStreamError]]
     unreadable_hint: ClassVar[str]
@@ -60,3 +61,20 @@ class ClusterDirectory:
                 f"cluster state {self.state_path} is unreadable ({exc}); {self.unreadable_hint}"
             ) from None
         return data
+
+    def up(self, shards: str | None = None) -> object:
+        """Start (or restart) the cluster, with `shards` serving when it is a new one."""
+        raise NotImplementedError
+
+    def down(self) -> object:
+        """Stop what the directory records as started."""
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def running(self, shards: str | None = None) -> Iterator[Self]:
+        """`up(shards)` for the length of a `with` block, then `down()`, however it ends."""
+        try:
+            self.up(shards)
+            yield self
+        finally:
+            self.down()

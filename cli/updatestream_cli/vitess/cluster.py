@@ -8,11 +8,10 @@ serving through vtgate; `down()` stops every process it recorded, by pid; `add_t
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
 from pathlib import Path
@@ -124,15 +123,6 @@ class VitessCluster(ClusterDirectory):
         )  # fmt: skip
 
     # -- lifecycle ------------------------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def running(self, shards: str | None = None) -> Iterator[VitessCluster]:
-        """`up(shards)` for the length of a `with` block, then `down()`, however it ends."""
-        try:
-            self.up(shards)
-            yield self
-        finally:
-            self.down()
 
     def up(self, shards: str | None = None) -> None:
         """Start (or restart) every process; create the keyspace on first use. Idempotent."""
