@@ -284,13 +284,7 @@ class KubeStore:
             )
 
     def list_config_maps(self, namespace: str | None, selector: str) -> list[dict[str, Any]]:
-        return self._list_core(
-            "ConfigMaps",
-            namespace,
-            selector,
-            self.core.list_config_map_for_all_namespaces,
-            self.core.list_namespaced_config_map,
-        )
+        return self._list_core("ConfigMaps", "config_map", namespace, selector)
 
     def delete_config_map(self, namespace: str, name: str) -> None:
         _delete(
@@ -308,28 +302,19 @@ class KubeStore:
         return None if found is None else self._plain(found)
 
     def list_pods(self, namespace: str | None, selector: str) -> list[dict[str, Any]]:
-        return self._list_core(
-            "Pods",
-            namespace,
-            selector,
-            self.core.list_pod_for_all_namespaces,
-            self.core.list_namespaced_pod,
-        )
+        return self._list_core("Pods", "pod", namespace, selector)
 
     def _list_core(
-        self,
-        kind: str,
-        namespace: str | None,
-        selector: str,
-        everywhere: Callable[..., Any],
-        in_namespace: Callable[..., Any],
+        self, kinds: str, kind: str, namespace: str | None, selector: str
     ) -> list[dict[str, Any]]:
-        """The objects of a core `kind` matching `selector`, in `namespace` or, when it is None,
-        in every namespace (with the list calls of that kind)."""
-        with _calling(f"listing {kind} ({selector})"):
+        """The `kinds` matching `selector`, in `namespace` or, when it is None, in every
+        namespace; `kind` as the client's list calls name it (`pod`: `list_namespaced_pod`)."""
+        with _calling(f"listing {kinds} ({selector})"):
             if namespace is None:
+                everywhere = getattr(self.core, f"list_{kind}_for_all_namespaces")
                 found = everywhere(label_selector=selector)
             else:
+                in_namespace = getattr(self.core, f"list_namespaced_{kind}")
                 found = in_namespace(namespace, label_selector=selector)
         return [self._plain(item) for item in found.items]
 
