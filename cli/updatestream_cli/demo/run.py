@@ -91,12 +91,7 @@ class DemoResult:
         return all(code == 0 for code in self.exit_codes.values())
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "sinks": self.sinks,
-            "hops": self.hops,
-            "events": self.events,
-            "elapsed_s": self.elapsed_s,
-        }
+        return {name: getattr(self, name) for name in ("sinks", "hops", "events", "elapsed_s")}
 
 
 class _SplitPhases(QuietReporter):

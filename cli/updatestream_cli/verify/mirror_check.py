@@ -29,6 +29,18 @@ from updatestream_cli.verify.inputs import VerifyInputError
 Rows = dict[tuple[Any, ...], dict[str, Any]]
 
 
+# what `to_json` reports, in this order, before the dropped duplicates by cause
+_COUNTS = (
+    "tables",
+    "source_rows",
+    "mirror_rows",
+    "missing",
+    "extra",
+    "different",
+    "duplicates_dropped",
+)
+
+
 @dataclass
 class MirrorReport:
     tables: int = 0
@@ -48,16 +60,9 @@ class MirrorReport:
         return self.missing == 0 and self.extra == 0 and self.different == 0
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "tables": self.tables,
-            "source_rows": self.source_rows,
-            "mirror_rows": self.mirror_rows,
-            "missing": self.missing,
-            "extra": self.extra,
-            "different": self.different,
-            "duplicates_dropped": self.duplicates_dropped,
-            "duplicates_dropped_by_cause": dict(sorted(self.duplicates_dropped_by_cause.items())),
-        }
+        counts = {name: getattr(self, name) for name in _COUNTS}
+        by_cause = dict(sorted(self.duplicates_dropped_by_cause.items()))
+        return {**counts, "duplicates_dropped_by_cause": by_cause}
 
     def note(self, finding: str, text: str, limit: int = 5) -> None:
         found = self.examples.setdefault(finding, [])

@@ -23,6 +23,8 @@ from updatestream_cli.devcluster.ledger import RowKey, binlog_image, pk_json, ro
 from updatestream_cli.verify.compare import Delivered, FinalRow
 from updatestream_cli.verify.sinks import shard_rows
 
+_COUNTS = ("shard_rows", "sink_rows", "missing", "extra", "differing", "multiplicity")
+
 
 @dataclass
 class StateReport:
@@ -46,16 +48,8 @@ class StateReport:
             found.append(f"{key[0]}:{key[1]}")
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "shard_rows": self.shard_rows,
-            "sink_rows": self.sink_rows,
-            "missing": self.missing,
-            "extra": self.extra,
-            "differing": self.differing,
-            "multiplicity": self.multiplicity,
-            "ok": self.ok,
-            "examples": self.examples,
-        }
+        counts = {name: getattr(self, name) for name in _COUNTS}
+        return {**counts, "ok": self.ok, "examples": self.examples}
 
 
 def shard_state(
