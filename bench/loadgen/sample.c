@@ -370,14 +370,20 @@ static void json_set_value(buf_t *out, uint8_t mask, const char *const labels[3]
     put_set(out, mask, labels, "null", '[', "\"%s\"", ']');
 }
 
-static void json_datetime(buf_t *out, int64_t us) {
+/* put_datetime between `quote`s, or `none` when the value is absent (`us` negative). */
+static void put_quoted_datetime(buf_t *out, int64_t us, const char *none, char quote, char sep,
+                                int iso) {
     if (us < 0) {
-        buf_puts(out, "null");
+        buf_puts(out, none);
         return;
     }
-    buf_putc(out, '"');
-    put_datetime(out, us, 'T', 1);
-    buf_putc(out, '"');
+    buf_putc(out, quote);
+    put_datetime(out, us, sep, iso);
+    buf_putc(out, quote);
+}
+
+static void json_datetime(buf_t *out, int64_t us) {
+    put_quoted_datetime(out, us, "null", '"', 'T', 1);
 }
 
 void row_image_json(table_id table, const row_t *row, buf_t *out) {
@@ -465,13 +471,7 @@ static void sql_scratch(MYSQL *conn, buf_t *out, buf_t *scratch) {
 }
 
 static void sql_datetime(buf_t *out, int64_t us) {
-    if (us < 0) {
-        buf_puts(out, "NULL");
-        return;
-    }
-    buf_putc(out, '\'');
-    put_datetime(out, us, ' ', 0);
-    buf_putc(out, '\'');
+    put_quoted_datetime(out, us, "NULL", '\'', ' ', 0);
 }
 
 /* The SQL literal 'a,b'. */
