@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pickle
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -30,18 +30,20 @@ class Case:
     watermarks: dict[str, str]
 
 
+SPLIT = Case(
+    "split",
+    "-80,80-",
+    "-40,40-80,80-",
+    {"-80": tok(100, "-80", "0-1-50"), "80-": tok(105, "80-", "1-2-9")},
+    "-",
+    {"-40": (100, ("-80",)), "40-80": (100, ("-80",))},
+    ("80-",),
+    ("-80",),
+    {"-80": "0-1-50"},
+)
+
 CASES = [
-    Case(
-        "split",
-        "-80,80-",
-        "-40,40-80,80-",
-        {"-80": tok(100, "-80", "0-1-50"), "80-": tok(105, "80-", "1-2-9")},
-        "-",
-        {"-40": (100, ("-80",)), "40-80": (100, ("-80",))},
-        ("80-",),
-        ("-80",),
-        {"-80": "0-1-50"},
-    ),
+    SPLIT,
     Case(
         "merge",
         "-40,40-80,80-",
@@ -68,17 +70,8 @@ CASES = [
         ("-80", "80-"),
         {"-80": "0-1-50", "80-": "1-2-9"},
     ),
-    Case(
-        "unaligned key range, split",
-        "-80,80-",
-        "-40,40-80,80-",
-        {"-80": tok(100, "-80", "0-1-50"), "80-": tok(105, "80-", "1-2-9")},
-        "30-90",
-        {"-40": (100, ("-80",)), "40-80": (100, ("-80",))},
-        ("80-",),
-        ("-80",),
-        {"-80": "0-1-50"},
-    ),
+    # the same plan: 30-90 reads from both halves of -80 and from 80-
+    replace(SPLIT, name="unaligned key range, split", key_range="30-90"),
     Case(
         # 80- only takes 80-90 from the stream's range: c0- is no source and needs no token
         "unaligned key range, merge",
