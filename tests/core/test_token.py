@@ -16,12 +16,16 @@ U1 = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
 B, A, E, X = Comparison.BEFORE, Comparison.AFTER, Comparison.EQUAL, Comparison.UNKNOWN
 
 
+# a transaction on -80, and its copy on -40 that filtered replication made in a split
+SOURCE = tok(100, "-80", "0-1-5")
+COPY = tok(100, "-40", "2-3-70", ("-80", "0-1-5", 100))
+
 CASES = [
     # seed 000: timestamps first
     ("ts differs, same shard", tok(100, "-80", "0-1-9"), tok(101, "-80", "0-1-5"), B),
     ("ts differs, other shard", tok(101, "-80", "0-1-5"), tok(100, "80-", "1-2-50"), A),
     # seed 000: same timestamp, same shard -> GTIDs
-    ("same ts+shard, earlier gtid", tok(100, "-80", "0-1-5"), tok(100, "-80", "0-1-6"), B),
+    ("same ts+shard, earlier gtid", SOURCE, tok(100, "-80", "0-1-6"), B),
     ("same ts+shard, later gtid", tok(100, "-80", "0-1-7"), tok(100, "-80", "0-1-6"), A),
     ("same ts+shard, same gtid", tok(100, "-80", "0-1-7"), tok(100, "-80", "0-1-7"), E),
     (
@@ -31,32 +35,12 @@ CASES = [
         B,
     ),
     # seed 000: same timestamp, different shards -> unknown
-    ("same ts, other shard", tok(100, "-80", "0-1-5"), tok(100, "80-", "1-2-5"), X),
-    (
-        "hop duplicate without provenance is unknown",
-        tok(100, "-80", "0-1-5"),
-        tok(100, "-40", "2-3-70"),
-        X,
-    ),
+    ("same ts, other shard", SOURCE, tok(100, "80-", "1-2-5"), X),
+    ("hop duplicate without provenance is unknown", SOURCE, tok(100, "-40", "2-3-70"), X),
     # provenance: source token vs its copy on a destination
-    (
-        "source vs its copy",
-        tok(100, "-80", "0-1-5"),
-        tok(100, "-40", "2-3-70", ("-80", "0-1-5", 100)),
-        E,
-    ),
-    (
-        "source before a later copy",
-        tok(100, "-80", "0-1-5"),
-        tok(100, "40-80", "3-4-12", ("-80", "0-1-6", 100)),
-        B,
-    ),
-    (
-        "source after an earlier copy",
-        tok(100, "-80", "0-1-6"),
-        tok(100, "-40", "2-3-70", ("-80", "0-1-5", 100)),
-        A,
-    ),
+    ("source vs its copy", SOURCE, COPY, E),
+    ("source before a later copy", SOURCE, tok(100, "40-80", "3-4-12", ("-80", "0-1-6", 100)), B),
+    ("source after an earlier copy", tok(100, "-80", "0-1-6"), COPY, A),
     (
         "provenance beats a skewed timestamp",
         tok(101, "-80", "0-1-10"),
@@ -64,18 +48,8 @@ CASES = [
         B,
     ),
     # provenance: two copies of one source transaction on both halves of a split
-    (
-        "two copies of one source trx",
-        tok(100, "-40", "2-3-70", ("-80", "0-1-5", 100)),
-        tok(100, "40-80", "3-4-9", ("-80", "0-1-5", 100)),
-        E,
-    ),
-    (
-        "copies of successive source trx",
-        tok(100, "-40", "2-3-70", ("-80", "0-1-5", 100)),
-        tok(100, "40-80", "3-4-9", ("-80", "0-1-6", 100)),
-        B,
-    ),
+    ("two copies of one source trx", COPY, tok(100, "40-80", "3-4-9", ("-80", "0-1-5", 100)), E),
+    ("copies of successive source trx", COPY, tok(100, "40-80", "3-4-9", ("-80", "0-1-6", 100)), B),
     (
         "copies from different sources, same ts",
         tok(100, "-80", "2-3-70", ("-40", "0-1-5", 100)),
@@ -84,31 +58,21 @@ CASES = [
     ),
     (
         "copies from different sources, different shards",
-        tok(100, "-40", "2-3-70", ("-80", "0-1-5", 100)),
+        COPY,
         tok(100, "80-", "5-5-1", ("80-", "9-1-1", 100)),
         X,
     ),
     # the stream already on a former destination: a token with provenance read from S and a
     # token whose provenance is S (split -80 -> -40, then merge -40,40-80 -> new -80)
-    (
-        "split then merge back",
-        tok(100, "-40", "2-3-70", ("-80", "0-1-5", 100)),
-        tok(100, "-80", "7-7-3", ("-40", "2-3-70", 100)),
-        E,
-    ),
+    ("split then merge back", COPY, tok(100, "-80", "7-7-3", ("-40", "2-3-70", 100)), E),
     (
         "split then merge back, later copy",
-        tok(100, "-40", "2-3-70", ("-80", "0-1-5", 100)),
+        COPY,
         tok(100, "-80", "7-7-3", ("-40", "2-3-71", 100)),
         B,
     ),
     # provenance that cannot be related falls through to the timestamp rules
-    (
-        "unrelated provenance, ts decides",
-        tok(100, "-40", "2-3-70", ("-80", "0-1-5", 100)),
-        tok(101, "-40", "2-3-60", ("-80", "1-1-5", 101)),
-        B,
-    ),
+    ("unrelated provenance, ts decides", COPY, tok(101, "-40", "2-3-60", ("-80", "1-1-5", 101)), B),
 ]
 
 
