@@ -9,7 +9,7 @@ import pytest
 
 from tests.core.builders import tok
 from updatestream.core.gtid import parse_position
-from updatestream.core.hop_plan import DestinationStart, HopPlanningError, plan_hop
+from updatestream.core.hop_plan import DestinationStart, HopPlan, HopPlanningError, plan_hop
 from updatestream.core.keyrange import FULL_RANGE, KeyRange
 from updatestream.core.shardmap import ShardMap
 from updatestream.core.token import EventToken
@@ -124,14 +124,14 @@ CASES = [
 ]
 
 
+def hop(old: str, new: str, tokens: dict[str, EventToken], key_range: str = "-") -> HopPlan:
+    """`plan_hop` with the shard maps and the stream's key range written as text."""
+    return plan_hop(ShardMap.parse(old), ShardMap.parse(new), tokens, KeyRange.parse(key_range))
+
+
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
 def test_plan_hop(case: Case) -> None:
-    plan = plan_hop(
-        ShardMap.parse(case.old),
-        ShardMap.parse(case.new),
-        case.tokens,
-        KeyRange.parse(case.key_range),
-    )
+    plan = hop(case.old, case.new, case.tokens, case.key_range)
     assert plan.destinations == {
         name: DestinationStart(name, ts, sources)
         for name, (ts, sources) in case.destinations.items()
@@ -147,11 +147,7 @@ def test_plan_hop(case: Case) -> None:
 
 def test_missing_token_names_the_shard() -> None:
     with pytest.raises(HopPlanningError) as info:
-        plan_hop(
-            ShardMap.parse("-80,80-"),
-            ShardMap.parse("-40,40-c0,c0-"),
-            {"-80": tok(100, "-80", "0-1-50")},
-        )
+        hop("-80,80-", "-40,40-c0,c0-", {"-80": tok(100, "-80", "0-1-50")})
     message = str(info.value)
     assert "source shard 80-" in message
     assert "40-c0" in message
@@ -168,28 +164,18 @@ def test_missing_token_names_the_shard() -> None:
 )
 def test_bad_last_delivered(tokens: dict[str, EventToken], fragment: str) -> None:
     with pytest.raises(HopPlanningError, match=fragment):
-        plan_hop(ShardMap.parse("-80,80-"), ShardMap.parse("-40,40-80,80-"), tokens)
+        hop("-80,80-", "-40,40-80,80-", tokens)
 
 
 def test_non_canonical_shard_spelling_is_accepted() -> None:
-    plan = plan_hop(
-        ShardMap.parse("-80,80-"),
-        ShardMap.parse("-40,40-80,80-"),
-        {"00-80": tok(100, "0000-8000", "0-1-50")},
-        KeyRange.parse("-80"),
-    )
+    plan = hop("-80,80-", "-40,40-80,80-", {"00-80": tok(100, "0000-8000", "0-1-50")}, "-80")
     assert set(plan.destinations) == {"-40", "40-80"}
     assert str(plan.watermarks["-80"]) == "0-1-50"
     assert plan.is_duplicate(tok(100, "-40", "2-1-1", ("00-80", "0-1-50", 100)))
 
 
 def test_is_duplicate_uses_exact_source_positions() -> None:
-    plan = plan_hop(
-        ShardMap.parse("-80,80-"),
-        ShardMap.parse("-40,40-80,80-"),
-        {"-80": tok(100, "-80", "0-1-50")},
-        KeyRange.parse("-80"),
-    )
+    plan = hop("-80,80-", "-40,40-80,80-", {"-80": tok(100, "-80", "0-1-50")}, "-80")
     assert plan.is_duplicate(tok(100, "-40", "2-1-9", ("-80", "0-1-50", 100)))  # at
     assert plan.is_duplicate(tok(99, "40-80", "3-1-9", ("-80", "0-1-49", 99)))  # below
     assert not plan.is_duplicate(tok(100, "-40", "2-1-10", ("-80", "0-1-51", 100)))  # above
@@ -199,9 +185,9 @@ def test_is_duplicate_uses_exact_source_positions() -> None:
 
 
 def test_merge_overlap_until_is_the_latest_source() -> None:
-    plan = plan_hop(
-        ShardMap.parse("-40,40-80,80-"),
-        ShardMap.parse("-80,80-"),
+    plan = hop(
+        "-40,40-80,80-",
+        "-80,80-",
         {"-40": tok(100, "-40", "0-1-50"), "40-80": tok(90, "40-80", "1-1-7")},
     )
     assert plan.destinations["-80"].start_timestamp == 90
@@ -211,24 +197,14 @@ def test_merge_overlap_until_is_the_latest_source() -> None:
 
 def test_split_then_merge_back_uses_the_sources_own_positions() -> None:
     old_80 = "0-1-50"
-    first = plan_hop(
-        ShardMap.parse("-80,80-"),
-        ShardMap.parse("-40,40-80,80-"),
-        {"-80": tok(100, "-80", old_80)},
-        KeyRange.parse("-80"),
-    )
+    first = hop("-80,80-", "-40,40-80,80-", {"-80": tok(100, "-80", old_80)}, "-80")
     assert set(first.destinations) == {"-40", "40-80"}
     # later the stream reads the destinations, whose tokens carry provenance from the old -80
     on_destinations = {
         "-40": tok(200, "-40", "2-1-70", ("-80", "0-1-140", 200)),
         "40-80": tok(201, "40-80", "3-1-30", ("-80", "0-1-141", 201)),
     }
-    second = plan_hop(
-        ShardMap.parse("-40,40-80,80-"),
-        ShardMap.parse("-80,80-"),
-        on_destinations,
-        KeyRange.parse("-80"),
-    )
+    second = hop("-40,40-80,80-", "-80,80-", on_destinations, "-80")
     assert second.destinations == {"-80": DestinationStart("-80", 200, ("-40", "40-80"))}
     assert {name: str(pos) for name, pos in second.watermarks.items()} == {
         "-40": "2-1-70",
@@ -252,11 +228,11 @@ def test_same_map_is_a_noop() -> None:
 
 
 def test_plan_pickles() -> None:
-    plan = plan_hop(
-        ShardMap.parse("-80,80-"),
-        ShardMap.parse("-40,40-c0,c0-"),
+    plan = hop(
+        "-80,80-",
+        "-40,40-c0,c0-",
         {"-80": tok(100, "-80", "0-1-50"), "80-": tok(97, "80-", "1-1-5")},
-        KeyRange.parse("30-90"),
+        "30-90",
     )
     copy = pickle.loads(pickle.dumps(plan))
     assert copy == plan
@@ -265,11 +241,7 @@ def test_plan_pickles() -> None:
 
 
 def test_plan_is_read_only() -> None:
-    plan = plan_hop(
-        ShardMap.parse("-80,80-"),
-        ShardMap.parse("-40,40-80,80-"),
-        {"-80": tok(100, "-80", "0-1-50")},
-    )
+    plan = hop("-80,80-", "-40,40-80,80-", {"-80": tok(100, "-80", "0-1-50")})
     with pytest.raises(TypeError):
         plan.watermarks["x"] = parse_position("0-1-1")  # type: ignore[index]
     with pytest.raises(AttributeError):
