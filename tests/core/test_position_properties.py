@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import NamedTuple
 
 import pytest
 from hypothesis import assume, given
@@ -17,7 +18,7 @@ from updatestream.core.gtid import (
     compare_positions,
     parse_position,
 )
-from updatestream.core.hop_plan import HopPlanningError, plan_hop
+from updatestream.core.hop_plan import HopPlan, HopPlanningError, plan_hop
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.shardmap import ShardMap
 from updatestream.core.token import EventToken, SourceProvenance, compare
@@ -211,8 +212,20 @@ def key_ranges(draw: st.DrawFn) -> KeyRange:
 KEYSPACE_IDS = [bytes([b]) for b in range(256)] + [bytes([b, 0x80]) for b in range(256)]
 
 
+class Hop(NamedTuple):
+    """A shard map change, the stream's key range and its last delivered token per old shard."""
+
+    old: ShardMap
+    new: ShardMap
+    key_range: KeyRange
+    last: dict[str, EventToken]
+
+    def plan(self) -> HopPlan:
+        return plan_hop(self.old, self.new, self.last, self.key_range)
+
+
 @st.composite
-def hops(draw: st.DrawFn) -> tuple[ShardMap, ShardMap, KeyRange, dict[str, EventToken]]:
+def hops(draw: st.DrawFn) -> Hop:
     old, new, key_range = draw(shard_maps()), draw(shard_maps()), draw(key_ranges())
     last = {
         shard.name: EventToken(
@@ -222,15 +235,13 @@ def hops(draw: st.DrawFn) -> tuple[ShardMap, ShardMap, KeyRange, dict[str, Event
         )
         for index, shard in enumerate(old.shards)
     }
-    return old, new, key_range, last
+    return Hop(old, new, key_range, last)
 
 
 @given(hops())
-def test_hop_serves_every_keyspace_id_once(
-    hop: tuple[ShardMap, ShardMap, KeyRange, dict[str, EventToken]],
-) -> None:
-    old, new, key_range, last = hop
-    plan = plan_hop(old, new, last, key_range)
+def test_hop_serves_every_keyspace_id_once(hop: Hop) -> None:
+    old, new, key_range, _ = hop
+    plan = hop.plan()
     served = [KeyRange.parse(name) for name in (*plan.destinations, *plan.unchanged)]
     assert not set(plan.destinations) & set(plan.unchanged)
     for kid in KEYSPACE_IDS:
@@ -247,11 +258,9 @@ def test_hop_serves_every_keyspace_id_once(
 
 
 @given(hops())
-def test_hop_start_is_the_minimum_of_the_sources(
-    hop: tuple[ShardMap, ShardMap, KeyRange, dict[str, EventToken]],
-) -> None:
-    old, new, key_range, last = hop
-    plan = plan_hop(old, new, last, key_range)
+def test_hop_start_is_the_minimum_of_the_sources(hop: Hop) -> None:
+    old, _, key_range, last = hop
+    plan = hop.plan()
     for name, start in plan.destinations.items():
         wanted = KeyRange.parse(name).intersection(key_range)
         assert wanted is not None
@@ -266,11 +275,9 @@ def test_hop_start_is_the_minimum_of_the_sources(
 
 
 @given(hops(), st.data())
-def test_hop_without_a_source_token_fails(
-    hop: tuple[ShardMap, ShardMap, KeyRange, dict[str, EventToken]], data: st.DataObject
-) -> None:
+def test_hop_without_a_source_token_fails(hop: Hop, data: st.DataObject) -> None:
     old, new, key_range, last = hop
-    plan = plan_hop(old, new, last, key_range)
+    plan = hop.plan()
     assume(plan.retired)
     missing = data.draw(st.sampled_from(plan.retired))
     with pytest.raises(HopPlanningError, match=f"source shard {missing},"):
@@ -278,11 +285,8 @@ def test_hop_without_a_source_token_fails(
 
 
 @given(hops(), st.lists(tokens, max_size=10))
-def test_dedup_filter_agrees_with_the_plan(
-    hop: tuple[ShardMap, ShardMap, KeyRange, dict[str, EventToken]], later: list[EventToken]
-) -> None:
-    old, new, key_range, last = hop
-    plan = plan_hop(old, new, last, key_range)
+def test_dedup_filter_agrees_with_the_plan(hop: Hop, later: list[EventToken]) -> None:
+    plan = hop.plan()
     dedup = DedupFilter.from_plan(plan)
     assert DedupFilter.from_json(dedup.to_json()) == dedup
     for token in later:
@@ -293,15 +297,8 @@ def test_dedup_filter_agrees_with_the_plan(
 
 
 @given(hops(), hops(), hops())
-def test_dedup_merge_is_associative(
-    first: tuple[ShardMap, ShardMap, KeyRange, dict[str, EventToken]],
-    second: tuple[ShardMap, ShardMap, KeyRange, dict[str, EventToken]],
-    third: tuple[ShardMap, ShardMap, KeyRange, dict[str, EventToken]],
-) -> None:
-    a, b, c = (
-        DedupFilter.from_plan(plan_hop(old, new, last, key_range))
-        for old, new, key_range, last in (first, second, third)
-    )
+def test_dedup_merge_is_associative(first: Hop, second: Hop, third: Hop) -> None:
+    a, b, c = (DedupFilter.from_plan(hop.plan()) for hop in (first, second, third))
     assert a.merged(b).merged(c) == a.merged(b.merged(c))
     assert a.merged(a) == a
     # the later filter wins where both name a shard
