@@ -6,7 +6,9 @@ buffer drops its rows and the range is read the ordinary way."""
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -140,12 +142,21 @@ def worker_copy(part: ShardRange) -> BinlogRangePartition:
     return BinlogRangePartition(part)
 
 
+@contextlib.contextmanager
+def running_reader(config: SourceConfig) -> Iterator[UpdateStreamStreamReader]:
+    """The source's stream reader for `config`, stopped (its tails ended) after the block."""
+    reader = UpdateStreamStreamReader(config)
+    try:
+        yield reader
+    finally:
+        reader.stop()
+
+
 def test_inline_partitions_deliver_exactly_what_the_workers_read(
     cluster: DevCluster, tmp_path: Any
 ) -> None:
     config = config_for(cluster, tail="true", inlineMaxRows="100000", maxBatchRows="0")
-    reader = UpdateStreamStreamReader(config)
-    try:
+    with running_reader(config) as reader:
         offset = reader.initialOffset()
         assert reader.partitions(offset, offset) == []  # no range: starts the tails
         assert set(reader._tails.tailers) == set(SHARDS)
@@ -186,16 +197,13 @@ def test_inline_partitions_deliver_exactly_what_the_workers_read(
             assert {r["dedup"] for r in inline[:-1]} == {"unknown"}
             kept += len(inline)
         assert kept < sum(len(held.rows_of(p.shard)) for p in parts) + len(parts)  # held back
-    finally:
-        reader.stop()
 
 
 def test_a_range_the_tail_does_not_hold_is_read_by_the_workers(
     cluster: DevCluster, tmp_path: Any
 ) -> None:
     config = config_for(cluster, tail="true", inlineMaxRows="10", maxBatchRows="0")
-    reader = UpdateStreamStreamReader(config)
-    try:
+    with running_reader(config) as reader:
         offset = reader.initialOffset()
         reader.partitions(offset, offset)
         traffic(cluster, tmp_path, 26)
@@ -205,8 +213,7 @@ def test_a_range_the_tail_does_not_hold_is_read_by_the_workers(
         # admission control: with a limit, the next batch ends early, at a transaction the tail
         # holds, with the start's time, and is handed over
         reader.commit(end)
-        capped = UpdateStreamStreamReader(config_for(cluster, tail="true", maxBatchRows="50"))
-        try:
+        with running_reader(config_for(cluster, tail="true", maxBatchRows="50")) as capped:
             first = capped.initialOffset()
             capped.partitions(first, first)
             start = StreamOffset.from_json(first)
@@ -227,10 +234,6 @@ def test_a_range_the_tail_does_not_hold_is_read_by_the_workers(
                 assert token.position != now[shard]
             held = held_parts(capped.partitions(first, cut.to_json()))
             assert all(0 < len(held.rows_of(p.shard)) <= 50 for p in held.ranges)
-        finally:
-            capped.stop()
-    finally:
-        reader.stop()
 
 
 @pytest.fixture(autouse=True)
