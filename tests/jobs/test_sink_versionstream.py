@@ -13,6 +13,7 @@ from updatestream_cli.devcluster.local_server import FLAVORS, free_port
 from updatestream_jobs.sinks.sink import BatchContext, SinkError
 from updatestream_jobs.sinks.versionstream_sink import VersionStreamSink
 
+from harness import manifests
 from harness.sink_events import ShardLog, final_rows, split_transaction, two_shard_workload
 from tests.conftest import MariaDBFixture
 from updatestream import spec
@@ -39,17 +40,16 @@ def secrets_dir(tmp_path_factory: pytest.TempPathFactory, vs_server: MariaDBFixt
 def make_sink(
     server: MariaDBFixture, secrets: Path, table: str, stream: int = 0, port: int | None = None
 ) -> VersionStreamSink:
-    config = spec.VersionStreamSink.model_validate(
-        {
-            "type": "versionStream",
-            "mysql": {"host": server.host, "port": port or server.port},
-            "database": DATABASE,
-            "table": table,
-            "stream": stream,
-            "credentialsSecret": {"name": "vs"},
-        }
+    sink = manifests.database_sink(
+        "versionStream",
+        server.host,
+        port or server.port,
+        DATABASE,
+        "vs",
+        table=table,
+        stream=stream,
     )
-    return VersionStreamSink(config, secrets_dir=secrets)
+    return VersionStreamSink(spec.VersionStreamSink.model_validate(sink), secrets_dir=secrets)
 
 
 def new_table() -> str:

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pymysql
-import pytest
 from updatestream_jobs.sinks.sink import BatchContext
 from updatestream_jobs.sinks.versionstream_sink import VersionStreamSink
 
+from harness import manifests
 from harness.sink_events import final_rows, two_shard_workload
 from tests.conftest import MariaDBFixture
 from updatestream import spec
@@ -22,25 +22,13 @@ from updatestream.versionstream import CombinedStream, MultiSnapshotCache, SubSt
 DATABASE = "us_vspsink"
 
 
-@pytest.fixture(scope="module")
-def secrets_dir(tmp_path_factory: pytest.TempPathFactory, mariadb_server: MariaDBFixture) -> Path:
-    root = tmp_path_factory.mktemp("secrets")
-    mariadb_server.admin_secret(root, "vs")
-    return root
-
-
 def sink_of(server: MariaDBFixture, secrets: Path, table: str) -> VersionStreamSink:
-    config = spec.VersionStreamSink.model_validate(
-        {
-            "type": "versionStream",
-            "mysql": {"host": server.host, "port": server.port},
-            "database": DATABASE,
-            "table": table,
-            "credentialsSecret": {"name": "vs"},
-            "partitions": 4,
-        }
+    """A sink of `table` in four partitions, with the server's admin account as its Secret."""
+    secret = server.admin_secret(secrets, "vs")
+    sink = manifests.database_sink(
+        "versionStream", server.host, server.port, DATABASE, secret, table=table, partitions=4
     )
-    return VersionStreamSink(config, secrets_dir=secrets)
+    return VersionStreamSink(spec.VersionStreamSink.model_validate(sink), secrets_dir=secrets)
 
 
 def expected_states(events: list[ChangeEvent]) -> dict[str, Any]:
@@ -52,10 +40,10 @@ def expected_states(events: list[ChangeEvent]) -> dict[str, Any]:
 
 
 def test_batches_go_to_their_partitions_once_and_recombine(
-    mariadb_server: MariaDBFixture, secrets_dir: Path
+    mariadb_server: MariaDBFixture, tmp_path: Path
 ) -> None:
     table = f"vsp_{uuid.uuid4().hex[:10]}"
-    sink = sink_of(mariadb_server, secrets_dir, table)
+    sink = sink_of(mariadb_server, tmp_path, table)
     assert "4 partitions" in sink.name
     sink.open()
     work = two_shard_workload(users=40)
