@@ -37,6 +37,7 @@ from typing import Any
 
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import WriteRowsEvent
+from updatestream_cli import manifests
 from updatestream_cli.devcluster.local_server import LocalServer, ServerFlavor
 from updatestream_cli.devcluster.mariadb_server import MariaDBServer
 from updatestream_cli.devcluster.mysql_server import MySQLServer
@@ -49,7 +50,7 @@ from updatestream_jobs.source.options import parse_options
 from bench.report import machine, say_load, write_result
 from bench.rss import pyspark_worker_peak_rss_mb
 from bench.summary import merge_summary
-from harness import accounts, manifests
+from harness import accounts
 from updatestream.core.gtid import parse_position
 from updatestream.core.token import EventToken
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
+from updatestream_cli import manifests
 from updatestream_jobs.source.arrow_rows import FIELDS
 from updatestream_jobs.source.copy_groups import RowClassifier, Via
 from updatestream_jobs.source.hopper import map_for_shards, next_map
@@ -22,7 +23,6 @@ from updatestream_jobs.source.keyspace_watch import (
 )
 from updatestream_jobs.source.offsets import HopInfo, StreamOffset, tokens_of
 
-from harness import manifests
 from updatestream.binlog.errors import SourceOptionsError
 from updatestream.binlog.events import ChangeEvent
 from updatestream.core.dedup import DedupFilter

@@ -22,13 +22,13 @@ from typing import Any
 
 import pytest
 import yaml
+from updatestream_cli import manifests
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.local_server import FLAVORS
 from updatestream_cli.devcluster.memcached_server import MemcachedServer
 from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 from updatestream_jobs.job import FAULT_EXIT_AFTER_SINK_WRITE
 
-from harness import manifests
 from tests.conftest import MariaDBFixture
 from updatestream.core.dedup import DedupFilter
 from updatestream.core.gtid import parse_position
@@ -68,7 +68,7 @@ def test_a_crash_after_the_sink_write_replays_the_batch_without_duplicates(
     cdc = tmp_path / "cdc"
     stream = manifests.update_stream(
         "crash-feed",
-        keyRanges=["-"],
+        "commerce",
         start={"mode": "resume", "tokens": {"-80": token}, "gtid": {"80-": first["80-"]}},
         sinks=[
             manifests.database_sink(

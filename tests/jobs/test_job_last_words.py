@@ -22,10 +22,9 @@ from typing import Any
 
 import pytest
 import yaml
+from updatestream_cli import manifests
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.mariadb_server import MariaDBServer
-
-from harness import manifests
 
 SHARDS = ("-80", "80-")
 CLI = str(Path(sys.executable).with_name("updatestream"))
@@ -55,7 +54,7 @@ def run_args(cluster: DevCluster, tmp_path: Path, *extra: str) -> list[str]:
     start = {s: cluster.server(s).gtid_position() for s in SHARDS}
     stream = manifests.update_stream(
         "last-words",
-        keyRanges=["-"],
+        "commerce",
         start={"mode": "gtid", "gtid": start},
         sinks=[{"type": "console", "path": str(tmp_path / "events.jsonl")}],
     )

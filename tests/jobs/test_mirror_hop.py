@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
+from updatestream_cli import manifests
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.local_server import FLAVORS
 from updatestream_cli.devcluster.reshard import ReshardOptions
 from updatestream_cli.devcluster.traffic import TrafficOptions
 from updatestream_jobs.job import Job
 
-from harness import manifests
 from harness.stream_job import completed_hops, read_status, reshard, sink_secret, traffic_generator
 from tests.conftest import ServerFactory
 from tests.jobs.cluster_jobs import cluster_job
@@ -59,7 +59,7 @@ def test_the_mirror_follows_a_live_split(
     sink_secret(cluster, SECRET, mirror.admin.username, mirror.admin.password)
     sink = manifests.database_sink("mirror", mirror.host, mirror.port, "mirror_hop", SECRET)
     stream = spec.parse_update_stream(
-        manifests.update_stream("mirror-hop", start={"mode": "earliest"}, sinks=[sink])
+        manifests.update_stream("mirror-hop", "commerce", {"mode": "earliest"}, [sink])
     )
     status = tmp_path / "status.json"
     job = cluster_job(cluster, stream, tmp_path, keyspace_watch=str(cluster.manifest_path))

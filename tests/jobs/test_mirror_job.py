@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from updatestream_cli import manifests
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 from updatestream_cli.verify.cli import verify
@@ -19,7 +20,6 @@ from updatestream_cli.verify.mirror_check import MirrorReport, MirrorTarget, ver
 from updatestream_jobs.job import Job, typed_error
 from updatestream_jobs.sinks.sink import SinkError
 
-from harness import manifests
 from tests.conftest import MariaDBFixture, MariaDBServerFactory
 from tests.jobs.cluster_jobs import cluster_job, wait_caught_up
 from tests.jobs.snapshot_support import wait_until_caught_up
@@ -42,7 +42,7 @@ def make_job(
         "mirror", mirror.host, mirror.port, database, SECRET, purgeEveryBatches=3
     )
     stream = spec.parse_update_stream(
-        manifests.update_stream("mirrored", start={"mode": start}, sinks=[sink])
+        manifests.update_stream("mirrored", "commerce", {"mode": start}, [sink])
     )
     return cluster_job(cluster, stream, work)
 

@@ -15,13 +15,13 @@ from typing import Any
 import pymysql
 import pytest
 import yaml
+from updatestream_cli import manifests
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.reshard import ReshardOptions
 from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 from updatestream_cli.verify.mirror_check import verify_mirror
 from updatestream_jobs.job import FAULT_EXIT_AFTER_HOP_WRITE
 
-from harness import manifests
 from harness.stream_job import CLI, SinkServer, StreamJob, completed_hops, reshard, sink_secret
 from tests.conftest import MariaDBFixture
 from tests.jobs.test_mirror_job import SECRET, mirror_report, target
@@ -89,7 +89,7 @@ def mirror_job(
     sink_secret(cluster, SECRET, server.admin.username, server.admin.password)
     job = StreamJob(cluster, workdir, SinkServer(server.host, server.port, SECRET, database))
     sink = manifests.database_sink("mirror", server.host, server.port, database, SECRET)
-    stream = manifests.update_stream("mirror-resilience", start={"mode": "snapshot"}, sinks=[sink])
+    stream = manifests.update_stream("mirror-resilience", "commerce", {"mode": "snapshot"}, [sink])
     (workdir / "stream.yaml").write_text(yaml.safe_dump(stream))
     job.extra = ["--source-option", "snapshotChunkRows=1500"]
     return job

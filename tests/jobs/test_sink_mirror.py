@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
+from updatestream_cli import manifests
 from updatestream_cli.devcluster.local_server import FLAVORS
 from updatestream_jobs.sinks import SINKS, SinkContext, build_sinks
 from updatestream_jobs.sinks.mirror_sink import MirrorSink
 from updatestream_jobs.sinks.sink import BatchContext, MirrorSinkSchemaError, SinkError
 
-from harness import manifests
 from harness.accounts import write_secret
 from harness.sink_events import ShardLog, final_rows, two_shard_workload
 from tests.conftest import MariaDBFixture, ServerFactory

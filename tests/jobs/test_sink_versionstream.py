@@ -9,11 +9,11 @@ import uuid
 from pathlib import Path
 
 import pytest
+from updatestream_cli import manifests
 from updatestream_cli.devcluster.local_server import FLAVORS, free_port
 from updatestream_jobs.sinks.sink import BatchContext, SinkError
 from updatestream_jobs.sinks.versionstream_sink import VersionStreamSink
 
-from harness import manifests
 from harness.sink_events import ShardLog, final_rows, split_transaction, two_shard_workload
 from tests.conftest import MariaDBFixture
 from updatestream import spec

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import updatestream_jobs.source.options as options_module
+from updatestream_cli import manifests
 from updatestream_cli.devcluster.sample_schema import VSCHEMA
 from updatestream_jobs.source.options import (
     OPTIONS,
@@ -17,7 +18,6 @@ from updatestream_jobs.source.options import (
     parse_options,
 )
 
-from harness import manifests
 from updatestream.binlog.errors import SourceOptionsError
 from updatestream.core.start import Start
 

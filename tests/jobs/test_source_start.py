@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from updatestream_cli import manifests
 from updatestream_cli.devcluster.sample_schema import VSCHEMA
 from updatestream_jobs.source.binlog_ranges import ShardRange, read_shard_range
 from updatestream_jobs.source.options import SourceConfig, parse_options
 from updatestream_jobs.source.planner import BatchPlanner
 
-from harness import manifests
 from tests.conftest import MariaDBFixture, MariaDBServerFactory
 from updatestream.binlog.errors import BinlogPurged
 from updatestream.binlog.events import ChangeEvent

@@ -17,10 +17,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from updatestream_cli import manifests
 from updatestream_operator.launchers.local import LocalLauncher, _processes_using
 from updatestream_operator.reconciler.models import JobPhase, JobSpec, StreamRef
 
-from harness import manifests
 from harness.operator import wait_for
 from updatestream.contract.job_config import JobConfig
 from updatestream.core.keyrange import KeyRange

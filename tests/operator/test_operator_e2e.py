@@ -26,13 +26,13 @@ from typing import Any
 
 import pytest
 import yaml
+from updatestream_cli import manifests
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.reshard import ReshardOptions
 from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 from updatestream_operator.launchers.local import _processes_using
 from updatestream_operator.reconciler.conditions import rfc3339
 
-from harness import manifests
 from harness.kube import KubeApi
 from harness.operator import (
     OPERATOR_ACCOUNT,
@@ -175,7 +175,7 @@ def test_a_live_split_is_hopped_by_the_spark_job_the_operator_launched(
         {"type": "cdcv2", "path": str(w.workdir / "cdc"), "allowedLatenessSeconds": 1},
     ]
     stream = manifests.update_stream(
-        STREAM, keyRanges=["-"], start={"mode": "gtid", "gtid": start}, sinks=sinks
+        STREAM, "commerce", start={"mode": "gtid", "gtid": start}, sinks=sinks
     )
     apply(w.api, NS, stream)
 

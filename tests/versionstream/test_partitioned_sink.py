@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pymysql
+from updatestream_cli import manifests
 from updatestream_jobs.sinks.sink import BatchContext
 from updatestream_jobs.sinks.versionstream_sink import VersionStreamSink
 
-from harness import manifests
 from harness.sink_events import final_rows, two_shard_workload
 from tests.conftest import MariaDBFixture
 from updatestream import spec
