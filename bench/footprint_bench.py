@@ -32,7 +32,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
@@ -56,9 +55,9 @@ from harness.operator import (
     prepare_operator,
     stream_manifest,
 )
+from harness.stream_job import CLI
 
 NS = "footprint"
-UPDATESTREAM = str(Path(sys.executable).parent / "updatestream")
 
 
 def wait_until(check: Callable[[], bool], what: str, timeout: float) -> float:
@@ -112,7 +111,7 @@ def _start_operator(api: Any, root: Path) -> tuple[subprocess.Popen[bytes], str]
     apply(api, NS, keyspace_manifest("commerce"))
     liveness = f"http://127.0.0.1:{free_port()}/healthz"
     command = [
-        UPDATESTREAM, "operator", "--namespace", NS, "--launcher", "spark-operator",
+        CLI, "operator", "--namespace", NS, "--launcher", "spark-operator",
         "--metrics-port", str(free_port()), "--metrics-address", "127.0.0.1",
         "--kubeconfig", str(kubeconfig), "--liveness", liveness,
         "--state-dir", str(root / "state"),
@@ -183,7 +182,7 @@ def _start_job(root: Path, options: dict[str, Any], position: str) -> subprocess
     sinks = [{"type": "cdcv2", "path": str(root / "cdc")}]
     stream.write_text(json.dumps(update_stream("footprint", "bench", start, sinks)))
     command = [
-        UPDATESTREAM, "run", "--stream", str(stream), "--keyspace", str(keyspace),
+        CLI, "run", "--stream", str(stream), "--keyspace", str(keyspace),
         "--secrets-dir", options["secretsDir"], "--checkpoint", str(root / "checkpoint"),
         "--status-file", str(root / "status.json"), "--trigger-seconds", "0.5",
         "--master", "local[2]",

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import secrets
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -32,10 +31,10 @@ from bench.peertools import driver_phases, medians, received_at, sink_phases
 from bench.report import console
 from bench.sinks_bench import DURABLE
 from harness.accounts import ALL_PRIVILEGES, account_with_secret
+from harness.stream_job import CLI
 from updatestream import spec
 from updatestream.contract.job_config import JobConfig
 
-UPDATESTREAM = str(Path(sys.executable).parent / "updatestream")
 SHARD = "-"
 SINK_LABELS = ("console", "versionstream")
 VS_SECRET = "bench-versionstream"
@@ -85,7 +84,7 @@ class LagRig:
         self.seq += 1
         ledger = self.root / f"ledger-{self.seq}.jsonl"
         command = [
-            UPDATESTREAM, "devcluster", "traffic", "--dir", str(self.cluster.dir),
+            CLI, "devcluster", "traffic", "--dir", str(self.cluster.dir),
             "--rate", f"{rate:.0f}", "--duration", str(duration), "--ledger", str(ledger),
             "--seed", str(self.seq), "--max-tx-rows", "1",
         ]  # fmt: skip

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -29,13 +28,13 @@ from updatestream_cli.devcluster.memcached_server import MemcachedServer
 from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 from updatestream_jobs.job import FAULT_EXIT_AFTER_SINK_WRITE
 
+from harness.stream_job import CLI
 from tests.conftest import MariaDBFixture
 from updatestream.core.dedup import DedupFilter
 from updatestream.core.gtid import parse_position
 from updatestream.core.token import EventToken
 
 SHARDS = ("-80", "80-")
-CLI = str(Path(sys.executable).with_name("updatestream"))
 DATABASE = "us_crash"
 pytestmark = pytest.mark.parametrize("flavor", FLAVORS, indirect=True, scope="module")
 

@@ -14,7 +14,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,8 +25,9 @@ from updatestream_cli import manifests
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.mariadb_server import MariaDBServer
 
+from harness.stream_job import CLI
+
 SHARDS = ("-80", "80-")
-CLI = str(Path(sys.executable).with_name("updatestream"))
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,7 +45,7 @@ from harness.operator import (
     prepare_operator,
     wait_for,
 )
-from harness.stream_job import completed_hops, read_status, reshard
+from harness.stream_job import CLI, completed_hops, read_status, reshard
 from tests.conftest import MariaDBFixture
 from updatestream.contract.job_config import JobConfig
 
@@ -54,7 +53,6 @@ NS = "us-e2e"
 STREAM = "orders-e2e"
 SINK_SECRET = "e2e-versionstream"
 SINK_DATABASE = "us_e2e_operator"
-CLI = str(Path(sys.executable).with_name("updatestream"))
 SPLIT = ["-40", "40-80", "80-"]
 # Filtered replication runs a few seconds before the cut-over, as it would in production.
 OVERLAP = ReshardOptions(min_replicate_seconds=5)

@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -33,9 +32,9 @@ from harness.operator import (
     wait_for,
 )
 from harness.process import die_with_parent
+from harness.stream_job import CLI
 
 NS = "us-restart"
-PROGRAM = str(Path(sys.executable).parent / "updatestream")
 
 
 def _children(pid: int) -> list[str]:
@@ -85,7 +84,7 @@ class OperatorProcess:
 
     def start(self) -> None:
         command = [
-            PROGRAM,
+            CLI,
             "operator",
             "--namespace",
             NS,
