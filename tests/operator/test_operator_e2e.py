@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -139,24 +140,18 @@ def world(
     kube_api: KubeApi, mariadb_server: MariaDBFixture, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[World]:
     workdir = tmp_path_factory.mktemp("e2e")
-    cluster = DevCluster(workdir / "cluster")
-    try:
-        cluster.up("-80,80-")
+    with DevCluster(workdir / "cluster").running("-80,80-") as cluster:
         w = World(kube_api, cluster, workdir)
         kubeconfig = prepare_operator(kube_api, workdir, NS)
         kube_api.kubectl("apply", "-n", NS, "-f", "-", input=SECRET_READER)
         reader = cluster.secrets_dir / cluster.secret_ref("reader").name
         mariadb_server.admin_secret(w.secrets_dir, SINK_SECRET)
-        (w.secrets_dir / reader.name).mkdir()
-        for key in ("username", "password"):
-            (w.secrets_dir / reader.name / key).write_text((reader / key).read_text())
+        shutil.copytree(reader, w.secrets_dir / reader.name)
         for folder in w.secrets_dir.iterdir():
             _secret_from_files(kube_api, folder)
         with kopf_operator(kube_api, NS, kubeconfig, verbose=False, state_dir=w.state_dir):
             yield w
         assert _processes_using(w.state_dir) == [], "a job process outlived its stream"
-    finally:
-        cluster.down()
 
 
 def test_a_live_split_is_hopped_by_the_spark_job_the_operator_launched(
