@@ -28,7 +28,8 @@ from updatestream_cli.devcluster.memcached_server import MemcachedServer
 from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 from updatestream_jobs.job import FAULT_EXIT_AFTER_SINK_WRITE
 
-from harness.stream_job import CLI
+from harness.stream_job import CLI, read_status
+from harness.verify_command import verify_sink
 from tests.conftest import MariaDBFixture
 from updatestream.core.dedup import DedupFilter
 from updatestream.core.gtid import parse_position
@@ -39,22 +40,8 @@ DATABASE = "us_crash"
 pytestmark = pytest.mark.parametrize("flavor", FLAVORS, indirect=True, scope="module")
 
 
-def read_status(path: Path) -> dict[str, Any]:
-    try:
-        return dict(json.loads(path.read_text()))
-    except (OSError, ValueError):
-        return {}
-
-
 def verify(sink: str, ledger: Path, *options: str) -> dict[str, Any]:
-    done = subprocess.run(
-        [CLI, "verify", "--ledger", str(ledger), "--sink", sink, *options, "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode in (0, 1), done.stderr
-    return dict(json.loads(done.stdout))
+    return verify_sink(ledger, sink, *options, timeout=120)
 
 
 def test_a_crash_after_the_sink_write_replays_the_batch_without_duplicates(

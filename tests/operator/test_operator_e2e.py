@@ -18,7 +18,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import shutil
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,7 +45,8 @@ from harness.operator import (
     prepare_operator,
     wait_for,
 )
-from harness.stream_job import CLI, completed_hops, read_status, reshard
+from harness.stream_job import completed_hops, read_status, reshard
+from harness.verify_command import verify_sink
 from tests.conftest import MariaDBFixture
 from updatestream.contract.job_config import JobConfig
 
@@ -111,16 +111,10 @@ class World:
             ],
             "cdcv2": ["--path", str(self.workdir / "cdc")],
         }  # fmt: skip
-        reports = {}
-        for name, extra in options.items():
-            done = subprocess.run(
-                [CLI, "verify", "--ledger", str(ledger), "--sink", name, *extra,
-                 "--status-file", status_file, "--json"],
-                capture_output=True, text=True, timeout=300,
-            )  # fmt: skip
-            assert done.returncode in (0, 1), done.stderr
-            reports[name] = json.loads(done.stdout)
-        return reports
+        return {
+            name: verify_sink(ledger, name, *extra, "--status-file", status_file)
+            for name, extra in options.items()
+        }
 
     def stream_spec(self) -> dict[str, Any]:
         return dict((get(self.api, NS, "updatestream", STREAM) or {})["spec"])
