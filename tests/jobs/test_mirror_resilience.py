@@ -63,6 +63,10 @@ class TokenSampler(threading.Thread):
         finally:
             conn.close()
 
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(timeout=30)
+
     def sample(self, conn: Any) -> None:
         for table, key in KEYS.items():
             with conn.cursor() as cur:
@@ -95,20 +99,30 @@ def mirror_job(
     return job
 
 
+def traffic_after_preload(
+    cluster: DevCluster, workdir: Path, rows: int, seed: int, options: TrafficOptions
+) -> TrafficGenerator:
+    """Preload `rows` rows of the sample tables (with `seed`), then return traffic with
+    `options` over them, not started, its ledger in `workdir`."""
+    loader = TrafficGenerator(
+        cluster.manifest_path, cluster.secrets_dir, workdir / "preload.jsonl",
+        TrafficOptions(rate=0, seed=seed),
+    )  # fmt: skip
+    loader.preload(rows, batch=1000)
+    loader.close()
+    traffic = TrafficGenerator(
+        cluster.manifest_path, cluster.secrets_dir, workdir / "ledger.jsonl", options
+    )
+    traffic.adopt_existing_rows()
+    return traffic
+
+
 def test_the_mirror_never_moves_backwards_through_kills_and_reshards(
     cluster: DevCluster, mariadb_server: MariaDBFixture, tmp_path: Path
 ) -> None:
-    loader = TrafficGenerator(
-        cluster.manifest_path, cluster.secrets_dir, tmp_path / "preload.jsonl",
-        TrafficOptions(rate=0, seed=41),
-    )  # fmt: skip
-    loader.preload(8000, batch=1000)
-    loader.close()
-    traffic = TrafficGenerator(
-        cluster.manifest_path, cluster.secrets_dir, tmp_path / "ledger.jsonl",
-        TrafficOptions(rate=150, seed=42, max_tx_rows=3),
-    )  # fmt: skip
-    traffic.adopt_existing_rows()
+    traffic = traffic_after_preload(
+        cluster, tmp_path, 8000, 41, TrafficOptions(rate=150, seed=42, max_tx_rows=3)
+    )
     job = mirror_job(cluster, mariadb_server, tmp_path)
     sampler = TokenSampler(mariadb_server)
     job.start()
@@ -146,8 +160,7 @@ def test_the_mirror_never_moves_backwards_through_kills_and_reshards(
         job.wait_caught_up(["-80", "80-c0", "c0-"])
     finally:
         job.stop()
-        sampler.halt.set()
-        sampler.join(timeout=30)
+        sampler.stop()
     assert sampler.samples > 20 and len(sampler.last) > 8000
     assert sampler.backwards == []
     report = mirror_report(cluster, mariadb_server, DATABASE)
@@ -160,20 +173,12 @@ def test_a_snapshot_on_demand_repairs_a_mirror_without_moving_rows_back(
 ) -> None:
     """Rows of the mirror damaged behind the stream's back (changed, deleted) come back equal to
     the shards after `updatestream snapshot-request`, while traffic runs."""
-    loader = TrafficGenerator(
-        cluster.manifest_path, cluster.secrets_dir, tmp_path / "preload.jsonl",
-        TrafficOptions(rate=0, seed=51),
-    )  # fmt: skip
-    loader.preload(4000, batch=1000)
-    loader.close()
+    traffic = traffic_after_preload(
+        cluster, tmp_path, 4000, 51, TrafficOptions(rate=100, seed=52, max_tx_rows=2)
+    )
     job = mirror_job(cluster, mariadb_server, tmp_path, REPAIR_DATABASE)
     requests = tmp_path / "requests.jsonl"
     job.extra = [*job.extra, "--snapshot-requests", str(requests)]
-    traffic = TrafficGenerator(
-        cluster.manifest_path, cluster.secrets_dir, tmp_path / "ledger.jsonl",
-        TrafficOptions(rate=100, seed=52, max_tx_rows=2),
-    )  # fmt: skip
-    traffic.adopt_existing_rows()
     sampler = TokenSampler(mariadb_server, REPAIR_DATABASE)
     job.start()
     try:
@@ -211,8 +216,7 @@ def test_a_snapshot_on_demand_repairs_a_mirror_without_moving_rows_back(
         job.wait_caught_up(["-80", "80-"])
     finally:
         job.stop()
-        sampler.halt.set()
-        sampler.join(timeout=30)
+        sampler.stop()
     assert damaged == 70
     assert sampler.backwards == []
     mirror = target(mariadb_server, REPAIR_DATABASE)
