@@ -98,6 +98,18 @@ def pid_alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
+def server_version(argv: Sequence[str], fix: str, error: type[ServerError] = ServerError) -> str:
+    """What a server program prints for `--version`, run as `argv` (the program and its options)
+    with `--version` added; `error` saying `fix` when it cannot run."""
+    try:
+        out = subprocess.run(
+            [*argv, "--version"], check=True, capture_output=True, text=True, timeout=30
+        ).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise error(f"cannot run {argv[0]} --version ({exc}); {fix}") from None
+    return out.strip()
+
+
 def terminate(pid: int, timeout: float) -> None:
     """SIGTERM `pid`, wait up to `timeout` seconds for it to end, then SIGKILL it and wait."""
     with contextlib.suppress(ProcessLookupError):

@@ -13,17 +13,16 @@ development cluster simulates. Killing the *workflow* (not the server) is what t
 from __future__ import annotations
 
 import os
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from updatestream_cli.devcluster.errors import ServerError
 from updatestream_cli.devcluster.local_server import (
     LocalServer,
     ServerFlavor,
     cached_template,
     run_installer,
+    server_version,
 )
 
 MARIADBD = os.environ.get("UPDATESTREAM_MARIADBD", "/usr/sbin/mariadbd")
@@ -54,15 +53,7 @@ _SERVER_ARGS: tuple[str, ...] = (
 
 
 def mariadb_version() -> str:
-    try:
-        out = subprocess.run(
-            [MARIADBD, "--version"], check=True, capture_output=True, text=True, timeout=30
-        ).stdout
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise ServerError(
-            f"cannot run {MARIADBD} --version ({exc}); install mariadb-server (make system-deps)"
-        ) from None
-    return out.strip()
+    return server_version([MARIADBD], "install mariadb-server (make system-deps)")
 
 
 def _install(datadir: Path) -> None:
@@ -76,11 +67,6 @@ def _install(datadir: Path) -> None:
         *_STORAGE_ARGS,
     ]
     run_installer(command, datadir, "check that mariadb-server is installed (make system-deps)")
-
-
-def template_datadir() -> Path:
-    """A freshly installed datadir to copy from; created once per MariaDB version and flags."""
-    return cached_template("mariadb", [mariadb_version(), *_STORAGE_ARGS], _install)
 
 
 @dataclass(kw_only=True)
@@ -98,7 +84,8 @@ class MariaDBServer(LocalServer):
             self.domain_id = self.server_id
 
     def template(self) -> Path:
-        return template_datadir()
+        """A freshly installed datadir to copy from; created once per MariaDB version and flags."""
+        return cached_template("mariadb", [mariadb_version(), *_STORAGE_ARGS], _install)
 
     def prepare_datadir(self, datadir: Path) -> None:
         """Nothing to adjust: a MariaDB datadir holds no identity of its server."""

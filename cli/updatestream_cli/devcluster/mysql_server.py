@@ -21,7 +21,6 @@ connections take the fast path of the server's cache.
 from __future__ import annotations
 
 import os
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -33,6 +32,7 @@ from updatestream_cli.devcluster.local_server import (
     cache_dir,
     cached_template,
     run_installer,
+    server_version,
 )
 
 MYSQL_VERSION = "8.0.31"  # what scripts/install-mysql.sh installs
@@ -88,19 +88,8 @@ def mysqld() -> Path:
 
 
 def mysql_version() -> str:
-    try:
-        out = subprocess.run(
-            [str(mysqld()), "--no-defaults", "--version"],
-            check=True,
-            capture_output=True,
-            text=True,
-            timeout=30,
-        ).stdout
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise MySQLNotInstalled(
-            f"cannot run {mysqld()} --version ({exc}); reinstall it with `make mysql`"
-        ) from None
-    return out.strip()
+    fix = "reinstall it with `make mysql`"
+    return server_version([str(mysqld()), "--no-defaults"], fix, MySQLNotInstalled)
 
 
 def _install(datadir: Path) -> None:
@@ -124,11 +113,6 @@ def _install(datadir: Path) -> None:
         ) from None
 
 
-def template_datadir() -> Path:
-    """A freshly initialised datadir to copy from; created once per MySQL version and flags."""
-    return cached_template("mysql", [mysql_version(), *_STORAGE_ARGS], _install)
-
-
 @dataclass(kw_only=True)
 class MySQLServer(LocalServer):
     """One MySQL 8 `mysqld`; its GTIDs are `server_uuid:N`."""
@@ -137,7 +121,8 @@ class MySQLServer(LocalServer):
     program: ClassVar[str] = "mysqld"
 
     def template(self) -> Path:
-        return template_datadir()
+        """A freshly initialised datadir to copy from; created once per MySQL version and flags."""
+        return cached_template("mysql", [mysql_version(), *_STORAGE_ARGS], _install)
 
     def prepare_datadir(self, datadir: Path) -> None:
         # auto.cnf holds the template's server_uuid; without it mysqld makes a new one.
