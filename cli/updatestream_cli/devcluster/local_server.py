@@ -195,6 +195,23 @@ class LocalServer(abc.ABC):
     def command(self) -> list[str]:
         """The command line that runs this server."""
 
+    def local_args(self) -> list[str]:
+        """The options of every local server: no option files, and its own datadir, address,
+        port, socket, pid file, error log and binlog (named `<program>-bin`) and server id."""
+        assert self.port is not None
+        return [
+            "--no-defaults",
+            "--user=root",
+            f"--datadir={self.datadir}",
+            f"--bind-address={self.bind_address}",
+            f"--port={self.port}",
+            f"--socket={self.socket_path}",
+            f"--pid-file={self.pid_file}",
+            f"--log-error={self.error_log}",
+            f"--log-bin={self.datadir / f'{self.flavor}-bin'}",
+            f"--server-id={self.server_id}",
+        ]
+
     @abc.abstractmethod
     def gtid_position(self) -> str:
         """The GTID position of the last transaction in this server's binlog."""

@@ -91,19 +91,9 @@ class MariaDBServer(LocalServer):
         """Nothing to adjust: a MariaDB datadir holds no identity of its server."""
 
     def command(self) -> list[str]:
-        assert self.port is not None
         return [
             MARIADBD,
-            "--no-defaults",
-            "--user=root",
-            f"--datadir={self.datadir}",
-            f"--bind-address={self.bind_address}",
-            f"--port={self.port}",
-            f"--socket={self.socket_path}",
-            f"--pid-file={self.pid_file}",
-            f"--log-error={self.error_log}",
-            f"--log-bin={self.datadir / 'mariadb-bin'}",
-            f"--server-id={self.server_id}",
+            *self.local_args(),
             f"--gtid-domain-id={self.domain_id}",
             *_STORAGE_ARGS,
             *_SERVER_ARGS,

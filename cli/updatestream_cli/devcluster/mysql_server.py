@@ -129,19 +129,9 @@ class MySQLServer(LocalServer):
         (datadir / "auto.cnf").unlink(missing_ok=True)
 
     def command(self) -> list[str]:
-        assert self.port is not None
         return [
             str(mysqld()),
-            "--no-defaults",
-            "--user=root",
-            f"--datadir={self.datadir}",
-            f"--bind-address={self.bind_address}",
-            f"--port={self.port}",
-            f"--socket={self.socket_path}",
-            f"--pid-file={self.pid_file}",
-            f"--log-error={self.error_log}",
-            f"--log-bin={self.datadir / 'mysql-bin'}",
-            f"--server-id={self.server_id}",
+            *self.local_args(),
             *_STORAGE_ARGS,
             *_SERVER_ARGS,
             *self.extra_args,
