@@ -23,15 +23,15 @@ from updatestream_cli.devcluster.ledger import LedgerEntry
 from updatestream_cli.devcluster.mariadb_server import MariaDBServer
 from updatestream_cli.devcluster.memcached_server import MemcachedServer
 from updatestream_cli.manifests import update_stream
-from updatestream_jobs.job import Job, spark_session
+from updatestream_jobs.job import spark_session
 
 from bench.lagtools import TimedSink
 from bench.loadgen_runner import LoadOptions, LoadRun, run_load
 from bench.report import console, median
 from bench.sinks_bench import DURABLE
 from harness.accounts import account_with_secret
+from harness.cluster_job import cluster_job
 from updatestream import spec
-from updatestream.contract.job_config import JobConfig
 
 SHARDS = ("-80", "80-")
 STREAM = "lag-bench"
@@ -92,16 +92,13 @@ class Rig:
         )
         self.spark = spark_session("local[2]", "lag-bench")
         self.stack.callback(self.spark.stop)
-        self.job = Job(
-            JobConfig(
-                stream=stream,
-                keyspace=self.cluster.keyspace(),
-                secrets_dir=self.cluster.secrets_dir,
-                checkpoint=self.root / f"checkpoint-{self.checkpoint_number}",
-                trigger_seconds=self.trigger,
-                source_options=self.source_options,
-                status_file=self.root / "status.json",
-            )
+        self.job = cluster_job(
+            self.cluster,
+            stream,
+            self.root,
+            checkpoint=self.root / f"checkpoint-{self.checkpoint_number}",
+            trigger_seconds=self.trigger,
+            source_options=self.source_options,
         )
         self.sinks = [TimedSink(sink) for sink in self.job.sinks]
         self.job.sinks = list(self.sinks)

@@ -31,9 +31,9 @@ from bench.peertools import driver_phases, medians, received_at, sink_phases
 from bench.report import console
 from bench.sinks_bench import DURABLE
 from harness.accounts import ALL_PRIVILEGES, account_with_secret
+from harness.cluster_job import cluster_job
 from harness.stream_job import CLI
 from updatestream import spec
-from updatestream.contract.job_config import JobConfig
 
 SHARD = "-"
 SINK_LABELS = ("console", "versionstream")
@@ -133,15 +133,13 @@ class LagRig:
         start = {"mode": "gtid", "gtid": {SHARD: self.shard.gtid_position()}}
         manifest = update_stream(name, self.cluster.keyspace_name, start, sink_specs, [SHARD])
         stream = spec.parse_update_stream(manifest)
-        job = Job(
-            JobConfig(
-                stream=stream,
-                keyspace=self.cluster.keyspace(),
-                secrets_dir=self.cluster.secrets_dir,
-                checkpoint=self.root / f"{name}-checkpoint",
-                trigger_seconds=self.trigger,
-                status_file=self.root / f"{name}-status.json",
-            )
+        job = cluster_job(
+            self.cluster,
+            stream,
+            self.root,
+            checkpoint=self.root / f"{name}-checkpoint",
+            status_file=self.root / f"{name}-status.json",
+            trigger_seconds=self.trigger,
         )
         sinks = [TimedSink(sink) for sink in job.sinks]
         job.sinks = list(sinks)

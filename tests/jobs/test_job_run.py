@@ -20,7 +20,7 @@ from updatestream_cli.devcluster.ledger import read_ledger
 from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 from updatestream_jobs import main as job_main
 
-from tests.jobs.cluster_jobs import cluster_job, wait_caught_up
+from harness.cluster_job import cluster_job, wait_caught_up
 from updatestream import spec
 from updatestream.binlog.vreplication import binlog_source
 from updatestream.core.dedup import DedupFilter

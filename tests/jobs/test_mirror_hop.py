@@ -18,9 +18,9 @@ from updatestream_cli.devcluster.reshard import ReshardOptions
 from updatestream_cli.devcluster.traffic import TrafficOptions
 from updatestream_jobs.job import Job
 
+from harness.cluster_job import cluster_job
 from harness.stream_job import completed_hops, read_status, reshard, sink_secret, traffic_generator
 from tests.conftest import ServerFactory
-from tests.jobs.cluster_jobs import cluster_job
 from tests.jobs.test_mirror_job import SECRET, mirror_report
 from updatestream import spec
 

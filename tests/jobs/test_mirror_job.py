@@ -20,8 +20,8 @@ from updatestream_cli.verify.mirror_check import MirrorReport, MirrorTarget, ver
 from updatestream_jobs.job import Job, typed_error
 from updatestream_jobs.sinks.sink import SinkError
 
+from harness.cluster_job import cluster_job, wait_caught_up
 from tests.conftest import MariaDBFixture, MariaDBServerFactory
-from tests.jobs.cluster_jobs import cluster_job, wait_caught_up
 from tests.jobs.snapshot_support import wait_until_caught_up
 from updatestream import spec
 

@@ -1,5 +1,5 @@
-"""Jobs of a stream over the development cluster, for the job tests: one in this process, and
-the wait until its status reaches the shards."""
+"""A job of a stream over the development cluster, run in this process (the tests and the
+benchmarks), and the wait until its status reaches the shards."""
 
 from __future__ import annotations
 
@@ -18,17 +18,17 @@ SHARDS = ("-80", "80-")
 
 
 def cluster_job(cluster: DevCluster, stream: spec.UpdateStream, work: Path, **config: Any) -> Job:
-    """A job of `stream` reading `cluster`'s shards, its checkpoint and status file in `work`,
-    a batch a second; `config` sets the rest of its configuration."""
+    """A job of `stream` reading `cluster`'s shards: its checkpoint and status file in `work`
+    and a batch a second unless `config` says otherwise; `config` sets the rest."""
+    settings: dict[str, Any] = {
+        "checkpoint": work / "checkpoint",
+        "status_file": work / "status.json",
+        "trigger_seconds": 1.0,
+        **config,
+    }
     return Job(
         JobConfig(
-            stream=stream,
-            keyspace=cluster.keyspace(),
-            secrets_dir=cluster.secrets_dir,
-            checkpoint=work / "checkpoint",
-            trigger_seconds=1.0,
-            status_file=work / "status.json",
-            **config,
+            stream=stream, keyspace=cluster.keyspace(), secrets_dir=cluster.secrets_dir, **settings
         )
     )
 
