@@ -109,20 +109,14 @@ class Demo:
         self.options = options
         self.reporter = reporter
         self.directory = options.directory.absolute()
+        self.ledger = self.directory / "ledger.jsonl"  # the traffic's
+        self.cdc = self.directory / "cdc"  # the CDCv2 sink's files
         self.servers = srv.DemoServers(
             self.directory, options.flavor, options.sink_flavor or options.flavor
         )
         self.driver: OperatorDriver | None = None
         self.traffic: TrafficGenerator | None = None
         self.metrics_url = ""
-
-    @property
-    def ledger(self) -> Path:
-        return self.directory / "ledger.jsonl"
-
-    @property
-    def cdc(self) -> Path:
-        return self.directory / "cdc"
 
     def run(self) -> DemoResult:
         began = time.monotonic()
