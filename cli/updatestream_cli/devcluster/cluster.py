@@ -88,6 +88,7 @@ class DevCluster(ClusterDirectory):
         bind_address: str | None = None,
     ):
         super().__init__(directory)
+        self.workflows_dir = self.dir / "workflows"
         self.keyspace_name = keyspace
         self._asked = {"flavor": flavor, "bind_address": bind_address}
         self.flavor: ServerFlavor = flavor or "mariadb"
@@ -97,10 +98,6 @@ class DevCluster(ClusterDirectory):
             self.keyspace_name = state.get("keyspace", keyspace)
             self.flavor = state.get("flavor", "mariadb")
             self.bind_address = state.get("bind_address", LOOPBACK)
-
-    @property
-    def workflows_dir(self) -> Path:
-        return self.dir / "workflows"
 
     # -- state ----------------------------------------------------------------------------------
 

@@ -23,18 +23,9 @@ class ClusterDirectory:
 
     def __init__(self, directory: Path | str) -> None:
         self.dir = Path(directory).absolute()
-
-    @property
-    def manifest_path(self) -> Path:
-        return self.dir / "keyspace.yaml"
-
-    @property
-    def secrets_dir(self) -> Path:
-        return self.dir / "secrets"
-
-    @property
-    def state_path(self) -> Path:
-        return self.dir / "state.json"
+        self.manifest_path = self.dir / "keyspace.yaml"
+        self.secrets_dir = self.dir / "secrets"  # a folder per Secret, as Kubernetes mounts one
+        self.state_path = self.dir / "state.json"
 
     def exists(self) -> bool:
         return self.state_path.exists()
