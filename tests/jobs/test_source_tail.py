@@ -143,11 +143,14 @@ def worker_copy(part: ShardRange) -> BinlogRangePartition:
 
 
 @contextlib.contextmanager
-def running_reader(config: SourceConfig) -> Iterator[UpdateStreamStreamReader]:
-    """The source's stream reader for `config`, stopped (its tails ended) after the block."""
+def tailing_reader(config: SourceConfig) -> Iterator[tuple[UpdateStreamStreamReader, str]]:
+    """The source's stream reader for `config` with its tails started, and its initial offset;
+    stopped (its tails ended) after the block."""
     reader = UpdateStreamStreamReader(config)
     try:
-        yield reader
+        offset = reader.initialOffset()
+        assert reader.partitions(offset, offset) == []  # no range: starts the tails
+        yield reader, offset
     finally:
         reader.stop()
 
@@ -156,9 +159,7 @@ def test_inline_partitions_deliver_exactly_what_the_workers_read(
     cluster: DevCluster, tmp_path: Any
 ) -> None:
     config = config_for(cluster, tail="true", inlineMaxRows="100000", maxBatchRows="0")
-    with running_reader(config) as reader:
-        offset = reader.initialOffset()
-        assert reader.partitions(offset, offset) == []  # no range: starts the tails
+    with tailing_reader(config) as (reader, offset):
         assert set(reader._tails.tailers) == set(SHARDS)
         traffic(cluster, tmp_path, 24, large_tx_rows=300, large_tx_every=0.3)
         end = reader.latestOffset(offset, None)
@@ -203,9 +204,7 @@ def test_a_range_the_tail_does_not_hold_is_read_by_the_workers(
     cluster: DevCluster, tmp_path: Any
 ) -> None:
     config = config_for(cluster, tail="true", inlineMaxRows="10", maxBatchRows="0")
-    with running_reader(config) as reader:
-        offset = reader.initialOffset()
-        reader.partitions(offset, offset)
+    with tailing_reader(config) as (reader, offset):
         traffic(cluster, tmp_path, 26)
         end = reader.latestOffset(offset, None)
         parts = reader.partitions(offset, end)  # too many rows to hand over
@@ -213,9 +212,8 @@ def test_a_range_the_tail_does_not_hold_is_read_by_the_workers(
         # admission control: with a limit, the next batch ends early, at a transaction the tail
         # holds, with the start's time, and is handed over
         reader.commit(end)
-        with running_reader(config_for(cluster, tail="true", maxBatchRows="50")) as capped:
-            first = capped.initialOffset()
-            capped.partitions(first, first)
+        capped_config = config_for(cluster, tail="true", maxBatchRows="50")
+        with tailing_reader(capped_config) as (capped, first):
             start = StreamOffset.from_json(first)
             for seed in range(27, 60):  # enough rows on every shard for a cut, however slow
                 traffic(cluster, tmp_path, seed)
