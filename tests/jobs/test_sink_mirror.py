@@ -125,6 +125,14 @@ def expected_users(events: list[ChangeEvent]) -> dict[int, dict[str, Any]]:
     }
 
 
+@pytest.fixture
+def sink(
+    mariadb_server: MariaDBFixture, mirror_server: MariaDBFixture, secrets_dir: Path, source: str
+) -> MirrorSink:
+    """The mirror sink of the test's source database, into the mirror server."""
+    return make_sink(mariadb_server, mirror_server, secrets_dir, source)
+
+
 def ctx(batch_id: int, replay: bool = False) -> BatchContext:
     """Batch `batch_id` of stream s, key range `-`."""
     return BatchContext("s", "-", batch_id, replay=replay)
@@ -154,9 +162,8 @@ def test_the_sink_is_registered_and_built_from_its_spec(
 
 
 def test_batches_apply_and_a_replay_changes_nothing(
-    mariadb_server: MariaDBFixture, mirror_server: MariaDBFixture, secrets_dir: Path, source: str
+    sink: MirrorSink, mirror_server: MariaDBFixture, source: str
 ) -> None:
-    sink = make_sink(mariadb_server, mirror_server, secrets_dir, source)
     work = two_shard_workload()
     for index, batch in enumerate(work.batches):
         first = sink.write_batch(batch, ctx(index))
@@ -175,9 +182,8 @@ def test_batches_apply_and_a_replay_changes_nothing(
 
 
 def test_a_delete_is_a_tombstone_that_an_older_insert_cannot_resurrect(
-    mariadb_server: MariaDBFixture, mirror_server: MariaDBFixture, secrets_dir: Path, source: str
+    sink: MirrorSink, mirror_server: MariaDBFixture, source: str
 ) -> None:
-    sink = make_sink(mariadb_server, mirror_server, secrets_dir, source)
     log = ShardLog("-80", 1)
     insert = log.transaction(100, [("insert", "users", None, user(1, "a"))])
     delete = log.transaction(101, [("delete", "users", user(1, "a"), None)])
@@ -262,9 +268,8 @@ def test_a_copy_compares_by_its_origin_and_same_second_shards_by_arrival(
 
 
 def test_types_round_trip_with_a_composite_key(
-    mariadb_server: MariaDBFixture, mirror_server: MariaDBFixture, secrets_dir: Path, source: str
+    sink: MirrorSink, mirror_server: MariaDBFixture, source: str
 ) -> None:
-    sink = make_sink(mariadb_server, mirror_server, secrets_dir, source)
     row = {
         "shop": "s1",
         "code": b"\x00\xffk",
@@ -300,9 +305,8 @@ def test_types_round_trip_with_a_composite_key(
 
 
 def test_a_new_source_column_is_added_to_the_mirror(
-    mariadb_server: MariaDBFixture, mirror_server: MariaDBFixture, secrets_dir: Path, source: str
+    sink: MirrorSink, mariadb_server: MariaDBFixture, mirror_server: MariaDBFixture, source: str
 ) -> None:
-    sink = make_sink(mariadb_server, mirror_server, secrets_dir, source)
     log = ShardLog("-80", 1)
     sink.write_batch(log.transaction(10, [("insert", "users", None, user(1, "a"))]), ctx(0))
     alter_users(mariadb_server, source, "ADD COLUMN email VARCHAR(190) NULL DEFAULT 'none'")
@@ -322,9 +326,8 @@ def test_a_new_source_column_is_added_to_the_mirror(
 
 
 def test_a_dropped_source_column_is_a_typed_error(
-    mariadb_server: MariaDBFixture, mirror_server: MariaDBFixture, secrets_dir: Path, source: str
+    sink: MirrorSink, mariadb_server: MariaDBFixture, mirror_server: MariaDBFixture, source: str
 ) -> None:
-    sink = make_sink(mariadb_server, mirror_server, secrets_dir, source)
     log = ShardLog("-80", 1)
     sink.write_batch(
         log.transaction(10, [("insert", "users", None, user(1, "a", 3))]),
@@ -342,9 +345,12 @@ def test_a_dropped_source_column_is_a_typed_error(
 
 
 def test_a_retyped_column_is_a_typed_error_when_the_table_is_checked(
-    mariadb_server: MariaDBFixture, mirror_server: MariaDBFixture, secrets_dir: Path, source: str
+    sink: MirrorSink,
+    mariadb_server: MariaDBFixture,
+    mirror_server: MariaDBFixture,
+    secrets_dir: Path,
+    source: str,
 ) -> None:
-    sink = make_sink(mariadb_server, mirror_server, secrets_dir, source)
     log = ShardLog("-80", 1)
     batch = log.transaction(10, [("insert", "users", None, user(1, "a"))])
     sink.write_batch(batch, ctx(0))
@@ -387,9 +393,8 @@ def test_tombstones_older_than_the_horizon_are_purged(
 
 
 def test_the_mirror_down_then_up(
-    mariadb_server: MariaDBFixture, mirror_server: MariaDBFixture, secrets_dir: Path, source: str
+    sink: MirrorSink, mirror_server: MariaDBFixture, source: str
 ) -> None:
-    sink = make_sink(mariadb_server, mirror_server, secrets_dir, source)
     log = ShardLog("-80", 1)
     sink.write_batch(log.transaction(10, [("insert", "users", None, user(1, "a"))]), ctx(0))
     batch = log.transaction(11, [("insert", "users", None, user(2, "b"))])
@@ -411,9 +416,8 @@ def test_the_mirror_down_then_up(
 
 
 def test_a_key_change_leaves_a_tombstone_for_the_old_key(
-    mariadb_server: MariaDBFixture, mirror_server: MariaDBFixture, secrets_dir: Path, source: str
+    sink: MirrorSink, mirror_server: MariaDBFixture, source: str
 ) -> None:
-    sink = make_sink(mariadb_server, mirror_server, secrets_dir, source)
     log = ShardLog("-80", 1)
     events = log.transaction(10, [("insert", "users", None, user(1, "a"))])
     events += log.transaction(11, [("update", "users", user(1, "a"), user(12, "a"))])
