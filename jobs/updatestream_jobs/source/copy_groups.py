@@ -20,6 +20,7 @@ reaches back, or the rows do not match it, it says so (None) and nothing is drop
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -42,6 +43,7 @@ from updatestream_jobs.source.arrow_rows import FIELDS
 _OP, _SHARD, _TS = FIELDS.index("op"), FIELDS.index("shard"), FIELDS.index("timestamp")
 _TOKEN, _SOURCE = FIELDS.index("token"), FIELDS.index("source_shard")
 _KSID = FIELDS.index("keyspace_id")
+log = logging.getLogger(__name__)
 
 
 def rows_within(
@@ -62,10 +64,24 @@ def rows_within(
         return 0
     ids = record.rows_between(source.covered_from, held) if record is not None else None
     if ids is None:
+        reach = f"from {record.base} to {record.position}" if record is not None else "none"
+        _inexact(group, source, shard, f"the stream's record of it ({reach}) does not span it")
         return None
     here = KeyRange.parse(shard)
     ids = [k for k in ids if here.contains(bytes.fromhex(k))]
-    return len(ids) if [row[_KSID] for row in group[: len(ids)]] == ids else None
+    first = [row[_KSID] for row in group[: len(ids)]]
+    if first != ids:
+        _inexact(group, source, shard, f"its first rows {first} are not the record's {ids}")
+        return None
+    return len(ids)
+
+
+def _inexact(group: list[EventRow], source: SourceProvenance, shard: str, why: str) -> None:
+    log.warning(
+        "a copy on %s of %s's transactions after %s up to %s (%d rows) cannot be split at a "
+        "boundary inside it: %s; its rows are delivered and counted as straddle",
+        shard, source.shard, source.covered_from, source.position, len(group), why,
+    )  # fmt: skip
 
 
 def _groups(rows: Iterator[EventRow]) -> Iterator[list[EventRow]]:
