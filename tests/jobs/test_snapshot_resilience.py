@@ -107,7 +107,9 @@ def assert_states_equal(job: StreamJob) -> None:
 def test_kill_9_at_three_moments_of_the_snapshot_resumes_at_the_first_unfinished_chunk(
     cluster: DevCluster, mariadb_server: MariaDBFixture, flavor: str, tmp_path: Path
 ) -> None:
-    job = snapshot_stream(cluster, mariadb_server, tmp_path, f"us_snap_kill_{flavor}", chunk_rows=1000)
+    job = snapshot_stream(
+        cluster, mariadb_server, tmp_path, f"us_snap_kill_{flavor}", chunk_rows=1000
+    )
     traffic = loaded_traffic(cluster, tmp_path, rate=100)
     job.start()
     killed_at: list[dict[str, Any]] = []
@@ -145,7 +147,9 @@ def test_kill_9_at_three_moments_of_the_snapshot_resumes_at_the_first_unfinished
 def test_a_split_halfway_through_the_snapshot_reads_the_rest_from_the_destinations(
     cluster: DevCluster, mariadb_server: MariaDBFixture, flavor: str, tmp_path: Path
 ) -> None:
-    job = snapshot_stream(cluster, mariadb_server, tmp_path, f"us_snap_split_{flavor}", chunk_rows=1500)
+    job = snapshot_stream(
+        cluster, mariadb_server, tmp_path, f"us_snap_split_{flavor}", chunk_rows=1500
+    )
     traffic = loaded_traffic(cluster, tmp_path, rate=200)
     job.start()
     try:
