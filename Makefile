@@ -40,6 +40,7 @@ image: system-deps ## build the UpdateStream and pause images with buildah (cach
 cluster-up: system-deps kube-tools ## start a one-node Kubernetes on this machine (root; state in .updatestream/node)
 	@bash scripts/cluster-up.sh
 	@bash scripts/build-image.sh all
+	@bash scripts/cluster-hint.sh
 
 .PHONY: cluster-down
 cluster-down: ## stop the one-node cluster by pid and restore the host (bridge, firewall, sysctls)

@@ -64,7 +64,7 @@ from bench.sinks_bench import DURABLE
 from bench.summary import merge_summary
 from harness.accounts import account_with_secret
 from updatestream import spec
-from updatestream.contract.job import JobConfig
+from updatestream.contract.job_config import JobConfig
 
 SHARDS = ("-80", "80-")
 STREAM = "lag-bench"

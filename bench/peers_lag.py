@@ -30,7 +30,7 @@ from bench.report import console
 from bench.sinks_bench import DURABLE
 from harness.accounts import ALL_PRIVILEGES, account_with_secret
 from updatestream import spec
-from updatestream.contract.job import JobConfig
+from updatestream.contract.job_config import JobConfig
 
 UPDATESTREAM = str(Path(sys.executable).parent / "updatestream")
 SHARD = "-"

@@ -158,4 +158,9 @@ make_pki
 control_plane
 containerd_up
 kubelet_up
-echo "node $NODE_NAME Ready in $((SECONDS - started))s; export KUBECONFIG=$KUBECONFIG_ADMIN"
+# what a shell needs to use the node: its kubeconfig, and the kubectl and helm built for it
+# first on PATH (an older kubectl of the system may not talk to a v1.36 API server)
+printf 'export KUBECONFIG=%s\nexport PATH=%s:$PATH\n' "$KUBECONFIG_ADMIN" "$bin_dir" \
+  >"$NODE_DIR/env"
+echo "node $NODE_NAME Ready in $((SECONDS - started))s;" \
+  "export KUBECONFIG=$KUBECONFIG_ADMIN PATH=$bin_dir:\$PATH"

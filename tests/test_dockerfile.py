@@ -281,7 +281,7 @@ def test_the_commands_the_image_runs_exist_in_the_package() -> None:
 
 
 def test_the_drivers_main_file_is_where_the_operator_points_spark_submit() -> None:
-    from updatestream_operator.launchers.cluster import ClusterSettings
+    from updatestream_operator.launchers.cluster_launcher import ClusterSettings
 
     resource = ClusterSettings().app_resource
     assert resource.startswith("local:///opt/updatestream/jobs/updatestream_jobs/")

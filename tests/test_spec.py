@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from updatestream.core.keyrange import KeyRange
 from updatestream.spec import (
     SecretRef,
     SpecError,
@@ -75,6 +76,16 @@ def test_equivalent_shard_names_are_refused_with_the_canonical_one(
     assert f"write {spelling} as {canonical}" in str(err.value)
 
 
+def test_key_ranges_are_values_written_back_as_their_canonical_names() -> None:
+    stream = parse_update_stream(stream_doc(keyRanges=["-80", "80-"]))
+    assert stream.spec.key_ranges == [KeyRange.parse("-80"), KeyRange.parse("80-")]
+    assert stream.model_dump(mode="json", by_alias=True)["spec"]["keyRanges"] == ["-80", "80-"]
+    with pytest.raises(SpecError, match=r"spec\.keyRanges\.0: .*write 0000-8000 as -80"):
+        parse_update_stream(stream_doc(keyRanges=["0000-8000"]))
+    with pytest.raises(SpecError, match=r"spec\.keyRanges\.0: .*must be a key range"):
+        parse_update_stream(stream_doc(keyRanges=[80]))
+
+
 def test_bad_shard_name_names_the_field() -> None:
     doc = keyspace_doc()
     doc["spec"]["shards"][1]["name"] = "80-zz"
@@ -99,7 +110,7 @@ def test_unknown_shard_lookup_lists_the_declared_ones() -> None:
 
 def test_update_stream_defaults() -> None:
     stream = parse_update_stream(stream_doc())
-    assert stream.spec.key_ranges == ["-"]
+    assert stream.spec.key_ranges == [KeyRange.parse("-")]
     assert stream.spec.start.mode == "now"
     assert stream.spec.suspend is False
 

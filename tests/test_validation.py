@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 import yaml
-from updatestream_operator.models import StreamRef
-from updatestream_operator.validation import keyspace_status, validate
+from updatestream_operator.reconciler.models import StreamRef
+from updatestream_operator.reconciler.spec_checks import keyspace_status, validate
 
 from updatestream.spec import parse_keyspace, parse_update_stream
 from updatestream.validation import keyspace_problems, stream_problems
@@ -94,6 +94,41 @@ def test_stream_problems_name_the_field_and_what_to_write(
     problems = stream_problems(parse_update_stream(data).spec, parse_keyspace(_keyspace("hash")))
     assert [p.field for p in problems] == [field]
     assert words in problems[0].message
+
+
+def _memcached(key_template: dict[str, str]) -> dict[str, Any]:
+    return {"sinks": [{"type": "memcached", "servers": ["mc:11211"], "keyTemplate": key_template}]}
+
+
+def test_key_template_columns_are_checked_where_the_vschema_lists_them_authoritatively() -> None:
+    """A VSchema table may list its columns (`columns`, `column_list_authoritative`); only
+    then can admission tell a column typo. Elsewhere the job checks at its start."""
+    keyspace = _keyspace("hash")
+    keyspace["spec"]["vschema"]["tables"]["orders"].update(
+        {"columns": [{"name": "id"}, {"name": "email"}], "column_list_authoritative": True}
+    )
+    data = copy.deepcopy(STREAM)
+    data["spec"].update(_memcached({"orders": "order:{emial}:{id}"}))
+    (problem,) = stream_problems(parse_update_stream(data).spec, parse_keyspace(keyspace))
+    assert (problem.field, problem.reason) == ("spec.sinks[0].keyTemplate.orders", "UnknownColumn")
+    assert "names 'emial', not a column of table orders" in problem.message
+    assert "(columns: email, id)" in problem.message
+    data["spec"].update(_memcached({"orders": "order:{email}"}))
+    assert stream_problems(parse_update_stream(data).spec, parse_keyspace(keyspace)) == []
+    # the same typo with a column list that is not authoritative: left to the job
+    keyspace["spec"]["vschema"]["tables"]["orders"]["column_list_authoritative"] = False
+    data["spec"].update(_memcached({"orders": "order:{emial}"}))
+    assert stream_problems(parse_update_stream(data).spec, parse_keyspace(keyspace)) == []
+
+
+def test_key_templates_name_tables_the_stream_reads() -> None:
+    data = copy.deepcopy(STREAM)
+    data["spec"].update(_memcached({"users": "user:{id}"}))
+    (problem,) = stream_problems(parse_update_stream(data).spec, parse_keyspace(_keyspace("hash")))
+    assert (problem.field, problem.reason) == ("spec.sinks[0].keyTemplate.users", "UnknownTable")
+    assert "'users' is not in the VSchema of Keyspace commerce (tables there: orders)" in (
+        problem.message
+    )
 
 
 def test_the_unsharded_keyspace_serves_one_shard() -> None:

@@ -17,8 +17,18 @@ from pathlib import Path
 from typing import Annotated, Any, Final, Literal, TypeVar
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    ValidationError,
+    WithJsonSchema,
+)
 
+from updatestream.core.dedup import DedupFilter, DedupFilterError
 from updatestream.core.errors import UpdateStreamError
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.shardmap import ShardMap
@@ -31,23 +41,90 @@ class SpecError(UpdateStreamError):
     """A Keyspace or UpdateStream spec is malformed."""
 
 
-def _key_range_name(text: str) -> str:
-    """Check a key-range name is canonical; a ValueError lets pydantic name the field.
+def _canonical_key_range(value: Any) -> KeyRange:
+    """A key range written the one canonical way; a ValueError lets pydantic name the field.
 
     `00-80`, `0000-8000` and `-80` are one range, but a spec must write it one way (`-80`, as
     `KeyRange.name` does): shard names are compared as text by the API server's own rules,
     in status and in positions, and two spellings of one shard would not match.
     """
+    if isinstance(value, KeyRange):
+        return value
+    if not isinstance(value, str):
+        raise ValueError(f"must be a key range such as -80, 40-80 or 80-, got {value!r}")
     try:
-        name = KeyRange.parse(text).name
+        parsed = KeyRange.parse(value)
     except UpdateStreamError as exc:
         raise ValueError(str(exc)) from None
-    if name != text:
-        raise ValueError(f"key range {text!r} is not written canonically; write {text} as {name}")
-    return name
+    if parsed.name != value:
+        raise ValueError(
+            f"key range {value!r} is not written canonically; write {value} as {parsed.name}"
+        )
+    return parsed
 
 
-# a key range written the one canonical way, as shard names are (`-80`, `40-80`, `80-`, `-`)
+def _any_key_range(value: Any) -> KeyRange:
+    """A key range in any spelling (`0000-8000` is `-80`): what a program wrote, read back."""
+    if isinstance(value, KeyRange):
+        return value
+    if not isinstance(value, str):
+        raise ValueError(f"must be a key range such as -80, 40-80 or 80-, got {value!r}")
+    try:
+        return KeyRange.parse(value)
+    except UpdateStreamError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _shard_map(value: Any) -> ShardMap:
+    if isinstance(value, ShardMap):
+        return value
+    if not isinstance(value, str):
+        raise ValueError(f"must be a shard map such as '-80,80-', got {value!r}")
+    try:
+        return ShardMap.parse(value)
+    except UpdateStreamError as exc:
+        raise ValueError(f"not a shard map: {exc}") from None
+
+
+def _dedup_filter(value: Any) -> DedupFilter:
+    if isinstance(value, DedupFilter):
+        return value
+    try:
+        return DedupFilter.from_json(value)
+    except DedupFilterError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _key_range_name(text: str) -> str:
+    return _canonical_key_range(text).name
+
+
+_AS_TEXT = WithJsonSchema({"type": "string"})
+
+# A key range as a value (`KeyRange`), written as its canonical name (`-80`): a spec must
+# spell it that way.
+CanonicalKeyRange = Annotated[
+    KeyRange, PlainValidator(_canonical_key_range), PlainSerializer(str, return_type=str), _AS_TEXT
+]
+# A key range as a value, read in any spelling and written as its canonical name: what the
+# operator and the job write for each other (status, progress reports, job configurations).
+KeyRangeValue = Annotated[
+    KeyRange, PlainValidator(_any_key_range), PlainSerializer(str, return_type=str), _AS_TEXT
+]
+# A shard map as a value (`ShardMap`), written as its shard names (`-80,80-`).
+ShardMapValue = Annotated[
+    ShardMap, PlainValidator(_shard_map), PlainSerializer(str, return_type=str), _AS_TEXT
+]
+# A hop's dedup rule (`DedupFilter`), written as its JSON object (watermarks, overlap_until).
+DedupValue = Annotated[
+    DedupFilter,
+    PlainValidator(_dedup_filter),
+    PlainSerializer(lambda dedup: dedup.to_json(), return_type=dict),
+    WithJsonSchema({"type": "object"}),
+]
+# A shard's name: a key range written canonically, kept as text. Shard names are keys (of
+# positions, Secrets' folders, status entries) and a Keyspace must parse even when its serving
+# shards do not form a shard map, so that its status can say what is wrong.
 KeyRangeName = Annotated[str, AfterValidator(_key_range_name)]
 
 
@@ -211,7 +288,7 @@ class SnapshotRequest(_Model):
 
     id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")
     table: str | None = Field(None, min_length=1)
-    key_range: KeyRangeName | None = Field(None, alias="keyRange")
+    key_range: CanonicalKeyRange | None = Field(None, alias="keyRange")
 
     def line(self) -> str:
         """The request as one JSON line of a job's requests file."""
@@ -220,8 +297,8 @@ class SnapshotRequest(_Model):
 
 class UpdateStreamSpec(_Model):
     keyspace: str
-    key_ranges: list[KeyRangeName] = Field(
-        default_factory=lambda: ["-"], alias="keyRanges", min_length=1
+    key_ranges: list[CanonicalKeyRange] = Field(
+        default_factory=lambda: [KeyRange()], alias="keyRanges", min_length=1
     )
     tables: list[str] = Field(default_factory=list)
     start: StartPosition = Field(default_factory=StartPosition)

@@ -4,9 +4,10 @@ The pydantic models in :mod:`updatestream.spec` check each field on its own. Wha
 than one field, or the pure core, is here: the VSchema builds with the vindex registry, the
 serving shards form a shard map, a stream's key ranges do not overlap, its start positions
 parse, its sinks' addresses and key templates are usable, and (given its Keyspace) its tables
-exist there and its key ranges fit an unsharded keyspace. One set of checks serves the
-operator's reconcile (status conditions), its admission webhook (refusals) and the streaming
-job (a refusal to start), so the three never disagree.
+exist there, its key templates name tables it reads (and columns of them, where the VSchema lists
+a table's columns authoritatively) and its key ranges fit an unsharded keyspace. One set of
+checks serves the operator's reconcile (status conditions), its admission webhook (refusals) and
+the streaming job (a refusal to start), so the three never disagree.
 
 Every problem names the field it is about, in the API server's notation (`spec.sinks[0].servers`),
 a reason (the condition reason the operator reports) and a message that says what to write.
@@ -17,8 +18,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from updatestream.cache.key_templates import KeyTemplates
+from updatestream.cache.key_templates import KeyTemplate, KeyTemplates
 from updatestream.core.errors import UpdateStreamError
 from updatestream.core.gtid import parse_position
 from updatestream.core.keyrange import KeyRange
@@ -163,8 +165,7 @@ def stream_problems(spec: UpdateStreamSpec, keyspace: Keyspace | None = None) ->
     return problems
 
 
-def _key_range_problems(names: Sequence[str]) -> Iterator[SpecProblem]:
-    ranges = [KeyRange.parse(name) for name in names]
+def _key_range_problems(ranges: Sequence[KeyRange]) -> Iterator[SpecProblem]:
     for index, left in enumerate(ranges):
         for right in ranges[index + 1 :]:
             if left.intersects(right):
@@ -335,7 +336,7 @@ def _against_keyspace(spec: UpdateStreamSpec, keyspace: Keyspace) -> Iterator[Sp
     name = keyspace.metadata.name
     sharded = bool(keyspace.spec.vschema.get("sharded", True))
     for key_range in spec.key_ranges:
-        if not sharded and key_range != "-":
+        if not sharded and not key_range.is_complete:
             yield SpecProblem(
                 "spec.keyRanges",
                 "KeyRangeOutsideKeyspace",
@@ -353,6 +354,74 @@ def _against_keyspace(spec: UpdateStreamSpec, keyspace: Keyspace) -> Iterator[Sp
             f"tables {', '.join(unknown)} are not in the VSchema of Keyspace {name} (tables "
             f"there: {listed}); add them to the VSchema or remove them from spec.tables",
         )
+    if known or sharded:  # an unsharded keyspace may list no tables: nothing to check against
+        for index, sink in enumerate(spec.sinks):
+            if isinstance(sink, MemcachedSink):
+                where = f"spec.sinks[{index}]"
+                yield from _template_problems(where, sink, spec, name, tables)
+
+
+def _template_problems(
+    where: str, sink: MemcachedSink, spec: UpdateStreamSpec, keyspace: str, tables: dict[str, Any]
+) -> Iterator[SpecProblem]:
+    """A key template names a table the stream reads, and, where the VSchema lists the
+    table's columns authoritatively, columns of it. Other columns are checked by the job
+    at its start, against the table on a shard."""
+    named = [(f"keyTemplate.{t}", t, [text]) for t, text in sink.key_template.items()]
+    named += [(f"extraKeys.{t}", t, list(texts)) for t, texts in sink.extra_keys.items()]
+    for field, table, texts in named:
+        if table not in tables:
+            listed = ", ".join(sorted(tables)) or "none"
+            yield SpecProblem(
+                f"{where}.{field}",
+                "UnknownTable",
+                f"table {table!r} is not in the VSchema of Keyspace {keyspace} (tables there: "
+                f"{listed}); key templates name tables the stream reads",
+            )
+            continue
+        if spec.tables and table not in spec.tables:
+            yield SpecProblem(
+                f"{where}.{field}",
+                "UnknownTable",
+                f"table {table!r} is not one of the stream's tables ({', '.join(spec.tables)}), "
+                "so its rows never reach the sink; add it to spec.tables or remove the template",
+            )
+            continue
+        columns = _declared_columns(tables[table])
+        if columns is None:
+            continue
+        for text in texts:
+            missing = [c for c in _template_fields(text, table) if c not in columns]
+            if missing:
+                yield SpecProblem(
+                    f"{where}.{field}",
+                    "UnknownColumn",
+                    f"key template {text!r} names {', '.join(map(repr, missing))}, not a column "
+                    f"of table {table} in the VSchema (columns: {', '.join(sorted(columns))})",
+                )
+
+
+def _declared_columns(entry: Any) -> set[str] | None:
+    """A table's columns when its VSchema entry lists them authoritatively
+    (`column_list_authoritative: true` with `columns`), else None: not checkable here."""
+    if not isinstance(entry, dict) or entry.get("column_list_authoritative") is not True:
+        return None
+    listed = entry.get("columns")
+    if not isinstance(listed, list):
+        return None
+    names = {str(c["name"]) for c in listed if isinstance(c, dict) and "name" in c}
+    for vindex in entry.get("column_vindexes") or []:
+        if isinstance(vindex, dict):
+            found = vindex.get("columns") or [vindex.get("column")]
+            names.update(str(c) for c in found if c)
+    return names
+
+
+def _template_fields(text: str, table: str) -> tuple[str, ...]:
+    try:
+        return KeyTemplate.parse(text, table, constant=True).fields
+    except UpdateStreamError:
+        return ()  # malformed: _memcached_problems says so
 
 
 def check_update_stream(

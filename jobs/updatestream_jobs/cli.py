@@ -24,7 +24,7 @@ from updatestream.clickopts import (
     secrets_dir_option,
     status_file_option,
 )
-from updatestream.contract.job import JobConfig
+from updatestream.contract.job_config import JobConfig
 from updatestream.core.errors import UpdateStreamError
 
 
@@ -75,6 +75,31 @@ def _flags_config(
     return JobConfig.parse(
         {key: value for key, value in data.items() if value is not None}, source="the flags"
     )
+
+
+def _checked_run(config: JobConfig, sources: tuple[str, str], trace_file: Path | None) -> Any:
+    """The checks the operator's reconcile and admission webhook run (refuse what they refuse),
+    what only the servers can tell (`preflight`), then the job until it ends."""
+    from updatestream_jobs import preflight
+    from updatestream_jobs.job import Job
+    from updatestream_jobs.joblog import JobFailed, TraceFile, default_trace_path, first_line
+    from updatestream_jobs.snapshotbar import SnapshotBar
+
+    stream_source, keyspace_source = sources
+    validation.check_keyspace(config.keyspace, source=keyspace_source)
+    validation.check_update_stream(config.stream, config.keyspace, source=stream_source)
+    preflight.check(config, config.serving_key_range())
+    with TraceFile(trace_file or default_trace_path(config.checkpoint)):
+        bar = SnapshotBar() if sys.stderr.isatty() else None
+        try:
+            return Job(config).run(on_tick=bar)
+        except UpdateStreamError:
+            raise
+        except Exception as exc:
+            raise JobFailed(f"the stream's Spark query failed: {first_line(exc)}") from exc
+        finally:
+            if bar is not None:
+                bar.close()
 
 
 @click.command("run")
@@ -158,29 +183,18 @@ def run(
     **flags: Any,
 ) -> None:
     """Stream one key range of an UpdateStream from the shards' binlogs to its sinks."""
-    from updatestream_jobs.job import Job
-    from updatestream_jobs.joblog import JobFailed, TraceFile, default_trace_path, first_line
-    from updatestream_jobs.snapshotbar import SnapshotBar
+    from updatestream_jobs import fatal_error
 
     if config_path is not None:
         config = JobConfig.load(config_path)
     else:
         config = _flags_config(stream_path, keyspace_path, flags)
-    # the checks the operator's reconcile and admission webhook run: refuse what they refuse
-    source = str(config_path or stream_path)
-    validation.check_keyspace(config.keyspace, source=str(config_path or keyspace_path))
-    validation.check_update_stream(config.stream, config.keyspace, source=source)
-    with TraceFile(trace_file or default_trace_path(config.checkpoint)):
-        bar = SnapshotBar() if sys.stderr.isatty() else None
-        try:
-            tracker = Job(config).run(on_tick=bar)
-        except UpdateStreamError:
-            raise
-        except Exception as exc:
-            raise JobFailed(f"the stream's Spark query failed: {first_line(exc)}") from exc
-        finally:
-            if bar is not None:
-                bar.close()
+    try:
+        sources = (str(config_path or stream_path), str(config_path or keyspace_path))
+        tracker = _checked_run(config, sources, trace_file)
+    except UpdateStreamError as exc:
+        fatal_error.record(config, exc)  # the operator reads why the job ended
+        raise
     for shard, progress in sorted(tracker.shards.items()):
         click.echo(
             f"{shard}: {progress.events} events, position {progress.position}, "

@@ -39,12 +39,12 @@ from typing import Any
 from updatestream import spec
 from updatestream.binlog.errors import SourceOptionsError
 from updatestream.binlog.events import HOP_MARKER, ChangeEvent
-from updatestream.contract.job import JobConfig
+from updatestream.contract.job_config import JobConfig
 from updatestream.core.errors import UpdateStreamError
-from updatestream_jobs.metrics import StreamMetrics
-from updatestream_jobs.progress import ProgressListener, ProgressTracker
+from updatestream_jobs.progress_tracker import ProgressListener, ProgressTracker
 from updatestream_jobs.sinks import BatchContext, Sink, SinkContext, build_sinks
 from updatestream_jobs.source.options import start_option
+from updatestream_jobs.stream_metrics import StreamMetrics
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +148,7 @@ class Job:
         self.config = config
         self.name = config.name
         try:
-            self.key_range = config.serving_key_range()
+            self.key_range = config.serving_key_range().name  # the sinks and source take text
         except spec.SpecError as exc:
             raise SourceOptionsError(str(exc)) from None
         self.metrics = StreamMetrics(self.name)
@@ -171,7 +171,8 @@ class Job:
         self.stop_requested = threading.Event()
         self.batch_phases: deque[BatchPhases] = deque(maxlen=KEPT_BATCH_PHASES)
         self.replays = uncommitted_batches(config.checkpoint)
-        self.tracker.shard_map = str(config.keyspace.spec.serving_map)
+        self.tracker.shard_map = config.keyspace.spec.serving_map
+        self.tracker.dedup = config.dedup  # until the source reports the one it applies
 
     def _deduplicated(
         self, events: Iterator[ChangeEvent], *, count: bool = True
@@ -196,6 +197,40 @@ class Job:
         began = time.perf_counter()
         phases = BatchPhases(batch_id, time.time())
         ctx = BatchContext(self.name, self.key_range, batch_id, batch_id in self.replays)
+        dropped_before = self.tracker.duplicates["hop"]
+        self._write_sinks(frame, ctx, phases, began)
+        fault_after_sink_write(batch_id)
+        finish_began = time.perf_counter()
+        if any(hop.completed_at is None for hop in self.tracker.hops):
+            fault_after_hop_write(batch_id)
+        for hop in self.tracker.complete_hops(self.tracker.duplicates["hop"] - dropped_before):
+            log.info(
+                "hop %s done: %s -> %s in %.1fs, %d duplicates dropped",
+                hop.number,
+                ",".join(map(str, hop.from_shards)),
+                ",".join(map(str, hop.to_shards)),
+                hop.duration_seconds,
+                hop.duplicates_dropped,
+            )
+        if self._hop_pending and self.config.hop_started_at is not None:
+            self._hop_pending = False
+            self.metrics.hops.labels(self.name).inc()
+            elapsed = max(0.0, time.time() - self.config.hop_started_at)
+            self.metrics.hop_duration.labels(self.name).observe(elapsed)
+            self.tracker.set_phase("running")
+        self.tracker.batch_timings(
+            batch_id, phases.read_s, phases.sinks_s, time.perf_counter() - began
+        )
+        self.tracker.finish_batch(batch_id)
+        done = time.perf_counter()
+        phases.finish_s, phases.total_s = done - finish_began, done - began
+        self.batch_phases.append(phases)
+
+    def _write_sinks(
+        self, frame: Any, ctx: BatchContext, phases: BatchPhases, began: float
+    ) -> None:
+        """The batch to every sink in turn, without hop duplicates; the first sink's pass counts
+        them and feeds the tracker."""
 
         def events() -> Iterator[ChangeEvent]:
             # one Spark job per partition: the next one runs while this one is taken
@@ -203,7 +238,6 @@ class Job:
                 yield ChangeEvent.from_row(row.asDict())
 
         several = len(self.sinks) > 1
-        dropped_before = self.tracker.duplicates["hop"]
         if several:
             frame.persist()
         try:
@@ -236,32 +270,6 @@ class Job:
         finally:
             if several:
                 frame.unpersist()
-        fault_after_sink_write(batch_id)
-        finish_began = time.perf_counter()
-        if any(hop.completed_at is None for hop in self.tracker.hops):
-            fault_after_hop_write(batch_id)
-        for hop in self.tracker.complete_hops(self.tracker.duplicates["hop"] - dropped_before):
-            log.info(
-                "hop %s done: %s -> %s in %.1fs, %d duplicates dropped",
-                hop.number,
-                ",".join(hop.from_shards),
-                ",".join(hop.to_shards),
-                hop.duration_seconds,
-                hop.duplicates_dropped,
-            )
-        if self._hop_pending and self.config.hop_started_at is not None:
-            self._hop_pending = False
-            self.metrics.hops.labels(self.name).inc()
-            elapsed = max(0.0, time.time() - self.config.hop_started_at)
-            self.metrics.hop_duration.labels(self.name).observe(elapsed)
-            self.tracker.set_phase("running")
-        self.tracker.batch_timings(
-            batch_id, phases.read_s, phases.sinks_s, time.perf_counter() - began
-        )
-        self.tracker.finish_batch(batch_id)
-        done = time.perf_counter()
-        phases.finish_s, phases.total_s = done - finish_began, done - began
-        self.batch_phases.append(phases)
 
     def start(self, spark: Any | None = None) -> Any:
         config = self.config

@@ -5,8 +5,9 @@ the JVM, the Python workers' tracebacks, py4j's wrappers), and at exit the JVM c
 listeners whose Python side is gone. None of it helps a user more than the job's own one-line
 `error: ...`. `TraceFile` points the process's standard error (file descriptor 2, which the JVM
 and the Python workers it starts inherit) at a file for the duration of the job and keeps the
-original for the user: the job's own warnings (the `updatestream*` loggers) and, on failure, one
-line saying where the full trace is (a note on the exception, printed under its
+original for the user: the job's own warnings (the `updatestream*` loggers), its line every so
+many batches (rows, lag, batch time: `batch_log`) and, on failure, one line saying where the
+full trace is (a note on the exception, printed under its
 `error: ...` line). Standard output is left alone.
 
 Under spark-submit the JVM is the parent of the Python driver and keeps its own standard error:
@@ -26,6 +27,7 @@ from typing import IO
 from updatestream.core.errors import UpdateStreamError
 
 _OUR_LOGGERS = ("updatestream", "updatestream_jobs")
+_BATCH_LINES = "updatestream_jobs.batches"
 
 
 class JobFailed(UpdateStreamError):
@@ -41,6 +43,11 @@ def first_line(exc: BaseException) -> str:
 def default_trace_path(checkpoint: Path) -> Path:
     """Next to the checkpoint: `<checkpoint>.log`."""
     return checkpoint.with_name(f"{checkpoint.name}.log")
+
+
+def _for_the_console(record: logging.LogRecord) -> bool:
+    """Warnings and errors, and the job's line every so many batches (`batch_log`)."""
+    return record.levelno >= logging.WARNING or record.name == _BATCH_LINES
 
 
 class TraceFile:
@@ -71,7 +78,7 @@ class TraceFile:
         to_file = logging.StreamHandler(self._file)
         to_file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         to_console = logging.StreamHandler(self.console)
-        to_console.setLevel(logging.WARNING)
+        to_console.addFilter(_for_the_console)
         to_console.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
         for name in _OUR_LOGGERS:
             logger = logging.getLogger(name)

@@ -13,7 +13,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from updatestream_jobs.progress import ProgressTracker
+from updatestream_jobs.progress_tracker import ProgressTracker
 
 
 class SnapshotBar:

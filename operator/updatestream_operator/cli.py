@@ -41,7 +41,7 @@ def _check_liveness(ctx: click.Context, param: click.Parameter, value: str | Non
 
 def _check_pod_template(path: Path) -> None:
     """Refuse to start with a driver Pod template that every launch would fail on."""
-    from updatestream_operator.launchers.base import LaunchError
+    from updatestream_operator.launchers.launcher import LaunchError
     from updatestream_operator.launchers.podtemplate import load_base_template
 
     try:
@@ -222,12 +222,13 @@ def _run(cfg: OperatorConfig, *, liveness: str | None, verbose: bool) -> None:
     """kopf, with the handlers registered and configured, until interrupted."""
     import kopf
 
-    from updatestream_operator import config, handlers  # noqa: F401 - registers the handlers
+    from updatestream_operator import config, handlers, kopfext  # noqa: F401 - handlers register
 
     if cfg.kubeconfig:
         os.environ["KUBECONFIG"] = cfg.kubeconfig  # kopf's own login reads it too
     config.configure(cfg)
     kopf.configure(verbose=verbose)
+    kopfext.quiet_logging(verbose)
     kopf.run(
         clusterwide=cfg.namespace is None,
         namespaces=[cfg.namespace] if cfg.namespace else [],

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from updatestream_operator.launchers.base import Launcher
+from updatestream_operator.launchers.launcher import Launcher
 from updatestream_operator.launchers.settings import ClusterSettings
 
 if TYPE_CHECKING:

@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 
 from updatestream.spec import API_VERSION
-from updatestream_operator.models import Note, StreamRef
+from updatestream_operator.reconciler.models import Note, StreamRef
 from updatestream_operator.scrub import SCRUBBER
 
 

@@ -17,12 +17,12 @@ import kopf
 
 from updatestream.core.errors import UpdateStreamError
 from updatestream.spec import API_GROUP, SpecError, parse_keyspace, parse_update_stream
-from updatestream_operator import config, metrics, scrub
+from updatestream_operator import config, metrics_book, scrub
 from updatestream_operator.admission import KEYSPACES, STREAMS, no_webhook_server
-from updatestream_operator.kopfext import ScrubbingProgressStorage
+from updatestream_operator.kopfext import ScrubbingProgressStorage, connection_info
+from updatestream_operator.reconciler.spec_checks import keyspace_status, not_ready_status
 from updatestream_operator.service import StreamService
-from updatestream_operator.storage import KubeStore, connection_info
-from updatestream_operator.validation import keyspace_status, not_ready_status
+from updatestream_operator.storage import KubeStore
 
 FINALIZER = f"{API_GROUP}/finalizer"
 TICK_SECONDS = 2.0  # the timer's tick; each stream is folded every config.timer_interval
@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 
 @kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
+def startup(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
     cfg = config.current()
     # Secret values never reach a log line, an Event or kopf's progress annotations.
     scrub.install()
@@ -65,7 +65,9 @@ def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
         else no_webhook_server
     )
     store = KubeStore.connect(cfg.kubeconfig)
-    book = metrics.MetricsBook()
+    # kopf starts watching after this handler: not while the CRDs' storage initialises
+    store.wait_until_served(cfg.namespace)
+    book = metrics_book.MetricsBook()
     memo.service = StreamService(
         store,
         config.build_launchers(cfg, store),
@@ -78,7 +80,9 @@ def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
     memo.interval = cfg.timer_interval
     memo.last_fold = {}
     memo.stop_metrics = (
-        metrics.serve(book, cfg.metrics_port, cfg.metrics_address) if (cfg.metrics_port) else None
+        metrics_book.serve(book, cfg.metrics_port, cfg.metrics_address)
+        if (cfg.metrics_port)
+        else None
     )
     log.info(
         "watching %s with the %s launcher by default",
@@ -143,7 +147,7 @@ def reconcile_stream(
 
 
 @kopf.timer(*STREAMS, interval=TICK_SECONDS, initial_delay=TICK_SECONDS)
-def fold_progress(name: str, namespace: str | None, memo: Any, **_: Any) -> None:
+def refresh_stream(name: str, namespace: str | None, memo: Any, **_: Any) -> None:
     namespace = namespace or "default"
     key = (namespace, name)
     if time.monotonic() - memo.last_fold.get(key, 0.0) < memo.interval:

@@ -13,8 +13,8 @@ import logging
 import threading
 from pathlib import Path
 
-from updatestream_operator import naming
-from updatestream_operator.launchers.cluster import PROGRESS_KEY
+from updatestream_operator.launchers.cluster_launcher import PROGRESS_KEY
+from updatestream_operator.reconciler import naming
 from updatestream_operator.storage import KubeStore
 
 log = logging.getLogger(__name__)

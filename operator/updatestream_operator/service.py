@@ -31,12 +31,18 @@ from updatestream.spec import (
     parse_keyspace,
     parse_update_stream,
 )
-from updatestream_operator import reconcile as rec
-from updatestream_operator.launchers.base import Launcher, LaunchError
-from updatestream_operator.metrics import MetricsBook
-from updatestream_operator.models import JobInfo, JobProgress, Note, StreamRef, StreamStatus
-from updatestream_operator.naming import job_name
-from updatestream_operator.progress import ProgressError
+from updatestream_operator.launchers.launcher import Launcher, LaunchError
+from updatestream_operator.metrics_book import MetricsBook
+from updatestream_operator.reconciler import reconcile as rec
+from updatestream_operator.reconciler.models import (
+    JobInfo,
+    JobProgress,
+    Note,
+    StreamRef,
+    StreamStatus,
+)
+from updatestream_operator.reconciler.naming import job_name
+from updatestream_operator.reconciler.progress_reader import ProgressError
 from updatestream_operator.scrub import SCRUBBER
 
 log = logging.getLogger(__name__)
@@ -153,8 +159,12 @@ class StreamService:
         return found
 
     def _progress(
-        self, ref: StreamRef, status: StreamStatus, key_ranges: list[str], launcher_name: str
-    ) -> dict[str, JobProgress]:
+        self,
+        ref: StreamRef,
+        status: StreamStatus,
+        key_ranges: list[KeyRange],
+        launcher_name: str,
+    ) -> dict[KeyRange, JobProgress]:
         progress = {}
         for key_range in key_ranges:
             entry = status.key_range(key_range)
@@ -243,7 +253,7 @@ class StreamService:
             )
         status = StreamStatus.parse(raw_status)
         keyspace, keyspace_error = self._read_keyspace(namespace, spec.keyspace)
-        wanted = [KeyRange.parse(k).name for k in spec.key_ranges]
+        wanted = list(spec.key_ranges)
         observed = rec.Observed(
             stream=ref,
             spec=spec,

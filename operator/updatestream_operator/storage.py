@@ -11,22 +11,20 @@ import base64
 import datetime as dt
 import logging
 import os
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from updatestream.core.errors import UpdateStreamError
 from updatestream.spec import API_GROUP
-from updatestream_operator.models import Note, StreamRef
+from updatestream_operator.reconciler.models import Note, StreamRef
 from updatestream_operator.scrub import SCRUBBER
-
-if TYPE_CHECKING:
-    import kopf
 
 log = logging.getLogger(__name__)
 
@@ -106,24 +104,6 @@ def load_client_configuration(kubeconfig: str | None = None) -> client.Configura
     return configuration
 
 
-def connection_info(kubeconfig: str | None = None) -> kopf.ConnectionInfo:
-    """The operator's credentials as a `kopf.ConnectionInfo` (kopf imported lazily)."""
-    import kopf
-
-    c = load_client_configuration(kubeconfig)
-    header = str(c.api_key.get("BearerToken") or c.api_key.get("authorization") or "")
-    scheme, _, token = header.partition(" ")
-    return kopf.ConnectionInfo(
-        server=str(c.host),
-        ca_path=c.ssl_ca_cert or None,
-        insecure=not c.verify_ssl,
-        certificate_path=c.cert_file or None,
-        private_key_path=c.key_file or None,
-        scheme=scheme or None,
-        token=token or None,
-    )
-
-
 def owner_reference(ref: StreamRef) -> dict[str, Any]:
     """Makes an object part of the UpdateStream: deleting the stream deletes it."""
     return {
@@ -187,6 +167,33 @@ class KubeStore:
                 API_GROUP, VERSION, namespace, "updatestreams"
             )
         return list(found.get("items", []))
+
+    def wait_until_served(self, namespace: str | None, timeout: float = 120.0) -> None:
+        """Return once the API server lists UpdateStreams and Keyspaces: just after their CRDs
+        are installed it answers 429 ("storage is (re)initializing") for a moment, which kopf
+        would log as an error at start-up."""
+        deadline = time.monotonic() + timeout
+        waited = False
+        for plural in ("updatestreams", "keyspaces"):
+            while True:
+                try:
+                    with _calling(f"listing {plural}"):
+                        if namespace is None:
+                            self.custom.list_cluster_custom_object(
+                                API_GROUP, VERSION, plural, limit=1
+                            )
+                        else:
+                            self.custom.list_namespaced_custom_object(
+                                API_GROUP, VERSION, namespace, plural, limit=1
+                            )
+                    break
+                except KubeError as exc:
+                    if exc.status not in (429, 503) or time.monotonic() > deadline:
+                        raise
+                if not waited:
+                    log.info("waiting for the API server to serve %s (it is initialising)", plural)
+                    waited = True
+                time.sleep(1.0)
 
     def patch_stream_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         """Replace the operator's status fields (a merge patch of the status subresource)."""

@@ -549,7 +549,7 @@ def test_driver_pods_keep_the_charts_scheduling_and_stay_restricted(
     """The operator's driver template, built on the chart's, as spark-submit gets it."""
     from kubernetes import client
     from updatestream_operator.config import ClusterSettings
-    from updatestream_operator.launchers.cluster import DRIVER_CONTAINER, SCRATCH_MOUNT
+    from updatestream_operator.launchers.cluster_launcher import DRIVER_CONTAINER, SCRATCH_MOUNT
     from updatestream_operator.launchers.spark_submit import SparkSubmitLauncher
     from updatestream_operator.storage import KubeStore
 

@@ -15,16 +15,23 @@ from typing import Any
 import pytest
 import yaml
 from prometheus_client import CollectorRegistry, start_http_server
-from updatestream_jobs.progress import ProgressTracker
+from updatestream_jobs.progress_tracker import ProgressTracker
 from updatestream_jobs.sinks.cdcv2_sink import CDCv2Sink
 from updatestream_jobs.sinks.sink import BatchContext
-from updatestream_operator.metrics import MetricsBook
-from updatestream_operator.models import KeyRangeStatus, ShardPosition, StreamRef, StreamStatus
+from updatestream_operator.metrics_book import MetricsBook
+from updatestream_operator.reconciler.models import (
+    KeyRangeStatus,
+    ShardPosition,
+    StreamRef,
+    StreamStatus,
+)
+from updatestream_operator.reconciler.progress_reader import job_progress
+from updatestream_operator.reconciler.shard_positions import fold_progress
 
 from harness.kube import free_port
 from harness.sink_events import ShardLog
-from tests.charts.conftest import CHART
-from tests.charts.prometheus import Prometheus, running_prometheus
+from tests.charts.conftest import CHART, Helm
+from tests.charts.prometheus import Prometheus, monitor_scrape_config, running_prometheus
 from updatestream import spec
 
 DASHBOARD = CHART / "dashboards" / "updatestream.json"
@@ -207,36 +214,64 @@ def test_duplicates_delivered_has_a_panel_that_reads_zero_when_nothing_was_deliv
 ALERT_RULES = CHART / "alerts" / "updatestream-rules.yaml"
 
 
-def duplicate_delivered(sink: CDCv2Sink, tracker: ProgressTracker) -> None:
-    """A hop copy the dedup did not drop reaches a real CDCv2 sink a batch after its original;
-    the sink recognises it and the job's tracker counts what the sink reports."""
+T0 = 1_700_000_000  # the shards' clock in these streams' events
+
+
+def deliver(sink: CDCv2Sink, tracker: ProgressTracker) -> None:
+    """Batches of stream `users` through its job's tracker into a real CDCv2 sink: an insert
+    and a delete, then a hop copy the dedup did not drop, a batch after its original; the sink
+    recognises that duplicate and the tracker counts what the sink reports."""
     source, destination = ShardLog("-80", 1), ShardLog("-40", 3)
-    first = source.transaction(1_700_000_000, [("insert", "users", None, {"id": 1})])
-    later = source.transaction(1_700_000_001, [("insert", "users", None, {"id": 5})])
-    for batch_id, events in enumerate([first, later + source.copy_to(first, destination)]):
-        result = sink.write_batch(events, BatchContext("users", "-", batch_id))
+    first = source.transaction(T0, [("insert", "users", None, {"id": 1})])
+    later = source.transaction(T0 + 1, [("insert", "users", None, {"id": 5})])
+    gone = source.transaction(T0 + 1, [("delete", "users", {"id": 5}, None)])
+    for batch_id, events in enumerate([first, later + gone + source.copy_to(first, destination)]):
+        result = sink.write_batch(
+            list(tracker.observe(events)), BatchContext("users", "-", batch_id)
+        )
         tracker.sink_result(sink.name, result)
         tracker.finish_batch(batch_id)
 
 
+def folded(tracker: ProgressTracker, hops: int) -> StreamStatus:
+    """The status the operator keeps of stream `users`: its job's report, read and folded as
+    the operator reads and folds it, and the hops it recorded (30 s each)."""
+    report = tracker.snapshot()
+    entry = KeyRangeStatus(
+        key_range="-",
+        phase="Running",
+        launch_id=1,
+        shards=[ShardPosition(name=name) for name in report.shards],
+    )
+    entry = fold_progress(entry, job_progress(report, launch_id=1))
+    return StreamStatus(key_ranges=[entry], hop_count=hops, hop_seconds_total=30.0 * hops)
+
+
 @pytest.fixture(scope="module")
-def scraped_metrics(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
+def scraped_metrics(helm: Helm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
     """The project's own metrics, served over HTTP and scraped by a real Prometheus:
 
-    - the operator's (`updatestream_operator.metrics.MetricsBook`), fed real stream statuses
-      of stream shop/orders;
-    - a job's (`updatestream_jobs.metrics.StreamMetrics`) for stream `users`, moved through
-      the calls the job makes on them (events, lag, duplicates, a hop), its phase set by the
-      job's tracker, and one duplicate delivered to a real CDCv2 sink (`duplicate_delivered`).
+    - the operator's (`updatestream_operator.metrics_book.MetricsBook`), fed the status of
+      stream shop/orders and that of shop/users, folded from the report of users' job;
+    - users' job's own endpoint (`updatestream_jobs.stream_metrics.StreamMetrics`), moved by
+      its tracker through batches into a real CDCv2 sink (`deliver`), scraped as the chart's
+      job PodMonitor has Prometheus scrape drivers: keeping only what the operator does not
+      export, so nothing is counted twice.
 
     Both advance between scrapes, so rates and increases have something to show. Prometheus
     also evaluates the chart's alerting rules.
     """
-    from updatestream_jobs.metrics import StreamMetrics
+    from updatestream_jobs.stream_metrics import StreamMetrics
 
-    book = MetricsBook()
-    stream = StreamRef(namespace="shop", name="orders", uid="0c5c3b5e-uid")
-    book.update(stream, operator_status(events=100, hops=1))
+    (monitor,) = [
+        d
+        for d in helm.template("--set", "metrics.jobPodMonitor.enabled=true")
+        if d["kind"] == "PodMonitor"
+    ]
+    book = MetricsBook(clock=lambda: T0 + 3.0)
+    orders = StreamRef(namespace="shop", name="orders", uid="0c5c3b5e-uid")
+    users = StreamRef(namespace="shop", name="users", uid="2f1d9a77-uid")
+    book.update(orders, operator_status(events=100, hops=1))
     registry = CollectorRegistry()
     registry.register(book)
     operator_port = free_port()
@@ -249,29 +284,24 @@ def scraped_metrics(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Promet
         )
     )
     job.add_sinks([sink.name])
-    tracker = ProgressTracker("users", "-", metrics=job)
+    tracker = ProgressTracker("users", "-", metrics=job, clock=lambda: T0 + 3.0)
     tracker.set_phase("running")
-    job.lag.labels("users", "-80").set(1.5)
-    # A histogram child exists from its first labels() call; created only at the first hop,
-    # increase() could not see that hop (a new series has no earlier sample).
-    job.hop_duration.labels("users")
-    job.events.labels("users", "-80", "insert").inc(10)
+    book.update(users, folded(tracker, hops=0))
+    drivers = monitor_scrape_config(monitor, None)
+    drivers["static_configs"] = [{"targets": [f"127.0.0.1:{job_port}"]}]
     workdir = tmp_path_factory.mktemp("prometheus")
-    targets = {"operator": [f"127.0.0.1:{operator_port}"], "job": [f"127.0.0.1:{job_port}"]}
+    targets = {"operator": [f"127.0.0.1:{operator_port}"]}
     try:
-        with running_prometheus(workdir, targets, rule_files=[ALERT_RULES]) as prometheus:
+        with running_prometheus(workdir, targets, [ALERT_RULES], [drivers]) as prometheus:
             prometheus.wait_for_scrapes("operator", 2)
-            prometheus.wait_for_scrapes("job", 1)
-            book.update(stream, operator_status(events=250, hops=2))
+            prometheus.wait_for_scrapes(drivers["job_name"], 1)
+            book.update(orders, operator_status(events=250, hops=2))
             book.count_error()
-            job.events.labels("users", "-80", "insert").inc(5)
-            job.events.labels("users", "-80", "delete").inc(1)
-            job.duplicates.labels("users", "hop").inc(3)
-            job.hops.labels("users").inc()
-            job.hop_duration.labels("users").observe(30.0)
-            duplicate_delivered(sink, tracker)
+            deliver(sink, tracker)
+            job.snapshot_rows.labels("users").inc(7)
+            book.update(users, folded(tracker, hops=1))
             prometheus.wait_for_scrapes("operator", 3)
-            prometheus.wait_for_scrapes("job", 1)
+            prometheus.wait_for_scrapes(drivers["job_name"], 1)
             yield prometheus
     finally:
         job.stop()
@@ -320,7 +350,7 @@ def test_the_queries_see_the_values_the_operator_and_the_job_exported(
 
     dashboard = {title: expr for title, expr in queries(load())}
     assert values("Highest lag/A") == {"": 5.0}
-    assert values("Lag per stream/A") == {"orders": 5.0, "users": 1.5}
+    assert values("Lag per stream/A") == {"orders": 5.0, "users": 3.0}
     assert values("Hops/A") == {"": 3}
     assert values("Duplicates delivered (must be 0)/A") == {"": 1}
     # one more hop of 12.5s (orders) and one of 30s (users) between the scrapes
@@ -335,16 +365,37 @@ def test_the_queries_see_the_values_the_operator_and_the_job_exported(
         ("users", "insert"),
         ("users", "delete"),
     }
-    namespaces = {s["metric"].get("namespace") for s in by_op}
-    assert namespaces == {"shop", None}, "the job's own metrics carry no namespace"
+    assert {s["metric"].get("namespace") for s in by_op} == {"shop"}
+
+
+def test_the_drivers_scraped_through_the_chart_add_only_what_the_operator_does_not_count(
+    scraped_metrics: Prometheus,
+) -> None:
+    """Counted once: the driver's endpoint serves events, lag, hops and phases too, but the
+    chart's PodMonitor keeps only its snapshot series; sums over everything scraped equal the
+    job's own counts."""
+    kept = scraped_metrics.query(
+        'count by (__name__) ({__name__=~"updatestream_.*", job=~"podMonitor/.*"})'
+    )
+    assert {s["metric"]["__name__"] for s in kept} == {
+        "updatestream_snapshot_rows_total",
+        "updatestream_snapshot_chunks_remaining",
+    }
+    events = scraped_metrics.query('sum by (op) (updatestream_events_total{stream="users"})')
+    # two inserts and the copy of one that reached the sink again, one delete: once each
+    assert {s["metric"]["op"]: float(s["value"][1]) for s in events} == {
+        "insert": 3.0,
+        "delete": 1.0,
+    }
+    assert scraped_metrics.query('updatestream_snapshot_rows_total{stream="users"}')
 
 
 def test_a_duplicate_delivered_to_a_sink_fires_the_critical_alert_and_shows_on_the_dashboard(
     scraped_metrics: Prometheus,
 ) -> None:
-    """The duplicate the CDCv2 sink recognised moves the job's counter; the real Prometheus,
-    evaluating the chart's rules, fires UpdateStreamDuplicatesDelivered for that sink, and the
-    dashboard's per-sink panel shows it."""
+    """The duplicate the CDCv2 sink recognised reaches the job's report and, folded by the
+    operator, its metrics; the real Prometheus, evaluating the chart's rules, fires
+    UpdateStreamDuplicatesDelivered for that sink, and the dashboard's per-sink panel shows it."""
     firing: list[dict[str, Any]] = []
     deadline = time.monotonic() + 60
     while not firing and time.monotonic() < deadline:

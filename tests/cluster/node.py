@@ -11,6 +11,8 @@ nothing listens on an outside interface.
 from __future__ import annotations
 
 import contextlib
+import http.server
+import json
 import os
 import socket
 import subprocess
@@ -24,6 +26,7 @@ from typing import Any, TypeVar
 import yaml
 
 from harness.kube import ensure_kube_tools
+from tests.charts.prometheus import pod_targets
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO_ROOT / "scripts"
@@ -119,6 +122,66 @@ class Node:
         if selector:
             args += ["-l", selector]
         return list(yaml.safe_load(self.kubectl(*args)).get("items") or [])
+
+
+def create_secret(node: Node, namespace: str, name: str, folder: Path) -> None:
+    """A Secret of the `username` and `password` files in `folder`."""
+    node.kubectl(
+        "create", "secret", "generic", name, "-n", namespace,
+        f"--from-file=username={folder / 'username'}",
+        f"--from-file=password={folder / 'password'}",
+    )  # fmt: skip
+
+
+def chart_image_values(node: Node) -> list[str]:
+    """`--set` arguments naming the image the node holds, never pulled."""
+    registry, _, rest = node.image.partition("/")
+    repository, _, tag = rest.partition(":")
+    return [
+        "--set", f"image.registry={registry}", "--set", f"image.repository={repository}",
+        "--set", f"image.tag={tag}", "--set", "image.pullPolicy=Never",
+    ]  # fmt: skip
+
+
+def install_chart(node: Node, namespace: str, *values: str) -> None:
+    """`helm install` of the chart with the node's image, its drivers reaching the API server
+    on the bridge address and asking for half a core each; `values` are more arguments."""
+    node.helm(
+        "install", "updatestream", str(REPO_ROOT / "charts" / "updatestream-operator"),
+        "-n", namespace, "--wait", "--timeout", "180s", *chart_image_values(node),
+        "--set", f"spark.driverMaster={API_SERVER}", "--set", "spark.coreRequest=500m",
+        "--set", "operator.resources.requests.cpu=100m", *values,
+    )  # fmt: skip
+
+
+class PodDiscovery:
+    """An HTTP service discovery on loopback for a Prometheus on this machine: the node's Pods
+    (read through the API server on each request) with the meta labels of Prometheus'
+    Kubernetes discovery, which Debian's Prometheus is built without."""
+
+    def __init__(self, node: Node) -> None:
+        node_ref = node
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                pods = yaml.safe_load(node_ref.kubectl("get", "pods", "-A", "-o", "yaml"))
+                body = json.dumps(pod_targets(pods.get("items") or [])).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return None
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/pods"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
 def wait_for(check: Callable[[], T | None], what: str, timeout: float = 180.0) -> T:

@@ -30,7 +30,15 @@ from updatestream_cli.devcluster.reshard import ReshardOptions
 from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 
 from harness.stream_job import reshard
-from tests.cluster.node import API_SERVER, BRIDGE_IP, REPO_ROOT, Forwarder, Node, wait_for
+from tests.cluster.node import (
+    BRIDGE_IP,
+    REPO_ROOT,
+    Forwarder,
+    Node,
+    create_secret,
+    install_chart,
+    wait_for,
+)
 from tests.conftest import MariaDBFixture
 
 NS = "us-node"
@@ -81,14 +89,6 @@ class World:
         return self.node.items(NS, "pods", STREAM_SELECTOR)
 
 
-def _secret(node: Node, name: str, folder: Path) -> None:
-    node.kubectl(
-        "create", "secret", "generic", name, "-n", NS,
-        f"--from-file=username={folder / 'username'}",
-        f"--from-file=password={folder / 'password'}",
-    )  # fmt: skip
-
-
 def _local_volume(path: Path) -> list[dict[str, Any]]:
     on_node = {"key": "kubernetes.io/hostname", "operator": "In", "values": ["updatestream-node"]}
     return [
@@ -122,17 +122,7 @@ def _local_volume(path: Path) -> list[dict[str, Any]]:
 
 
 def _install(node: Node) -> None:
-    registry, _, rest = node.image.partition("/")
-    repository, _, tag = rest.partition(":")
-    node.helm(
-        "install", "updatestream", str(REPO_ROOT / "charts" / "updatestream-operator"),
-        "-n", NS, "--wait", "--timeout", "180s",
-        "--set", f"image.registry={registry}", "--set", f"image.repository={repository}",
-        "--set", f"image.tag={tag}", "--set", "image.pullPolicy=Never",
-        "--set", f"spark.driverMaster={API_SERVER}", "--set", "spark.coreRequest=500m",
-        "--set", f"spark.checkpointClaim={CLAIM}",
-        "--set", "operator.resources.requests.cpu=100m",
-    )  # fmt: skip
+    install_chart(node, NS, "--set", f"spark.checkpointClaim={CLAIM}")
 
 
 @pytest.fixture
@@ -256,8 +246,8 @@ def test_the_operator_pod_runs_a_spark_job_as_pods_that_deliver_every_change(
     _install(node)
     node.apply(NS, *_local_volume(w.volume))
     reader = cluster.secret_ref("reader").name
-    _secret(node, reader, cluster.secrets_dir / reader)
-    _secret(node, SINK_SECRET, w.secrets / SINK_SECRET)
+    create_secret(node, NS, reader, cluster.secrets_dir / reader)
+    create_secret(node, NS, SINK_SECRET, w.secrets / SINK_SECRET)
     node.apply(NS, _keyspace(w))
 
     start = {s: cluster.server(s).gtid_position() for s in ("-80", "80-")}
@@ -305,6 +295,15 @@ def test_the_operator_pod_runs_a_spark_job_as_pods_that_deliver_every_change(
             raise AssertionError(f"{exc}\n{_diagnostics(node)}") from None
         resumed_from = w.versionstream_rows()
         wait_for(lambda: w.versionstream_rows() > resumed_from, "events after the relaunch", 300)
+        # the relaunch started with the dedup rule the first job reported after its hop
+        entry = w.status()["keyRanges"][0]
+        assert "-80" in (entry.get("dedup") or {}).get("watermarks", {}), entry
+        (config,) = [
+            c
+            for c in node.items(NS, "configmaps", STREAM_SELECTOR)
+            if c["metadata"]["name"].endswith("-config")
+        ]
+        assert yaml.safe_load(config["data"]["job.yaml"])["dedup"] == entry["dedup"]
     finally:
         stats = traffic.stop()
 

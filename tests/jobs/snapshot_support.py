@@ -19,7 +19,7 @@ from updatestream_jobs.job import Job
 
 from updatestream import spec
 from updatestream.binlog.events import encode_row
-from updatestream.contract.job import JobConfig
+from updatestream.contract.job_config import JobConfig
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.vschema import VSchema
 

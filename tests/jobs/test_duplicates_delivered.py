@@ -17,12 +17,12 @@ import pytest
 from pymemcache.client.base import Client
 from updatestream_cli.devcluster.memcached_server import MemcachedServer
 from updatestream_jobs.job import uncommitted_batches
-from updatestream_jobs.metrics import StreamMetrics
-from updatestream_jobs.progress import ProgressTracker
+from updatestream_jobs.progress_tracker import ProgressTracker
 from updatestream_jobs.sinks.cdcv2_sink import CDCv2Sink
 from updatestream_jobs.sinks.memcached_sink import MemcachedSink
 from updatestream_jobs.sinks.sink import BatchContext, Sink
 from updatestream_jobs.sinks.versionstream_sink import VersionStreamSink
+from updatestream_jobs.stream_metrics import StreamMetrics
 
 from harness.sink_events import ShardLog
 from tests.conftest import MariaDBFixture

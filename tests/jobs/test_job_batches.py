@@ -13,7 +13,7 @@ from updatestream_jobs.job import SINGLE_PASS_EVENTS, Job
 
 from updatestream import spec
 from updatestream.binlog.events import HOP_MARKER, SPARK_SCHEMA_DDL, ChangeEvent
-from updatestream.contract.job import JobConfig
+from updatestream.contract.job_config import JobConfig
 
 
 class CountingFrame:

@@ -22,7 +22,7 @@ from updatestream_jobs import main as job_main
 from updatestream_jobs.job import Job
 
 from updatestream import spec
-from updatestream.contract.job import JobConfig
+from updatestream.contract.job_config import JobConfig
 from updatestream.core.dedup import DedupFilter
 from updatestream.core.gtid import parse_position
 

@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 
 from updatestream_cli.verify.inputs import read_duplicates
-from updatestream_jobs.metrics import StreamMetrics
-from updatestream_jobs.progress import ProgressTracker
+from updatestream_jobs.progress_tracker import ProgressTracker
 from updatestream_jobs.sinks import SinkResult
-from updatestream_operator.progress import loads_progress
+from updatestream_jobs.stream_metrics import StreamMetrics
+from updatestream_operator.reconciler.progress_reader import loads_progress
 
 
 def test_status_file_carries_duplicates_by_cause_for_operator_and_verifier(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from harness.stream_job import completed_hops, read_status, reshard, sink_secret
 from tests.conftest import MariaDBServerFactory
 from tests.jobs.test_mirror_job import SECRET, target
 from updatestream import spec
-from updatestream.contract.job import JobConfig
+from updatestream.contract.job_config import JobConfig
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from updatestream_jobs.sinks.sink import SinkError
 from tests.conftest import MariaDBFixture, MariaDBServerFactory
 from tests.jobs.snapshot_support import wait_until_caught_up
 from updatestream import spec
-from updatestream.contract.job import JobConfig
+from updatestream.contract.job_config import JobConfig
 
 SHARDS = ("-80", "80-")
 SECRET = "mirror-writer"

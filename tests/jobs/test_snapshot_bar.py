@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 from rich.console import Console
-from updatestream_jobs.progress import ProgressTracker
+from updatestream_jobs.progress_tracker import ProgressTracker
 from updatestream_jobs.snapshotbar import SnapshotBar
 
 from updatestream.core.snapshot_plan import SnapshotRange, SnapshotState

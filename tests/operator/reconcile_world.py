@@ -4,11 +4,12 @@ by each step's actions as a launcher and the API server would change them."""
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from updatestream_operator import reconcile as rec
-from updatestream_operator.models import (
+from updatestream_operator.reconciler import reconcile as rec
+from updatestream_operator.reconciler.models import (
     JobInfo,
     JobPhase,
     JobProgress,
@@ -18,6 +19,8 @@ from updatestream_operator.models import (
     StreamStatus,
 )
 
+from updatestream.core.dedup import DedupFilter
+from updatestream.core.keyrange import KeyRange
 from updatestream.core.token import EventToken
 from updatestream.spec import Keyspace, UpdateStreamSpec, parse_keyspace, parse_update_stream
 
@@ -85,8 +88,9 @@ class World:
     decisions: list[rec.Decision] = field(default_factory=list)
 
     def observe(self) -> rec.Observed:
+        progress = {KeyRange.parse(k): report for k, report in self.progress.items()}
         return rec.Observed(
-            REF, self.spec, self.keyspace, self.status, list(self.jobs), self.progress, self.now
+            REF, self.spec, self.keyspace, self.status, list(self.jobs), progress, self.now
         )
 
     def step(self) -> rec.Decision:
@@ -138,6 +142,8 @@ class World:
         *tokens: EventToken,
         shard_map: str | None = None,
         hops: tuple[ReportedHop, ...] = (),
+        dedup: DedupFilter | None = None,
+        batches: int = 1,
         **named: EventToken,
     ) -> None:
         entry = self.status.key_range(key_range)
@@ -151,7 +157,14 @@ class World:
             duplicates={"hop": 2},
             shard_map=shard_map,
             hops=hops,
+            dedup=dedup,
+            batches=batches,
         )
+
+
+def names(shards: Iterable[KeyRange]) -> list[str]:
+    """Key ranges (shards) by name, to compare with the names a test writes."""
+    return [shard.name for shard in shards]
 
 
 def condition(status: StreamStatus, type_: str) -> tuple[str, str]:

@@ -22,8 +22,7 @@ from typing import Any
 
 import yaml
 
-from updatestream.contract.job import JobConfig
-from updatestream.core.keyrange import KeyRange
+from updatestream.contract.job_config import JobConfig
 from updatestream.core.shardmap import ShardMap
 
 HOP_SECONDS = 3.0
@@ -57,6 +56,7 @@ class StandIn:
         self.hops: list[dict[str, Any]] = []
         self.phase = "running"
         self.dropped = 0
+        self.batches = 0  # one per tick, as a job reports its micro-batches
 
     def keyspace(self) -> tuple[str, float | None] | None:
         """The serving map of the watched Keyspace and when it last changed."""
@@ -69,11 +69,11 @@ class StandIn:
         return str(ShardMap.parse(",".join(spec["servingShards"]))), changed
 
     def shards(self, shard_map: str) -> list[str]:
-        key_range = KeyRange.parse(self.key_range)
-        return [s.name for s in ShardMap.parse(shard_map).shards_for(key_range)]
+        return [s.name for s in ShardMap.parse(shard_map).shards_for(self.key_range)]
 
     def tick(self) -> None:
         now = int(time.time())
+        self.batches += 1
         for shard in self.shards(self.shard_map):
             self.seq[shard] = self.seq.get(shard, 0) + 1
             self.tokens[shard] = {
@@ -86,8 +86,9 @@ class StandIn:
     def write(self) -> None:
         report = {
             "stream": self.name,
-            "keyRange": self.key_range,
+            "keyRange": self.key_range.name,
             "updatedAt": time.time(),
+            "batches": self.batches,
             "phase": self.phase,
             "shardMap": self.shard_map,
             "hops": self.hops,

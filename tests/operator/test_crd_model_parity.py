@@ -18,6 +18,8 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
+from updatestream.core.keyrange import KeyRange
+from updatestream.core.shardmap import ShardMap
 from updatestream.spec import Keyspace, StartPosition, UpdateStream
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -30,6 +32,9 @@ OPERATOR_ONLY_VALUES = {"spec.start.mode": {"resume"}}
 IMPLICIT_TOP_LEVEL = {"apiVersion", "kind", "metadata"}
 SCALARS: dict[Any, set[str]] = {
     str: {"string"},
+    # typed values that the spec writes as text (`-80`, `-80,80-`)
+    KeyRange: {"string"},
+    ShardMap: {"string"},
     int: {"integer"},
     float: {"number", "integer"},
     bool: {"boolean"},
@@ -66,6 +71,8 @@ def _mismatches(annotation: Any, schema: dict[str, Any], path: str) -> Iterator[
         if alt in SCALARS:
             if schema.get("type") not in SCALARS[alt]:
                 yield f"{path}: {alt.__name__} in the model, {schema.get('type')} in the CRD"
+        elif isinstance(alt, type) and alt.__module__.startswith("updatestream"):
+            yield f"{path}: {alt.__name__} in the model, with no known CRD type (add it above)"
         elif origin is typing.Literal:
             allowed = set(schema.get("enum", args)) | OPERATOR_ONLY_VALUES.get(path, set())
             missing = set(args) - allowed

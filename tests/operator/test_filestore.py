@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 from updatestream_operator.filestore import FileStore, merge_patch
 from updatestream_operator.launchers.local import LocalLauncher, _processes_using
-from updatestream_operator.models import Note, StreamRef
+from updatestream_operator.reconciler.models import Note, StreamRef
 from updatestream_operator.scrub import SCRUBBER
 from updatestream_operator.service import StreamService
 

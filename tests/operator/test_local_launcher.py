@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 from updatestream_operator.launchers.local import LocalLauncher, _processes_using
-from updatestream_operator.models import JobPhase, JobSpec, StreamRef
+from updatestream_operator.reconciler.models import JobPhase, JobSpec, StreamRef
 
 from harness.operator import wait_for
-from updatestream.contract.job import JobConfig
+from updatestream.contract.job_config import JobConfig
+from updatestream.core.keyrange import KeyRange
 from updatestream.spec import (
     ShardMapHistoryEntry,
     SnapshotRequest,
@@ -100,7 +101,7 @@ def test_launch_runs_one_process_and_reports_its_progress(launcher: LocalLaunche
     job = job_spec()
     launcher.launch(job)
     (info,) = launcher.list("ns", "uid-1")
-    assert (info.job_id, info.key_range, info.launch_id, info.phase) == (
+    assert (info.job_id, str(info.key_range), info.launch_id, info.phase) == (
         job.job_id,
         "-",
         1,
@@ -111,7 +112,7 @@ def test_launch_runs_one_process_and_reports_its_progress(launcher: LocalLaunche
         "the status file",
     )
     assert progress.launch_id == 1
-    assert progress.shards["-80"].events == {"insert": 2}
+    assert progress.shards[KeyRange.parse("-80")].events == {"insert": 2}
 
     directory = launcher.job_dir("ns", job.job_id)
     secret = directory / "secrets" / "reader" / "password"
@@ -151,7 +152,7 @@ def test_stop_ends_the_process_and_keeps_the_last_report(launcher: LocalLauncher
     assert launcher.list() == []
     status = launcher.status(job.key)
     assert status.phase is JobPhase.ABSENT
-    assert status.progress is not None and "-80" in status.progress.shards
+    assert status.progress is not None and KeyRange.parse("-80") in status.progress.shards
 
 
 def test_an_ended_process_is_reported_failed_with_its_scrubbed_output(

@@ -29,8 +29,8 @@ import yaml
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.reshard import ReshardOptions
 from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
-from updatestream_operator.conditions import rfc3339
 from updatestream_operator.launchers.local import _processes_using
+from updatestream_operator.reconciler.conditions import rfc3339
 
 from harness.kube import KubeApi
 from harness.operator import (
@@ -47,7 +47,7 @@ from harness.operator import (
 )
 from harness.stream_job import completed_hops, read_status, reshard
 from tests.conftest import MariaDBFixture
-from updatestream.contract.job import JobConfig
+from updatestream.contract.job_config import JobConfig
 
 NS = "us-e2e"
 STREAM = "orders-e2e"

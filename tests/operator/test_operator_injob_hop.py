@@ -36,7 +36,7 @@ from harness.operator import (
     stream_manifest,
     wait_for,
 )
-from updatestream.contract.job import JobConfig
+from updatestream.contract.job_config import JobConfig
 
 NS = "us-injob"
 TIMEOUT = 15.0  # the operator's in-job hop timeout in these tests

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import yaml
 from updatestream_operator.launchers.settings import ClusterSettings
-from updatestream_operator.naming import LABEL_STREAM_UID
 from updatestream_operator.publisher import publish_once
+from updatestream_operator.reconciler.naming import LABEL_STREAM_UID
 from updatestream_operator.storage import KubeStore
 
 from harness.kube import KubeApi, free_port
@@ -223,7 +223,9 @@ class TestLifecycle:
         assert start == {"mode": "timestamp", "timestamp": 1_700_000_000}
         assert "reader" in config_map["data"]["keyspace.yaml"]
 
-        wait_for(lambda: op.condition("orders", "Ready") == ("True", "Launched"), "Ready")
+        wait_for(
+            lambda: op.condition("orders", "Ready") == ("False", "Pending"), "Ready False, Pending"
+        )
         status = op.status("orders")
         assert status["observedGeneration"] == stream["metadata"]["generation"]
         assert status["keyRanges"][0]["job"] == job
@@ -231,7 +233,8 @@ class TestLifecycle:
         assert op.condition("orders", "Degraded") == ("False", "AsExpected")
         assert "Launched" in op.reasons("orders")
         printed = op.api.kubectl("get", "-n", NS, "updatestream", "orders").stdout
-        assert "Launched" not in printed and "True" in printed and "-80,80-" in printed
+        # no kubelet here: the driver Pods stay Pending, and Ready says so
+        assert "Launched" not in printed and "False" in printed and "-80,80-" in printed
 
     def test_progress_reaches_status_and_metrics(self, operator: Operator, tmp_path: Path) -> None:
         op, job = operator, TestLifecycle.job
@@ -241,6 +244,7 @@ class TestLifecycle:
                 "80-": {"token": _token("80-", T0 + 2, 20), "byOp": {"update": 1}, "lagSeconds": 1},
             },
             "duplicates": {},
+            "updatedAt": time.time(),  # fresh: the lag is the job's own
         }
         _publish(op, job, 1, report, tmp_path)
 
@@ -268,7 +272,8 @@ class TestLifecycle:
         wait_for(lambda: op.condition("orders", "Degraded") == ("True", "JobError"), "Degraded")
         degraded = next(c for c in op.status("orders")["conditions"] if c["type"] == "Degraded")
         assert "password=***" in degraded["message"]
-        _publish(op, job, 1, report, tmp_path)
+        # the error stays the key range's problem until the job delivers a batch
+        _publish(op, job, 1, {**report, "batches": 1}, tmp_path)
         wait_for(lambda: op.condition("orders", "Degraded") == ("False", "AsExpected"), "recovery")
 
     def test_update_relaunches_from_the_recorded_positions(self, operator: Operator) -> None:
@@ -311,7 +316,7 @@ class TestLifecycle:
         )
         assert _launch_of(pods[0]) == 3
         assert _stream_yaml(op, job)["spec"]["start"]["tokens"]["80-"]["pos"] == "0-1-20"
-        wait_for(lambda: op.condition("orders", "Ready") == ("True", "Launched"), "Ready again")
+        wait_for(lambda: op.condition("orders", "Ready") == ("False", "Pending"), "Pending again")
         # the resumed job delivers more before the split
         report = {
             "shards": {
@@ -350,7 +355,9 @@ class TestLifecycle:
         assert job_yaml["hopStartedAt"] > T0
 
         wait_for(lambda: op.condition("orders", "Hopping") == ("False", "HopCompleted"), "hop done")
-        wait_for(lambda: op.condition("orders", "Ready") == ("True", "Launched"), "Ready after hop")
+        wait_for(
+            lambda: op.condition("orders", "Ready") == ("False", "Pending"), "Pending after hop"
+        )
         time.sleep(6)  # a few more timer folds: still one hop, still launch 4
         status = op.status("orders")
         assert status["hopCount"] == 1
@@ -405,7 +412,7 @@ def test_the_spark_operator_launcher_creates_an_owned_spark_application(
     job_yaml = _job_yaml(op, app["metadata"]["name"])
     assert job_yaml["keyspaceWatch"] == f"kubernetes:{NS}/commerce"
     assert app["metadata"]["annotations"]["updatestream.io/in-job-hops"] == "true"
-    wait_for(lambda: op.condition("audit", "Ready") == ("True", "Launched"), "Ready")
+    wait_for(lambda: op.condition("audit", "Ready") == ("False", "Pending"), "Pending")
     op.api.kubectl("delete", "-n", NS, "updatestream", "audit", "--wait=false")
     wait_for(lambda: op.stream("audit") is None, "the stream to be deleted")
     assert items(op.api, NS, "sparkapplications") == []

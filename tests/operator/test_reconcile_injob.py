@@ -11,10 +11,20 @@ import datetime as dt
 from dataclasses import replace
 
 import pytest
-from updatestream_operator import reconcile as rec
-from updatestream_operator.models import JobPhase, ReportedHop, StreamStatus
+from updatestream_operator.reconciler import reconcile as rec
+from updatestream_operator.reconciler.models import JobPhase, ReportedHop, StreamStatus
 
-from tests.operator.reconcile_world import NOW, T0, World, condition, keyspace, stream_spec, token
+from tests.operator.reconcile_world import (
+    NOW,
+    T0,
+    World,
+    condition,
+    keyspace,
+    names,
+    stream_spec,
+    token,
+)
+from updatestream.core.dedup import DedupFilter
 
 SPLIT = ["-40", "40-80", "80-"]
 OLD, NEW = "-80,80-", "-40,40-80,80-"
@@ -91,8 +101,8 @@ def test_a_split_hops_inside_the_job_without_stopping_it() -> None:
     entry = started.status.key_range("-")
     assert entry is not None and entry.hop is not None
     assert (entry.phase, entry.hop.phase, entry.hop.method) == ("Hopping", "InJob", "InJob")
-    assert (entry.hop.from_shards, entry.hop.to_shards) == (["-80", "80-"], SPLIT)
-    assert entry.shard_map == OLD  # the job still reads the old shards
+    assert (names(entry.hop.from_shards), names(entry.hop.to_shards)) == (["-80", "80-"], SPLIT)
+    assert str(entry.shard_map) == OLD  # the job still reads the old shards
 
     # the job noticed, and is hopping
     world.report(
@@ -124,8 +134,8 @@ def test_a_split_hops_inside_the_job_without_stopping_it() -> None:
     assert hop.serving_changed_at == "2024-05-01T10:41:39Z"
     assert hop.watermarks == {"-80": "0-1-8"}  # for a later relaunch's dedup filter
     entry = status.key_range("-")
-    assert entry is not None and entry.hop is None and entry.shard_map == NEW
-    assert {p.name: p.token["pos"] for p in entry.shards if p.token} == {
+    assert entry is not None and entry.hop is None and str(entry.shard_map) == NEW
+    assert {p.name.name: p.token["pos"] for p in entry.shards if p.token} == {
         "-40": "0-1-3",
         "40-80": "0-1-4",
         "80-": "0-1-12",
@@ -149,7 +159,7 @@ def test_a_relaunch_after_an_in_job_hop_resumes_from_the_new_shards() -> None:
     steps = world.settle()
     assert "Reconfiguring" in [n.reason for n in steps[0].notes]
     relaunch = world.launches()[-1].job
-    assert relaunch.launch_id == 2 and relaunch.shard_map == NEW
+    assert relaunch.launch_id == 2 and str(relaunch.shard_map) == NEW
     assert relaunch.spec.start.mode == "tokens"
     assert relaunch.spec.start.tokens is not None
     assert {n: t["pos"] for n, t in relaunch.spec.start.tokens.items()} == {
@@ -158,10 +168,47 @@ def test_a_relaunch_after_an_in_job_hop_resumes_from_the_new_shards() -> None:
         "80-": "0-1-12",
     }
     # the overlap of the in-job hop is still recognised if the new tokens lie inside it
-    assert relaunch.dedup == {
+    assert relaunch.dedup is not None and relaunch.dedup.to_json() == {
         "watermarks": {"-80": {"pos": "0-1-8", "flavor": "mariadb"}},
         "overlap_until": {"-40": T0 + 20, "40-80": T0 + 20},
     }
+
+
+def test_a_relaunch_after_in_job_hops_starts_with_the_dedup_rule_the_job_reported() -> None:
+    """The job reports the dedup rule its stream applies (the source's own, merged at each
+    hop); a relaunch starts with that rule, not one the operator plans again from its hop
+    records, and a relaunch of that launch keeps it."""
+    applied = DedupFilter.from_json(
+        {
+            "watermarks": {"-80": {"pos": "0-1-8", "flavor": "mariadb"}},
+            "overlap_until": {"-40": T0 + 19, "40-80": T0 + 19},  # the job's own, not planned
+        }
+    )
+    world = streaming()
+    world.keyspace = keyspace(SPLIT)
+    world.step()
+    retired = token("-80", T0 + 20, 8)
+    new = (token("80-", T0 + 30, 12), token("-40", T0 + 31, 3), token("40-80", T0 + 32, 4))
+    world.report("-", retired, *new, shard_map=NEW, hops=(split_hop(),), dedup=applied)
+    world.step()
+    entry = world.status.key_range("-")
+    assert entry is not None and entry.dedup is not None
+    assert entry.dedup.to_json() == applied.to_json()  # kept in status with the positions
+    world.jobs = [replace(j, phase=JobPhase.FAILED) for j in world.jobs]
+    world.step()
+    world.now += dt.timedelta(seconds=10)  # the first relaunch's backoff
+    world.settle()
+    relaunch = world.launches()[-1].job
+    assert relaunch.launch_id == 2
+    assert relaunch.dedup is not None and relaunch.dedup.to_json() == applied.to_json()
+    # the relaunched job has reported nothing yet, and fails too: its rule is still known
+    world.jobs = [replace(j, phase=JobPhase.FAILED) for j in world.jobs]
+    world.step()
+    world.now += dt.timedelta(seconds=20)  # the second's
+    world.settle()
+    again = world.launches()[-1].job
+    assert again.launch_id == 3
+    assert again.dedup is not None and again.dedup.to_json() == applied.to_json()
 
 
 def test_a_job_that_never_reports_the_hop_is_relaunched_after_the_timeout() -> None:
@@ -200,7 +247,7 @@ def test_a_job_that_never_reports_the_hop_is_relaunched_after_the_timeout() -> N
     assert start.tokens is not None
     assert {n: t["pos"] for n, t in start.tokens.items()} == {"-40": "0-1-2", "80-": "0-1-10"}
     assert start.timestamps == {"40-80": T0 + 20}  # planned from -80's last delivered token
-    assert launch.job.dedup == {
+    assert launch.job.dedup is not None and launch.job.dedup.to_json() == {
         "watermarks": {"-80": {"pos": "0-1-8", "flavor": "mariadb"}},
         "overlap_until": {"-40": T0 + 20, "40-80": T0 + 20},
     }
@@ -259,8 +306,8 @@ def test_a_job_whose_status_was_lost_after_an_in_job_hop_is_adopted_as_it_reads(
         decision = world.step()
         assert decision.actions == ()
     entry = world.status.key_range("-")
-    assert entry is not None and entry.shard_map == NEW
-    assert [p.name for p in entry.shards] == SPLIT
+    assert entry is not None and str(entry.shard_map) == NEW
+    assert names(p.name for p in entry.shards) == SPLIT
     assert entry.shard("-40").token["pos"] == "0-1-3"  # type: ignore[union-attr]
 
 
@@ -284,7 +331,7 @@ def test_two_quick_changes_give_two_records() -> None:
     assert [n.reason for n in decision.notes] == ["HopCompleted", "HopStarted"]
     entry = decision.status.key_range("-")
     assert entry is not None and entry.hop is not None
-    assert (entry.shard_map, entry.hop.from_shards) == (NEW, SPLIT)
+    assert (str(entry.shard_map), names(entry.hop.from_shards)) == (NEW, SPLIT)
     second = ReportedHop(
         from_map=NEW,
         to_map=second_map,
@@ -296,7 +343,10 @@ def test_two_quick_changes_give_two_records() -> None:
     )
     world.report("-", token("80-c0", T0 + 210, 1), shard_map=second_map, hops=(first, second))
     world.step()
-    assert [h.to_shards for h in world.status.hops] == [SPLIT, ["-40", "40-80", "80-c0", "c0-"]]
+    assert [names(h.to_shards) for h in world.status.hops] == [
+        SPLIT,
+        ["-40", "40-80", "80-c0", "c0-"],
+    ]
     assert world.status.hop_count == 2 and world.stops() == []
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from kubernetes import client
 from updatestream_operator.config import ClusterSettings
-from updatestream_operator.launchers.cluster import STATE_VOLUME
+from updatestream_operator.launchers.cluster_launcher import STATE_VOLUME
 from updatestream_operator.launchers.spark_submit import SparkSubmitLauncher
 from updatestream_operator.storage import KubeStore
 

@@ -19,12 +19,13 @@ from typing import Any
 
 from updatestream_operator.filestore import FileStore
 from updatestream_operator.launchers.local import LocalLauncher
-from updatestream_operator.models import JobPhase, Note, StreamRef
-from updatestream_operator.naming import job_name
+from updatestream_operator.reconciler.models import JobPhase, Note, StreamRef
+from updatestream_operator.reconciler.naming import job_name
 from updatestream_operator.scrub import SCRUBBER
 from updatestream_operator.service import StreamService
 
-from updatestream.contract.progress import ProgressError, ProgressReport
+from updatestream.contract.progress_report import ProgressError, ProgressReport
+from updatestream.core.keyrange import FULL_RANGE
 from updatestream_cli.manifests import update_stream
 from updatestream_cli.ticker import Ticker
 
@@ -118,7 +119,7 @@ class OperatorDriver:
     @property
     def job_key(self) -> str:
         assert self.ref is not None
-        return f"{self.ref.namespace}/{job_name(self.ref, '-')}"
+        return f"{self.ref.namespace}/{job_name(self.ref, FULL_RANGE)}"
 
     def job_record(self) -> dict[str, Any] | None:
         return self.launcher.record(self.job_key)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from updatestream_operator.models import JobPhase, Note, StreamRef
+from updatestream_operator.reconciler.models import JobPhase, Note, StreamRef
 
 from updatestream_cli.demo import servers as srv
 from updatestream_cli.demo.driver import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from updatestream.contract.progress import ProgressError, ProgressReport
+from updatestream.contract.progress_report import ProgressError, ProgressReport
 from updatestream.core.errors import UpdateStreamError
 from updatestream.core.keyrange import FULL_RANGE, KeyRange
 from updatestream_cli.devcluster.ledger import LedgerEntry

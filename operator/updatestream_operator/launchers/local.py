@@ -31,17 +31,26 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from updatestream.contract.job import JOB_FILE, SNAPSHOT_REQUESTS_FILE
+from updatestream.contract.job_config import JOB_FILE, SNAPSHOT_REQUESTS_FILE
+from updatestream.core.errors import UpdateStreamError
+from updatestream.core.keyrange import KeyRange
+from updatestream.core.shardmap import ShardMap
 from updatestream.spec import Keyspace
-from updatestream_operator.jobconfig import (
+from updatestream_operator.launchers.launcher import LaunchError, split_key
+from updatestream_operator.reconciler.launch_config import (
     KEYSPACE_FILE,
     job_config,
     keyspace_document,
     run_options,
 )
-from updatestream_operator.launchers.base import LaunchError, split_key
-from updatestream_operator.models import JobInfo, JobPhase, JobProgress, JobSpec, JobStatus
-from updatestream_operator.progress import ProgressError, loads_progress
+from updatestream_operator.reconciler.models import (
+    JobInfo,
+    JobPhase,
+    JobProgress,
+    JobSpec,
+    JobStatus,
+)
+from updatestream_operator.reconciler.progress_reader import ProgressError, loads_progress
 from updatestream_operator.scrub import SCRUBBER
 
 log = logging.getLogger(__name__)
@@ -221,8 +230,8 @@ class LocalLauncher:
             arguments = ["run", *run_options(str(launch_dir))]
             meta = {
                 "streamUid": job.stream.uid,
-                "keyRange": job.key_range,
-                "shardMap": job.shard_map,
+                "keyRange": job.key_range.name,
+                "shardMap": str(job.shard_map),
                 "specHash": job.spec_hash,
                 "launchId": job.launch_id,
                 "inJobHops": job.in_job_hops,
@@ -283,6 +292,14 @@ class LocalLauncher:
         meta = self._meta(directory)
         if meta is None:
             return None
+        try:
+            key_range = KeyRange.parse(str(meta.get("keyRange", "-")))
+            shard_map = ShardMap.parse(str(meta.get("shardMap", "")))
+        except UpdateStreamError:
+            log.warning(
+                "ignoring job directory %s: its record names no key range or shard map", directory
+            )
+            return None
         alive = self._alive(directory, meta)
         message = ""
         if not alive:
@@ -291,8 +308,8 @@ class LocalLauncher:
             job_id=directory.name,
             namespace=namespace,
             stream_uid=str(meta.get("streamUid", "")),
-            key_range=str(meta.get("keyRange", "-")),
-            shard_map=str(meta.get("shardMap", "")),
+            key_range=key_range,
+            shard_map=shard_map,
             spec_hash=str(meta.get("specHash", "")),
             launch_id=int(meta.get("launchId", 0)),
             phase=JobPhase.RUNNING if alive else JobPhase.FAILED,

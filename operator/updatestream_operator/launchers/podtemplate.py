@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from updatestream_operator.launchers.base import LaunchError
+from updatestream_operator.launchers.launcher import LaunchError
 
 
 def load_base_template(path: Path) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from updatestream_operator.models import JobSpec
+from updatestream_operator.reconciler.models import JobSpec
 
 
 @dataclass(frozen=True)

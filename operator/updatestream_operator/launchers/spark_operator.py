@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from updatestream_operator import naming
-from updatestream_operator.launchers.base import LaunchError
-from updatestream_operator.launchers.cluster import ClusterLauncher
+from updatestream_operator.launchers.cluster_launcher import ClusterLauncher
+from updatestream_operator.launchers.driver_state import DriverState
+from updatestream_operator.launchers.launcher import LaunchError
 from updatestream_operator.launchers.podtemplate import load_base_template, scheduling
 from updatestream_operator.launchers.settings import ClusterSettings
-from updatestream_operator.models import JobPhase, JobSpec
+from updatestream_operator.reconciler import naming
+from updatestream_operator.reconciler.models import JobPhase, JobSpec
 from updatestream_operator.storage import KubeStore, owner_reference
 
 _STATES = {
@@ -34,12 +35,12 @@ _STATES = {
 }
 
 
-def application_phase(app: dict[str, Any]) -> tuple[JobPhase, str]:
+def application_state(app: dict[str, Any]) -> DriverState:
     if app.get("metadata", {}).get("deletionTimestamp"):
-        return JobPhase.TERMINATING, "being deleted"
+        return DriverState(JobPhase.TERMINATING, "", "being deleted")
     state = (app.get("status") or {}).get("applicationState") or {}
     phase = _STATES.get(str(state.get("state", "")).upper(), JobPhase.UNKNOWN)
-    return phase, str(state.get("errorMessage") or "")
+    return DriverState(phase, "", str(state.get("errorMessage") or ""))
 
 
 def _resources(values: dict[str, str]) -> dict[str, Any]:
@@ -110,6 +111,7 @@ class SparkOperatorLauncher(ClusterLauncher):
                     "sidecars": [self.publisher_container(job)],
                     "podSecurityContext": self.pod_security_context(),
                     "securityContext": self.container_security_context(),
+                    "ports": [self.metrics_port()],
                     **placement,
                     **({"cores": 1, "memory": "1g"} | _resources(job.spark.driver)),
                 },
@@ -153,5 +155,5 @@ class SparkOperatorLauncher(ClusterLauncher):
     def _remove(self, namespace: str, name: str) -> None:
         self.store.delete_spark_application(namespace, name)
 
-    def _phase(self, found: dict[str, Any]) -> tuple[JobPhase, str]:
-        return application_phase(found)
+    def _state(self, found: dict[str, Any]) -> DriverState:
+        return application_state(found)

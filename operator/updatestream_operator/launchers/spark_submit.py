@@ -11,6 +11,7 @@ operator never reads them.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import subprocess
@@ -21,13 +22,14 @@ from typing import Any
 
 import yaml
 
-from updatestream_operator import naming
-from updatestream_operator.jobconfig import conf_arguments, spark_resource_conf
-from updatestream_operator.launchers.base import LaunchError
-from updatestream_operator.launchers.cluster import DRIVER_CONTAINER, ClusterLauncher
+from updatestream_operator.launchers.cluster_launcher import DRIVER_CONTAINER, ClusterLauncher
+from updatestream_operator.launchers.driver_state import DriverState, driver_state
+from updatestream_operator.launchers.launcher import LaunchError
 from updatestream_operator.launchers.podtemplate import load_base_template, merge_driver_template
 from updatestream_operator.launchers.settings import ClusterSettings
-from updatestream_operator.models import JobPhase, JobSpec
+from updatestream_operator.reconciler import naming
+from updatestream_operator.reconciler.launch_config import conf_arguments, spark_resource_conf
+from updatestream_operator.reconciler.models import JobSpec
 from updatestream_operator.scrub import SCRUBBER
 from updatestream_operator.storage import KubeStore, owner_reference
 
@@ -39,34 +41,14 @@ def spark_home() -> str:
     configured = os.environ.get("SPARK_HOME")
     if configured:
         return configured
-    import pyspark
-
-    return str(Path(pyspark.__file__).parent)
+    found = importlib.util.find_spec("pyspark")  # found, not imported: no Spark in the operator
+    if found is None or not found.submodule_search_locations:
+        raise LaunchError("pyspark is not installed: spark-submit comes with it; set SPARK_HOME")
+    return str(Path(next(iter(found.submodule_search_locations))))
 
 
 def default_spark_submit() -> str:
     return str(Path(spark_home()) / "bin" / "spark-submit")
-
-
-def pod_phase(pod: dict[str, Any]) -> tuple[JobPhase, str]:
-    metadata, status = pod.get("metadata", {}), pod.get("status") or {}
-    if metadata.get("deletionTimestamp"):
-        return JobPhase.TERMINATING, "being deleted"
-    phase = {
-        "Pending": JobPhase.PENDING,
-        "Running": JobPhase.RUNNING,
-        "Succeeded": JobPhase.SUCCEEDED,
-        "Failed": JobPhase.FAILED,
-    }.get(status.get("phase", ""), JobPhase.UNKNOWN)
-    message = status.get("message") or status.get("reason") or ""
-    for container in status.get("containerStatuses") or []:
-        if container.get("name") != DRIVER_CONTAINER:
-            continue
-        state = container.get("state") or {}
-        detail = state.get("terminated") or state.get("waiting") or {}
-        if detail:
-            message = ": ".join(x for x in (detail.get("reason"), detail.get("message")) if x)
-    return phase, message
 
 
 class SparkSubmitLauncher(ClusterLauncher):
@@ -115,6 +97,7 @@ class SparkSubmitLauncher(ClusterLauncher):
                         "name": DRIVER_CONTAINER,
                         "securityContext": self.container_security_context(),
                         "volumeMounts": self.driver_volume_mounts(),
+                        "ports": [self.metrics_port()],
                     },
                     self.publisher_container(job),
                 ],
@@ -237,8 +220,8 @@ class SparkSubmitLauncher(ClusterLauncher):
             self.store.delete_pod(namespace, name)
             self.store.delete_owned(namespace, pod["metadata"]["uid"])
 
-    def _phase(self, found: dict[str, Any]) -> tuple[JobPhase, str]:
-        return pod_phase(found)
+    def _state(self, found: dict[str, Any]) -> DriverState:
+        return driver_state(found, DRIVER_CONTAINER)
 
 
 def _error_lines(stderr: str) -> str:

@@ -9,7 +9,7 @@ delivered, the timestamp of the last change event, counts per op and the lag:
 * otherwise `now - timestamp of the last change event delivered` (or of the last heartbeat when
   no change event was delivered yet).
 
-The status file is the job's `ProgressReport` (`updatestream.contract.progress`, which
+The status file is the job's `ProgressReport` (`updatestream.contract.progress_report`, which
 documents its fields), rewritten atomically after every batch and on every change of phase.
 `duplicates` counts the events the hop dedup rule classified since this process started; the
 sink counts are per process too, from each sink's result; `hops` are the hops made inside the
@@ -32,7 +32,7 @@ from typing import Any
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from updatestream.binlog.events import ChangeEvent
-from updatestream.contract.progress import (
+from updatestream.contract.progress_report import (
     BatchReport,
     HopReport,
     ProgressReport,
@@ -40,10 +40,14 @@ from updatestream.contract.progress import (
     SinkReport,
     SnapshotReport,
 )
+from updatestream.core.dedup import DedupFilter
+from updatestream.core.errors import UpdateStreamError
 from updatestream.core.gtid import GTIDParseError, parse_position, position_contains
-from updatestream.core.snapshot_plan import SnapshotState, SnapshotStateError, progress_of
+from updatestream.core.shardmap import ShardMap
+from updatestream.core.snapshot_plan import SnapshotState, progress_of
 from updatestream.core.token import EventToken
-from updatestream_jobs.metrics import DUPLICATE_CAUSES, StreamMetrics
+from updatestream_jobs.batch_log import BatchLog
+from updatestream_jobs.stream_metrics import DUPLICATE_CAUSES, StreamMetrics
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +100,11 @@ class ProgressTracker:
         self.phase = "starting"
         self.duplicates: Counter[str] = Counter({cause: 0 for cause in DUPLICATE_CAUSES})
         self.sinks: dict[str, Counter[str]] = {}
-        self.shard_map: str | None = None
+        self.shard_map: ShardMap | None = None
         self.hops: list[HopReport] = []
+        # the dedup rule the stream applies: the one it started with, then the source's own
+        # (its offsets keep it as `_dedup`, merged at each hop)
+        self.dedup: DedupFilter | None = None
         self.snapshot_state: SnapshotState | None = None  # as of the last finished batch
         self.snapshot_rows = 0  # snapshot rows delivered by this process
         self._snapshot_finished_at: float | None = None
@@ -105,6 +112,9 @@ class ProgressTracker:
         self._spark_phases: tuple[int, dict[str, float]] | None = None  # Spark's, last reported
         self._clock = clock
         self._lock = threading.Lock()
+        self.idle_triggers = 0  # triggers that found nothing new to read
+        self.batch_log = BatchLog()  # a line in the driver's log every so many batches
+        self._delivered = 0  # rows delivered (changes and snapshot rows) as of the last batch
 
     def _shard(self, shard: str) -> ShardProgress:
         if shard not in self.shards:
@@ -150,6 +160,22 @@ class ProgressTracker:
             self.hops.append(announced)
             self.shard_map = announced.to_map
             self.phase = "hopping"
+            if hop.get("dedup"):  # a marker that carries the hop's rule
+                self.dedup = DedupFilter.from_json(hop["dedup"])
+
+    def observe_idle(self) -> None:
+        """The query read the shards' positions and found nothing new: it runs, caught up."""
+        with self._lock:
+            self.idle_triggers += 1
+        self.write_status()
+
+    def observe_dedup(self, dedup: DedupFilter) -> None:
+        """The dedup rule the source applies as of the batch that just finished."""
+        with self._lock:
+            changed = self.dedup is None or self.dedup.to_json() != dedup.to_json()
+            self.dedup = dedup
+        if changed:
+            self.write_status()
 
     def complete_hops(self, duplicates_dropped: int) -> list[HopReport]:
         """The hops announced in the batch the sinks just wrote are done; returns them."""
@@ -230,6 +256,11 @@ class ProgressTracker:
             self.batch_id = batch_id
             self.batches += 1
             self._update_lag()
+            delivered = self.snapshot_rows + sum(p.events for p in self.shards.values())
+            rows, self._delivered = delivered - self._delivered, delivered
+            lag = max((p.lag_seconds for p in self.shards.values()), default=0.0)
+            seconds = self.last_batch.total_seconds if self.last_batch is not None else 0.0
+        self.batch_log.add(batch_id, rows, lag, seconds)
         self.write_status()
 
     def observe_latest(self, latest: dict[str, Any], shard_map: str | None = None) -> None:
@@ -237,7 +268,7 @@ class ProgressTracker:
         starting with `_` are the source's hop state) and the shard map it reads."""
         with self._lock:
             if shard_map:
-                self.shard_map = shard_map
+                self.shard_map = ShardMap.parse(shard_map)
             for shard, token in latest.items():
                 if shard.startswith("_"):
                     continue
@@ -297,10 +328,12 @@ class ProgressTracker:
                 key_range=self.key_range,
                 batch_id=self.batch_id,
                 batches=self.batches,
+                idle_triggers=self.idle_triggers,
                 updated_at=self._clock(),
                 phase=self.phase,
                 shard_map=self.shard_map,
                 hops=[hop.model_copy() for hop in self.hops],
+                dedup=self.dedup,
                 duplicates=dict(sorted(self.duplicates.items())),
                 sinks={
                     name: SinkReport.model_validate({k: counts[k] for k in _SINK_COUNTS})
@@ -336,9 +369,11 @@ class ProgressListener(StreamingQueryListener):
     def __init__(self, tracker: ProgressTracker, query_name: str) -> None:
         self.tracker = tracker
         self.query_name = query_name
+        self.query_id: str | None = None  # idle events name the query by id only
 
     def onQueryStarted(self, event: Any) -> None:
-        return None
+        if getattr(event, "name", None) == self.query_name:
+            self.query_id = str(event.id)
 
     def onQueryProgress(self, event: Any) -> None:
         progress = event.progress
@@ -353,15 +388,19 @@ class ProgressListener(StreamingQueryListener):
             try:
                 ended = json.loads(end) if end else {}
                 shard_map = ended.get("_map")
+                if ended.get("_dedup"):
+                    self.tracker.observe_dedup(DedupFilter.from_json(ended["_dedup"]))
                 if ended.get("_snapshot"):
                     self.tracker.observe_snapshot(SnapshotState.from_json(ended["_snapshot"]))
                 if latest:
                     self.tracker.observe_latest(json.loads(latest), shard_map)
-            except (ValueError, TypeError, AttributeError, SnapshotStateError) as exc:
+            except (ValueError, TypeError, AttributeError, UpdateStreamError) as exc:
                 log.warning("cannot read the source's latest offset: %s", exc)
 
     def onQueryIdle(self, event: Any) -> None:
-        return None
+        """A trigger found nothing new to read (Spark says so at most every 10 s)."""
+        if self.query_id is not None and str(getattr(event, "id", "")) == self.query_id:
+            self.tracker.observe_idle()
 
     def onQueryTerminated(self, event: Any) -> None:
         return None

@@ -16,7 +16,7 @@ from typing import Protocol, runtime_checkable
 
 from updatestream.core.errors import UpdateStreamError
 from updatestream.spec import Keyspace
-from updatestream_operator.models import JobInfo, JobSpec, JobStatus
+from updatestream_operator.reconciler.models import JobInfo, JobSpec, JobStatus
 
 
 class LaunchError(UpdateStreamError):

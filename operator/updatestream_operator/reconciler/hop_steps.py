@@ -20,6 +20,7 @@ at any point neither loses a hop nor records one twice.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
 from typing import Any
 
 from updatestream.core.hop_plan import HopPlan, plan_hop
@@ -27,8 +28,8 @@ from updatestream.core.keyrange import KeyRange
 from updatestream.core.shardmap import ShardMap
 from updatestream.core.token import EventToken
 from updatestream.spec import Keyspace, UpdateStreamSpec
-from updatestream_operator import conditions as cond
-from updatestream_operator.models import (
+from updatestream_operator.reconciler import conditions as cond
+from updatestream_operator.reconciler.models import (
     HopRecord,
     JobInfo,
     JobPhase,
@@ -37,48 +38,44 @@ from updatestream_operator.models import (
     ReportedHop,
     ShardPosition,
 )
-from updatestream_operator.positions import (
+from updatestream_operator.reconciler.shard_positions import (
     delivered_token,
-    flavor_of,
     relevant_shards,
     seconds_between,
+    shard_flavor,
     spec_hash,
 )
-from updatestream_operator.steps import Step
+from updatestream_operator.reconciler.steps import Step
 
 
 def _plan(
-    entry: KeyRangeStatus, keyspace: Keyspace, to_map: str
+    entry: KeyRangeStatus, keyspace: Keyspace, to_map: ShardMap
 ) -> tuple[HopPlan, dict[str, dict[str, Any]]]:
     """The hop plan from the entry's shards and positions to `to_map`, and its inputs."""
     assert entry.shard_map is not None
-    last = {p.name: delivered_token(p, flavor_of(keyspace, p.name)) for p in entry.shards}
-    plan = plan_hop(
-        ShardMap.parse(entry.shard_map),
-        ShardMap.parse(to_map),
-        last,
-        KeyRange.parse(entry.key_range),
-    )
+    last = {p.name.name: delivered_token(p, shard_flavor(keyspace, p.name)) for p in entry.shards}
+    plan = plan_hop(entry.shard_map, to_map, last, entry.key_range)
     sources = {s for d in plan.destinations.values() for s in d.sources}
     return plan, {n: t.to_json() for n, t in last.items() if n in sources}
 
 
-def _reported_tokens(report: JobProgress | None) -> dict[str, EventToken]:
+def _reported_tokens(report: JobProgress | None) -> dict[KeyRange, EventToken]:
     """Shard -> the last token the job reported for it."""
     if report is None:
         return {}
-    return {
-        KeyRange.parse(name).name: shard.token
-        for name, shard in report.shards.items()
-        if shard.token is not None
-    }
+    return {name: shard.token for name, shard in report.shards.items() if shard.token is not None}
 
 
 # -- by relaunch ---------------------------------------------------------------------------------
 
 
 def stop_for_hop(
-    step: Step, entry: KeyRangeStatus, job: JobInfo, reads: str, serving: str, why: str = ""
+    step: Step,
+    entry: KeyRangeStatus,
+    job: JobInfo,
+    reads: ShardMap,
+    serving: ShardMap,
+    why: str = "",
 ) -> KeyRangeStatus:
     """The job reads the shards of `reads`, not those of `serving`: record the hop, stop it."""
     hop = entry.hop
@@ -103,14 +100,14 @@ def stop_for_hop(
             "Warning",
             "HopFallback",
             f"key range {entry.key_range}: job {job.job_id} {why or 'cannot hop in place'}; "
-            f"stopping it to relaunch it from planned positions on {','.join(hop.to_shards)}",
+            f"stopping it to relaunch it from planned positions on {_names(hop.to_shards)}",
         )
     step.stop(job, f"hop from {reads} to {serving}")
     return entry.model_copy(update={"hop": hop, "phase": "Hopping"})
 
 
 def plan_relaunch(
-    step: Step, entry: KeyRangeStatus, keyspace: Keyspace, serving: str
+    step: Step, entry: KeyRangeStatus, keyspace: Keyspace, serving: ShardMap
 ) -> KeyRangeStatus:
     """No job runs and the entry's shards are not the serving ones: plan the hop, record it.
 
@@ -142,24 +139,24 @@ def plan_relaunch(
     )
     reported = _reported_tokens(step.report(entry))
     positions = []
-    for name in new_shards:
-        existing = entry.shard(name)
-        if name in plan.unchanged and existing is not None:
+    for shard in new_shards:
+        existing = entry.shard(shard)
+        if shard.name in plan.unchanged and existing is not None:
             positions.append(existing)
-        elif name in reported:
-            positions.append(ShardPosition(name=name, token=reported[name].to_json()))
+        elif shard in reported:
+            positions.append(ShardPosition(name=shard, token=reported[shard].to_json()))
         else:
-            start = plan.destinations[name].start_timestamp
-            positions.append(ShardPosition(name=name, start_timestamp=start))
+            start = plan.destinations[shard.name].start_timestamp
+            positions.append(ShardPosition(name=shard, start_timestamp=start))
     step.note(
         "Normal",
         "HopPlanned",
-        f"key range {entry.key_range}: hop from {','.join(old_shards)} to "
-        f"{','.join(new_shards)}; destinations start at "
+        f"key range {entry.key_range}: hop from {_names(old_shards)} to "
+        f"{_names(new_shards)}; destinations start at "
         + ", ".join(
             f"{p.name}@{'its last token' if p.token else p.start_timestamp}"
             for p in positions
-            if p.name in plan.destinations
+            if p.name.name in plan.destinations
         ),
     )
     return entry.model_copy(update={"shards": positions, "shard_map": serving, "hop": hop})
@@ -190,8 +187,8 @@ def complete_relaunch(step: Step, entry: KeyRangeStatus, job: JobInfo) -> KeyRan
     step.note(
         "Normal",
         "HopCompleted",
-        f"key range {entry.key_range}: now reading {','.join(hop.to_shards)} "
-        f"(was {','.join(hop.from_shards)}) with job {job.job_id}, after {duration:.1f}s",
+        f"key range {entry.key_range}: now reading {_names(hop.to_shards)} "
+        f"(was {_names(hop.from_shards)}) with job {job.job_id}, after {duration:.1f}s",
     )
     return entry.model_copy(update={"hop": None})
 
@@ -228,7 +225,7 @@ def _seen(step: Step, entry: KeyRangeStatus) -> float:
 
 
 def _finished(
-    step: Step, entry: KeyRangeStatus, report: JobProgress | None, to_shards: list[str]
+    step: Step, entry: KeyRangeStatus, report: JobProgress | None, to_shards: list[KeyRange]
 ) -> ReportedHop | None:
     """The newest hop to `to_shards` the job reports complete and that is not recorded yet."""
     if report is None or report.shard_map is None:
@@ -243,7 +240,7 @@ def _finished(
     return None
 
 
-def _record_in_job(step: Step, entry: KeyRangeStatus, job: JobInfo, serving: str) -> HopRecord:
+def _record_in_job(step: Step, entry: KeyRangeStatus, job: JobInfo, serving: ShardMap) -> HopRecord:
     """The record of the hop the job makes in place to `serving` (made, or retargeted, once)."""
     assert entry.shard_map is not None
     wanted = relevant_shards(serving, entry.key_range)
@@ -255,7 +252,7 @@ def _record_in_job(step: Step, entry: KeyRangeStatus, job: JobInfo, serving: str
             "Normal",
             "HopStarted",
             f"key range {entry.key_range}: serving shards changed again, to {serving}; job "
-            f"{job.job_id} hops in place to {','.join(wanted)}",
+            f"{job.job_id} hops in place to {_names(wanted)}",
         )
         return hop.model_copy(update={"to_map": serving, "to_shards": wanted})
     step.note(
@@ -283,9 +280,7 @@ def _positions_after(
     """The positions on `hop`'s destination shards: the tokens the job reported, else (a shard
     the hop left alone) the entry's own, else the plan's start, where a relaunch would begin."""
     reports = step.report(entry)
-    by_name = (
-        {} if reports is None else {KeyRange.parse(n).name: s for n, s in reports.shards.items()}
-    )
+    by_name = {} if reports is None else reports.shards
     positions = []
     for name in hop.to_shards:
         shard, existing = by_name.get(name), entry.shard(name)
@@ -298,10 +293,10 @@ def _positions_after(
                     lag_seconds=shard.lag_seconds,
                 )
             )
-        elif existing is not None and name in plan.unchanged:
+        elif existing is not None and name.name in plan.unchanged:
             positions.append(existing)
         else:
-            start = plan.destinations[name].start_timestamp
+            start = plan.destinations[name.name].start_timestamp
             positions.append(ShardPosition(name=name, start_timestamp=start))
     return positions
 
@@ -353,8 +348,8 @@ def _complete_in_job(
     step.note(
         "Normal",
         "HopCompleted",
-        f"key range {entry.key_range}: job {job.job_id} now reads {','.join(hop.to_shards)} "
-        f"(was {','.join(record.from_shards)}), hopped in place in {duration:.1f}s, "
+        f"key range {entry.key_range}: job {job.job_id} now reads {_names(hop.to_shards)} "
+        f"(was {_names(record.from_shards)}), hopped in place in {duration:.1f}s, "
         f"{done.duplicates_dropped} duplicates dropped",
     )
     return entry.model_copy(
@@ -373,7 +368,7 @@ def in_job_hop(
     job: JobInfo,
     spec: UpdateStreamSpec,
     keyspace: Keyspace,
-    serving: str,
+    serving: ShardMap,
 ) -> KeyRangeStatus:
     """The running job hops itself to `serving`: complete what it reports done, otherwise
     record the hop and wait, until the timeout (then stop it: the hop goes by relaunch)."""
@@ -399,7 +394,7 @@ def in_job_hop(
     waited = seconds_between(entry.hop.started_at, step.obs.now)
     if waited > step.settings.in_job_hop_timeout:
         why = (
-            f"did not report its hop to {','.join(wanted)} within "
+            f"did not report its hop to {_names(wanted)} within "
             f"{step.settings.in_job_hop_timeout:.0f}s"
         )
         return stop_for_hop(step, entry, job, entry.shard_map or serving, serving, why)
@@ -432,3 +427,7 @@ def count_hop_duplicates(step: Step, entry: KeyRangeStatus) -> None:
 
 def _rfc3339(seconds: float) -> str:
     return cond.rfc3339(dt.datetime.fromtimestamp(seconds, dt.UTC))
+
+
+def _names(shards: Iterable[KeyRange]) -> str:
+    return ",".join(shard.name for shard in shards)

@@ -11,14 +11,15 @@ under `secrets_dir` where the job runs.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from updatestream.core.dedup import DedupFilter, DedupFilterError
 from updatestream.core.keyrange import KeyRange
 from updatestream.spec import (
+    DedupValue,
+    KeyRangeValue,
     Keyspace,
     SpecError,
     UpdateStream,
@@ -30,22 +31,6 @@ JOB_FILE = "job.yaml"
 SNAPSHOT_REQUESTS_FILE = "snapshot-requests.jsonl"  # beside it: the requests the job polls
 
 
-def _dedup_filter(value: Any) -> DedupFilter:
-    if isinstance(value, DedupFilter):
-        return value
-    try:
-        return DedupFilter.from_json(value)
-    except DedupFilterError as exc:
-        raise ValueError(str(exc)) from None
-
-
-Dedup = Annotated[
-    DedupFilter,
-    PlainValidator(_dedup_filter),
-    PlainSerializer(lambda dedup: dedup.to_json(), return_type=dict),
-]
-
-
 class JobConfig(BaseModel):
     """One job: one key range of one UpdateStream (see the module docstring)."""
 
@@ -53,7 +38,8 @@ class JobConfig(BaseModel):
 
     stream: UpdateStream
     keyspace: Keyspace
-    key_range: str | None = Field(None, alias="keyRange")  # None: the stream's only key range
+    # None: the stream's only key range
+    key_range: KeyRangeValue | None = Field(None, alias="keyRange")
     secrets_dir: Path = Field(alias="secretsDir")  # <dir>/<secret>/username, password
     checkpoint: Path  # Spark's checkpoint: restarting with it resumes exactly
     status_file: Path | None = Field(None, alias="statusFile")  # the progress report
@@ -65,7 +51,7 @@ class JobConfig(BaseModel):
     trigger_seconds: float = Field(0.1, gt=0, alias="triggerSeconds")
     available_now: bool = Field(False, alias="availableNow")  # read what there is, then stop
     timeout: float | None = Field(None, gt=0)  # stop after this many seconds
-    dedup: Dedup | None = None  # the dedup rule of the hops this job starts after
+    dedup: DedupValue | None = None  # the dedup rule of the hops this job starts after
     hop_started_at: float | None = Field(None, alias="hopStartedAt")  # when that hop began
     source_options: dict[str, str] = Field(default_factory=dict, alias="sourceOptions")
     # where the running job re-reads its Keyspace to follow serving-map changes and hop: a
@@ -79,21 +65,21 @@ class JobConfig(BaseModel):
     def name(self) -> str:
         return self.stream.metadata.name
 
-    def serving_key_range(self) -> str:
-        """The key range this job serves, canonical; refuses one the stream does not have."""
+    def serving_key_range(self) -> KeyRange:
+        """The key range this job serves; refuses one the stream does not have."""
         ranges = self.stream.spec.key_ranges
+        listed = ", ".join(map(str, ranges))
         if self.key_range is not None:
-            wanted = KeyRange.parse(self.key_range).name
-            if wanted not in ranges:
+            if self.key_range not in ranges:
                 raise SpecError(
-                    f"key range {wanted} is not one of stream {self.name}'s key ranges "
-                    f"({', '.join(ranges)})"
+                    f"key range {self.key_range} is not one of stream {self.name}'s key ranges "
+                    f"({listed})"
                 )
-            return wanted
+            return self.key_range
         if len(ranges) != 1:
             raise SpecError(
-                f"stream {self.name} has key ranges {', '.join(ranges)}; one job serves one of "
-                "them: pass --key-range"
+                f"stream {self.name} has key ranges {listed}; one job serves one of them: "
+                "pass --key-range"
             )
         return ranges[0]
 

@@ -9,11 +9,10 @@ import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from updatestream.core.shardmap import ShardMap
 from updatestream.spec import Keyspace, UpdateStreamSpec
 from updatestream.validation import describe, keyspace_problems, stream_problems
-from updatestream_operator import conditions as cond
-from updatestream_operator.models import StreamRef, StreamStatus
+from updatestream_operator.reconciler import conditions as cond
+from updatestream_operator.reconciler.models import StreamRef, StreamStatus
 
 
 @dataclass(frozen=True)
@@ -61,7 +60,7 @@ def keyspace_status(
         return not_ready_status(
             problems[0].reason, describe(problems), current, now, generation, serving
         )
-    serving = str(ShardMap.parse(serving))
+    serving = str(keyspace.spec.serving_map)
     return _status(
         True, "ShardMapValid", f"serving shards {serving}", current, now, generation, serving
     )

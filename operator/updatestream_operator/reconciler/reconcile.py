@@ -15,13 +15,14 @@ No Kubernetes client and no kopf here: everything is data in, data out.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from updatestream.core.hop_plan import HopPlanningError
 from updatestream.core.keyrange import KeyRange
+from updatestream.core.shardmap import ShardMap
 from updatestream.spec import Keyspace, StartPosition, UpdateStreamSpec
-from updatestream_operator import conditions as cond
-from updatestream_operator.hops import (
+from updatestream_operator.reconciler import conditions as cond
+from updatestream_operator.reconciler.hop_steps import (
     can_hop_in_job,
     complete_relaunch,
     count_hop_duplicates,
@@ -29,26 +30,27 @@ from updatestream_operator.hops import (
     plan_relaunch,
     stop_for_hop,
 )
-from updatestream_operator.models import (
+from updatestream_operator.reconciler.job_failures import job_ended, job_stuck
+from updatestream_operator.reconciler.models import (
     JobInfo,
     JobPhase,
-    JobProgress,
     JobSpec,
     KeyRangeStatus,
     ShardPosition,
-    StreamStatus,
 )
-from updatestream_operator.naming import job_name
-from updatestream_operator.positions import (
-    dedup_filter,
+from updatestream_operator.reconciler.naming import job_name
+from updatestream_operator.reconciler.readiness import set_conditions, summarise
+from updatestream_operator.reconciler.shard_positions import (
     fold_progress,
     initial_positions,
+    launch_dedup,
     relevant_shards,
     resume_start,
     secret_names,
     spec_hash,
 )
-from updatestream_operator.steps import (
+from updatestream_operator.reconciler.spec_checks import Problem, validate
+from updatestream_operator.reconciler.steps import (
     Action,
     Decision,
     Launch,
@@ -56,8 +58,7 @@ from updatestream_operator.steps import (
     Settings,
     Stop,
 )
-from updatestream_operator.steps import Step as _Step
-from updatestream_operator.validation import Problem, validate
+from updatestream_operator.reconciler.steps import Step as _Step
 
 __all__ = [
     "Action",
@@ -74,12 +75,12 @@ __all__ = [
 # -- the reconciler -----------------------------------------------------------------------------
 
 
-def _group_jobs(step: _Step, wanted: Sequence[str]) -> dict[str, JobInfo]:
+def _group_jobs(step: _Step, wanted: Sequence[KeyRange]) -> dict[KeyRange, JobInfo]:
     """One job per wanted key range; stop every other job of the stream."""
-    by_range: dict[str, list[JobInfo]] = {}
+    by_range: dict[KeyRange, list[JobInfo]] = {}
     for job in step.obs.jobs:
-        by_range.setdefault(KeyRange.parse(job.key_range).name, []).append(job)
-    chosen: dict[str, JobInfo] = {}
+        by_range.setdefault(job.key_range, []).append(job)
+    chosen: dict[KeyRange, JobInfo] = {}
     for key_range, jobs in by_range.items():
         if key_range not in wanted:
             for job in jobs:
@@ -101,14 +102,12 @@ def _launch(
     keyspace: Keyspace,
     start: StartPosition,
 ) -> KeyRangeStatus:
-    serving = str(keyspace.spec.serving_map)
+    serving = keyspace.spec.serving_map
     launch_id = entry.launch_id + 1
     hops = [
         h for h in step.status.hops if h.key_range == entry.key_range and h.phase == "Completed"
     ]
     pending = entry.hop if entry.hop is not None and entry.hop.phase == "Launching" else None
-    if pending is not None:
-        hops.append(pending)
     hop_started_at = (
         cond.parse_rfc3339(pending.started_at).timestamp() if pending is not None else None
     )
@@ -122,7 +121,7 @@ def _launch(
         spec=spec.model_copy(update={"start": start, "suspend": False}),
         keyspace=keyspace,
         secret_names=secret_names(spec, keyspace),
-        dedup=dedup_filter(hops[-step.settings.hops_kept :]),
+        dedup=launch_dedup(entry, hops[-step.settings.hops_kept :], pending),
         hop_started_at=hop_started_at,
         in_job_hops=step.settings.in_job_hops,
     )
@@ -131,7 +130,7 @@ def _launch(
         "Normal",
         "Launched" if launch_id == 1 else "Relaunched",
         f"key range {entry.key_range}: launching job {job.job_id} (launch {launch_id}) over "
-        f"shards {','.join(p.name for p in entry.shards)} with {step.settings.launcher}",
+        f"shards {','.join(p.name.name for p in entry.shards)} with {step.settings.launcher}",
     )
     return entry.model_copy(
         update={
@@ -142,6 +141,9 @@ def _launch(
             "spec_hash": job.spec_hash,
             "launch_id": launch_id,
             "launched_at": step.now_text,
+            # nothing reported before the first launch: its lag counts from there
+            "reported_at": entry.reported_at or step.now_text,
+            "dedup": job.dedup,
         }
     )
 
@@ -177,14 +179,17 @@ def _key_range_step(
     spec: UpdateStreamSpec,
     keyspace: Keyspace,
 ) -> KeyRangeStatus:
-    serving = str(keyspace.spec.serving_map)
+    serving = keyspace.spec.serving_map
     if job is None:
         return _without_job(step, entry, spec, keyspace, serving)
     entry, reads = _follow_job(step, entry, job, spec, keyspace)
     if job.phase is JobPhase.TERMINATING:
         return entry.model_copy(update={"phase": "Stopping"})
     if job.phase in (JobPhase.FAILED, JobPhase.SUCCEEDED):
-        return _job_ended(step, entry, job)
+        return job_ended(step, entry, job, spec, keyspace)
+    stuck = job_stuck(step, entry, job)
+    if stuck is not None:
+        return stuck
     if relevant_shards(reads, entry.key_range) != relevant_shards(serving, entry.key_range):
         why = can_hop_in_job(step, entry, job)
         if why:
@@ -201,7 +206,11 @@ def _key_range_step(
 
 
 def _without_job(
-    step: _Step, entry: KeyRangeStatus, spec: UpdateStreamSpec, keyspace: Keyspace, serving: str
+    step: _Step,
+    entry: KeyRangeStatus,
+    spec: UpdateStreamSpec,
+    keyspace: Keyspace,
+    serving: ShardMap,
 ) -> KeyRangeStatus:
     """No job exists for the key range: launch its first from `spec.start`, or relaunch it
     from its positions (planning the hop first if the serving shards changed meanwhile)."""
@@ -225,7 +234,7 @@ def _without_job(
 
 def _follow_job(
     step: _Step, entry: KeyRangeStatus, job: JobInfo, spec: UpdateStreamSpec, keyspace: Keyspace
-) -> tuple[KeyRangeStatus, str]:
+) -> tuple[KeyRangeStatus, ShardMap]:
     """The entry brought up to the job that exists, and the map whose shards the job reads:
     what it was launched for, or hopped to in place."""
     reads = entry.shard_map or job.shard_map
@@ -241,30 +250,14 @@ def _follow_job(
     return complete_relaunch(step, entry, job), reads
 
 
-def _job_ended(step: _Step, entry: KeyRangeStatus, job: JobInfo) -> KeyRangeStatus:
-    """A streaming job ended: relaunch it from its positions, up to `max_restarts` times."""
-    if entry.restarts >= step.settings.max_restarts:
-        message = (
-            f"job {job.job_id} of key range {entry.key_range} ended ({job.phase.value}: "
-            f"{job.message or entry.message or 'no message'}) and was relaunched "
-            f"{entry.restarts} times; fix the cause, then set spec.suspend to true and "
-            "back to false to relaunch it from its positions"
-        )
-        step.degraded.append(Problem("JobFailed", message))
-        return entry.model_copy(update={"message": message})
-    step.stop(job, f"it ended ({job.phase.value}); relaunching from its positions")
-    step.note("Warning", "JobFailed", f"job {job.job_id} ended: {job.message or job.phase}")
-    return entry.model_copy(update={"restarts": entry.restarts + 1, "phase": "Restarting"})
-
-
 def _running(
     step: _Step,
     entry: KeyRangeStatus,
     job: JobInfo,
     spec: UpdateStreamSpec,
     keyspace: Keyspace,
-    reads: str,
-    serving: str,
+    reads: ShardMap,
+    serving: ShardMap,
 ) -> KeyRangeStatus:
     """A job that reads the serving shards: relaunch it if its configuration changed."""
     # after an in-job hop the job runs with what its record says, not what it was launched with
@@ -280,108 +273,19 @@ def _running(
             f"key range {entry.key_range}: configuration changed; relaunching job "
             f"{job.job_id} from its positions",
         )
-        return entry.model_copy(update={"phase": "Restarting"})
+        # a new configuration: what went wrong with the old one no longer counts
+        update = {"phase": "Restarting", "message": None, "restarts": 0, "failed_at": None}
+        return entry.model_copy(update=update)
     if job.launch_id == entry.launch_id and entry.shard_map != serving:
         entry = entry.model_copy(update={"shard_map": serving})  # change elsewhere: no hop
-    if entry.message:
-        step.degraded.append(Problem("JobError", f"key range {entry.key_range}: {entry.message}"))
     return entry
-
-
-def _conditions(step: _Step, suspended: bool) -> None:
-    status, now, gen = step.status, step.obs.now, step.obs.stream.generation
-    entries = status.key_ranges
-    hopping = [e for e in entries if e.hop is not None]
-    running = [e for e in entries if e.phase == JobPhase.RUNNING.value]
-    launched = [e for e in entries if e.phase in (JobPhase.PENDING.value, JobPhase.RUNNING.value)]
-    settled = not step.actions and not hopping and len(launched) == len(step.obs.spec.key_ranges)
-
-    conditions = list(status.conditions)
-
-    def put(type_: str, value: bool, reason: str, message: str) -> None:
-        nonlocal conditions
-        conditions = cond.set_condition(
-            conditions, type_, value, reason, message, now=now, generation=gen
-        )
-
-    if step.degraded:
-        first = step.degraded[0]
-        put(cond.DEGRADED, True, first.reason, "; ".join(p.message for p in step.degraded))
-    else:
-        put(cond.DEGRADED, False, "AsExpected", "no problem found")
-    if hopping:
-        ranges = ", ".join(
-            f"{e.key_range} to {','.join(e.hop.to_shards)}" for e in hopping if e.hop
-        )
-        put(cond.HOPPING, True, "ServingShardsChanged", f"hopping key ranges {ranges}")
-    elif status.hop_count:
-        put(cond.HOPPING, False, "HopCompleted", f"{status.hop_count} hops completed")
-    else:
-        put(cond.HOPPING, False, "NoHop", "reading the serving shards")
-    snapshotting = _snapshotting(step.obs.progress)
-    if snapshotting is not None:
-        put(cond.SNAPSHOTTING, *snapshotting)
-    if suspended:
-        put(cond.READY, False, "Suspended", "spec.suspend is true; positions are kept")
-        put(cond.PROGRESSING, False, "Suspended", "spec.suspend is true")
-    elif step.degraded:
-        put(cond.READY, False, step.degraded[0].reason, step.degraded[0].message)
-        put(cond.PROGRESSING, bool(step.actions), "Degraded", "see the Degraded condition")
-    elif settled:
-        all_running = len(running) == len(entries)
-        reason = "Streaming" if all_running else "Launched"
-        message = (
-            "every key range's job is running"
-            if all_running
-            else "every key range has its job; waiting for the drivers to run"
-        )
-        put(cond.READY, True, reason, message)
-        put(cond.PROGRESSING, not all_running, reason, message)
-    else:
-        reason = "Hopping" if hopping else "Launching"
-        put(cond.READY, False, reason, "jobs are being launched or relaunched")
-        put(cond.PROGRESSING, True, reason, "jobs are being launched or relaunched")
-    status.conditions = conditions
-
-
-def _snapshotting(progress: Mapping[str, JobProgress]) -> tuple[bool, str, str] | None:
-    """The Snapshotting condition from the jobs' snapshot reports; None when none snapshots."""
-    reports = {kr: p.snapshot for kr, p in sorted(progress.items()) if p.snapshot is not None}
-    if not reports:
-        return None
-    reading = {kr: s for kr, s in reports.items() if not s.finished}
-    if not reading:
-        rows = sum(s.rows for s in reports.values())
-        return False, "SnapshotFinished", f"every key range's snapshot is done ({rows:,} rows)"
-    parts = []
-    for key_range, report in reading.items():
-        eta = "unknown" if report.eta_seconds is None else f"{report.eta_seconds:.0f}s"
-        parts.append(
-            f"key range {key_range}: {report.chunks_done}/{report.chunks_total} chunks, "
-            f"{report.rows:,} rows, {report.rows_per_second:,.0f} rows/s, ETA {eta}"
-        )
-    return True, "ReadingChunks", "; ".join(parts)
-
-
-def _summarise(status: StreamStatus, generation: int) -> None:
-    shards: list[str] = []
-    lags: list[float] = []
-    for entry in status.key_ranges:
-        for position in entry.shards:
-            if position.name not in shards:
-                shards.append(position.name)
-            if position.lag_seconds is not None:
-                lags.append(position.lag_seconds)
-    status.shards = ",".join(sorted(shards, key=lambda n: KeyRange.parse(n).start)) or None
-    status.max_lag_seconds = max(lags) if lags else None
-    status.observed_generation = generation
 
 
 def reconcile(obs: Observed, settings: Settings | None = None) -> Decision:
     """The next step for one UpdateStream: the status to write, then the actions to take."""
     step = _Step(obs, settings or Settings(), obs.status.model_copy(deep=True))
     spec, keyspace = obs.spec, obs.keyspace
-    wanted = [KeyRange.parse(k).name for k in spec.key_ranges]
+    wanted = list(spec.key_ranges)
     jobs = _group_jobs(step, wanted)
     problems = validate(obs.stream, spec, keyspace, obs.keyspace_error)
     step.degraded.extend(problems)
@@ -401,7 +305,12 @@ def reconcile(obs: Observed, settings: Settings | None = None) -> Decision:
             if job is not None:
                 entry = entry.model_copy(update={"job": job.job_id, "phase": job.phase.value})
         else:
+            found = len(step.degraded)
             entry = _key_range_step(step, entry, job, spec, keyspace)
+            if entry.message and len(step.degraded) == found:
+                # its job's error stays the key range's problem until a launch delivers
+                message = f"key range {entry.key_range}: {entry.message}"
+                step.degraded.append(Problem("JobError", message))
             if job is not None and _watches(step, job):
                 watchers.append(job)
         entries.append(entry)
@@ -409,14 +318,13 @@ def reconcile(obs: Observed, settings: Settings | None = None) -> Decision:
     # entries of removed key ranges stay until their job is gone
     for entry in step.status.key_ranges:
         if entry.key_range not in wanted and any(
-            isinstance(a, Stop) and KeyRange.parse(a.job.key_range).name == entry.key_range
-            for a in step.actions
+            isinstance(a, Stop) and a.job.key_range == entry.key_range for a in step.actions
         ):
             entries.append(entry.model_copy(update={"phase": "Stopping"}))
     step.status.key_ranges = entries
 
-    _conditions(step, spec.suspend)
-    _summarise(step.status, obs.stream.generation)
+    set_conditions(step, jobs, spec.suspend)
+    summarise(step.status, obs.stream.generation)
     return Decision(step.status, tuple(step.actions), tuple(step.notes), tuple(watchers))
 
 

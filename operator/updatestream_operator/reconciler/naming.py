@@ -13,7 +13,7 @@ import re
 
 from updatestream.core.keyrange import KeyRange
 from updatestream.spec import API_GROUP
-from updatestream_operator.models import JobSpec, StreamRef
+from updatestream_operator.reconciler.models import JobSpec, StreamRef
 
 MANAGED_BY = "updatestream-operator"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -40,13 +40,12 @@ _MAX_BASE = 40
 _INVALID = re.compile(r"[^a-z0-9-]+")
 
 
-def key_range_slug(key_range: str) -> str:
+def key_range_slug(key_range: KeyRange) -> str:
     """A label-safe spelling of a key range: `-` -> `all`, `-80` -> `min-80`, `80-` -> `80-max`."""
-    parsed = KeyRange.parse(key_range)
-    if not parsed.start and not parsed.end:
+    if key_range.is_complete:
         return "all"
-    start = parsed.start.hex() or "min"
-    end = parsed.end.hex() or "max"
+    start = key_range.start.hex() or "min"
+    end = key_range.end.hex() or "max"
     return f"{start}-{end}"
 
 
@@ -54,11 +53,11 @@ def _short_hash(*parts: str) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:6]
 
 
-def job_name(stream: StreamRef, key_range: str) -> str:
+def job_name(stream: StreamRef, key_range: KeyRange) -> str:
     """`us-<stream>-<key range>-<hash>`, a DNS-1123 label of at most 50 characters."""
     base = _INVALID.sub("-", f"{stream.name}-{key_range_slug(key_range)}".lower()).strip("-")
     base = base[:_MAX_BASE].rstrip("-")
-    return f"us-{base}-{_short_hash(stream.uid, KeyRange.parse(key_range).name)}"
+    return f"us-{base}-{_short_hash(stream.uid, key_range.name)}"
 
 
 def config_map_name(job_id: str) -> str:
@@ -80,7 +79,7 @@ def stream_selector(stream_uid: str) -> str:
     return f"{LABEL_STREAM_UID}={stream_uid}"
 
 
-def job_labels(stream: StreamRef, key_range: str, role: str = "job") -> dict[str, str]:
+def job_labels(stream: StreamRef, key_range: KeyRange, role: str = "job") -> dict[str, str]:
     return {
         LABEL_MANAGED_BY: MANAGED_BY,
         LABEL_PART_OF: "updatestream",
@@ -93,8 +92,8 @@ def job_labels(stream: StreamRef, key_range: str, role: str = "job") -> dict[str
 
 def job_annotations(job: JobSpec) -> dict[str, str]:
     annotations = {
-        ANNOTATION_KEY_RANGE: job.key_range,
-        ANNOTATION_SHARD_MAP: job.shard_map,
+        ANNOTATION_KEY_RANGE: job.key_range.name,
+        ANNOTATION_SHARD_MAP: str(job.shard_map),
         ANNOTATION_SPEC_HASH: job.spec_hash,
         ANNOTATION_LAUNCH_ID: str(job.launch_id),
     }

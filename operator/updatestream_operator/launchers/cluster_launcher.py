@@ -21,19 +21,29 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any
 
-from updatestream.contract.job import SNAPSHOT_REQUESTS_FILE, JobConfig
+from updatestream.contract.job_config import SNAPSHOT_REQUESTS_FILE, JobConfig
+from updatestream.core.errors import UpdateStreamError
+from updatestream.core.keyrange import KeyRange
+from updatestream.core.shardmap import ShardMap
 from updatestream.spec import Keyspace
-from updatestream_operator import naming
-from updatestream_operator.jobconfig import (
+from updatestream_operator.launchers.driver_state import DriverState
+from updatestream_operator.launchers.launcher import split_key
+from updatestream_operator.launchers.settings import ClusterSettings
+from updatestream_operator.reconciler import naming
+from updatestream_operator.reconciler.launch_config import (
     config_files,
     job_config,
     kubernetes_watch,
     run_options,
 )
-from updatestream_operator.launchers.base import split_key
-from updatestream_operator.launchers.settings import ClusterSettings
-from updatestream_operator.models import JobInfo, JobPhase, JobProgress, JobSpec, JobStatus
-from updatestream_operator.progress import loads_progress
+from updatestream_operator.reconciler.models import (
+    JobInfo,
+    JobPhase,
+    JobProgress,
+    JobSpec,
+    JobStatus,
+)
+from updatestream_operator.reconciler.progress_reader import loads_progress
 from updatestream_operator.storage import KubeStore
 
 PROGRESS_KEY = "status.json"
@@ -44,6 +54,7 @@ STATUS_VOLUME = "job-status"
 SCRATCH_VOLUME = "tmp"
 STATE_VOLUME = "job-state"
 SCRATCH_MOUNT = "/tmp"
+METRICS_PORT_NAME = "metrics"
 
 
 def read_progress(store: KubeStore, namespace: str, job_id: str) -> JobProgress | None:
@@ -68,8 +79,7 @@ def job_info(
     namespace: str,
     labels: Mapping[str, str],
     annotations: Mapping[str, str],
-    phase: JobPhase,
-    message: str = "",
+    state: DriverState,
     created_at: dt.datetime | None = None,
 ) -> JobInfo | None:
     """A JobInfo from the labels and annotations the operator put on a job (None if missing)."""
@@ -78,17 +88,18 @@ def job_info(
             job_id=name,
             namespace=namespace,
             stream_uid=labels[naming.LABEL_STREAM_UID],
-            key_range=annotations[naming.ANNOTATION_KEY_RANGE],
-            shard_map=annotations[naming.ANNOTATION_SHARD_MAP],
+            key_range=KeyRange.parse(annotations[naming.ANNOTATION_KEY_RANGE]),
+            shard_map=ShardMap.parse(annotations[naming.ANNOTATION_SHARD_MAP]),
             spec_hash=annotations.get(naming.ANNOTATION_SPEC_HASH, ""),
             launch_id=int(annotations.get(naming.ANNOTATION_LAUNCH_ID, "0")),
             in_job_hops=annotations.get(naming.ANNOTATION_IN_JOB_HOPS) == "true",
-            phase=phase,
-            message=message,
+            phase=state.phase,
+            message=state.message,
+            reason=state.reason,
             created_at=created_at,
         )
-    except (KeyError, ValueError):
-        return None
+    except (KeyError, ValueError, UpdateStreamError):
+        return None  # not one of ours, or damaged: never taken for a stream's job
 
 
 def parse_time(value: object) -> dt.datetime | None:
@@ -101,7 +112,7 @@ def parse_time(value: object) -> dt.datetime | None:
 
 class ClusterLauncher(ABC):
     """One object in the cluster per job; a subclass says which (`role`, `_find`, `_objects`,
-    `_remove`, `_phase`) and how to launch it."""
+    `_remove`, `_state`) and how to launch it."""
 
     name: str
     role: str  # the `updatestream.io/role` label of the job's object
@@ -132,8 +143,8 @@ class ClusterLauncher(ABC):
         """Delete the job's object (and what it made), if it exists."""
 
     @abstractmethod
-    def _phase(self, found: dict[str, Any]) -> tuple[JobPhase, str]:
-        """The job's phase, and a message saying why when there is one."""
+    def _state(self, found: dict[str, Any]) -> DriverState:
+        """The job's phase, and why when there is something to say."""
 
     # -- what the job's object is made of ----------------------------------------------------
 
@@ -185,6 +196,15 @@ class ClusterLauncher(ABC):
         """The Spark main file's arguments: it is `updatestream run` itself, so they are that
         command's options (`--config` on the ConfigMap mounted into the driver)."""
         return run_options(naming.CONFIG_MOUNT)
+
+    def metrics_port(self) -> dict[str, Any]:
+        """The driver's metrics endpoint as a named container port, which the chart's
+        PodMonitor selects."""
+        return {
+            "name": METRICS_PORT_NAME,
+            "containerPort": self.settings.driver_metrics_port,
+            "protocol": "TCP",
+        }
 
     def publisher_container(self, job: JobSpec) -> dict[str, Any]:
         """The sidecar copying the job's status file into the progress ConfigMap."""
@@ -282,14 +302,12 @@ class ClusterLauncher(ABC):
         jobs = []
         for found in self._objects(namespace, selector):
             metadata = found["metadata"]
-            phase, message = self._phase(found)
             info = job_info(
                 name=metadata["name"],
                 namespace=metadata["namespace"],
                 labels=metadata.get("labels") or {},
                 annotations=metadata.get("annotations") or {},
-                phase=phase,
-                message=message,
+                state=self._state(found),
                 created_at=parse_time(metadata.get("creationTimestamp")),
             )
             if info is not None:
@@ -299,8 +317,9 @@ class ClusterLauncher(ABC):
     def status(self, key: str) -> JobStatus:
         namespace, name = split_key(key)
         found = self._find(namespace, name)
-        phase, message = self._phase(found) if found is not None else (JobPhase.ABSENT, "")
-        return JobStatus(name, phase, message, read_progress(self.store, namespace, name))
+        state = self._state(found) if found is not None else DriverState(JobPhase.ABSENT)
+        progress = read_progress(self.store, namespace, name)
+        return JobStatus(name, state.phase, state.message, progress, state.reason)
 
     def publish_keyspace(self, job: JobInfo, keyspace: Keyspace) -> None:
         """Nothing to do: a driver watching its Keyspace reads the object from the API."""

@@ -1,6 +1,6 @@
 """The configuration a streaming job is started with, and its command line.
 
-Each launch gets one `JobConfig` (`updatestream.contract.job`): the UpdateStream with
+Each launch gets one `JobConfig` (`updatestream.contract.job_config`): the UpdateStream with
 `spec.start` rewritten by the operator to where this launch starts (the user's start on the
 first launch, the recorded positions afterwards), its Keyspace, the key range, the dedup filter
 of the hops it starts after, and the launch's paths. It is written as `job.yaml`: in a cluster a
@@ -17,10 +17,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from updatestream.contract.job import JOB_FILE, SNAPSHOT_REQUESTS_FILE, JobConfig
-from updatestream.core.dedup import DedupFilter
+from updatestream.contract.job_config import JOB_FILE, SNAPSHOT_REQUESTS_FILE, JobConfig
 from updatestream.spec import Keyspace, ObjectMeta, UpdateStream, dump_keyspace
-from updatestream_operator.models import JobSpec
+from updatestream_operator.reconciler.models import JobSpec
 
 KEYSPACE_FILE = "keyspace.yaml"  # what a local job watches for serving-map changes
 
@@ -58,7 +57,7 @@ def job_config(
         checkpoint=Path(checkpoint),
         metrics_port=metrics_port,
         status_file=Path(status_file),
-        dedup=DedupFilter.from_json(job.dedup) if job.dedup is not None else None,
+        dedup=job.dedup,
         hop_started_at=job.hop_started_at,
         keyspace_watch=keyspace_watch if job.in_job_hops else None,
         snapshot_requests=snapshot_requests,

@@ -38,24 +38,43 @@ class StreamMetrics:
     def __init__(self, stream: str, registry: CollectorRegistry | None = None) -> None:
         self.stream = stream
         self.registry = registry or CollectorRegistry()
+        self._delivery_metrics()
+        self._hop_metrics()
+        self._state_metrics()
+        self._snapshot_metrics()
+        self._server: Any = None
+
+    def _delivery_metrics(self) -> None:
+        """What reaches the sinks: events, lag, duplicates dropped and delivered."""
+        registry, stream = self.registry, self.stream
         self.lag = Gauge(
             "updatestream_lag_seconds",
             "Seconds the stream is behind each shard (0 when caught up)",
             ["stream", "shard"],
-            registry=self.registry,
+            registry=registry,
         )
         self.events = Counter(
             "updatestream_events_total",
             "Change events delivered to the sinks",
             ["stream", "shard", "op"],
-            registry=self.registry,
+            registry=registry,
         )
         self.duplicates = Counter(
             "updatestream_duplicates_total",
             "Events classified by the hop dedup rule (hop: dropped, unknown: delivered)",
             ["stream", "cause"],
-            registry=self.registry,
+            registry=registry,
         )
+        self.duplicates_delivered = Counter(
+            "updatestream_duplicates_delivered_total",
+            "Duplicates a sink reported it delivered (0 unless a sink says so)",
+            ["stream", "sink"],
+            registry=registry,
+        )
+        for cause in DUPLICATE_CAUSES:
+            self.duplicates.labels(stream, cause)
+
+    def _hop_metrics(self) -> None:
         self.hops = Counter(
             "updatestream_hops_total",
             "Hops from source shards to destination shards",
@@ -69,18 +88,18 @@ class StreamMetrics:
             buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800),
             registry=self.registry,
         )
-        self.duplicates_delivered = Counter(
-            "updatestream_duplicates_delivered_total",
-            "Duplicates a sink reported it delivered (0 unless a sink says so)",
-            ["stream", "sink"],
-            registry=self.registry,
-        )
+        self.hops.labels(self.stream)
+        self.hop_duration.labels(self.stream)
+
+    def _state_metrics(self) -> None:
         self.phase = Gauge(
             "updatestream_job_phase",
             "1 for the job's current phase (starting, running, hopping, stopped, failed)",
             ["stream", "key_range", "phase"],
             registry=self.registry,
         )
+
+    def _snapshot_metrics(self) -> None:
         self.snapshot_rows = Counter(
             "updatestream_snapshot_rows_total",
             "Existing rows the snapshot delivered",
@@ -93,13 +112,8 @@ class StreamMetrics:
             ["stream"],
             registry=self.registry,
         )
-        self.snapshot_rows.labels(stream)
-        self.snapshot_remaining.labels(stream)
-        for cause in DUPLICATE_CAUSES:
-            self.duplicates.labels(stream, cause)
-        self.hops.labels(stream)
-        self.hop_duration.labels(stream)
-        self._server: Any = None
+        self.snapshot_rows.labels(self.stream)
+        self.snapshot_remaining.labels(self.stream)
 
     def add_sinks(self, names: list[str]) -> None:
         """Create each sink's delivered-duplicates series at 0."""

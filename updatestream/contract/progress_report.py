@@ -5,8 +5,11 @@ half a report); the operator (from the file, or in a cluster from the progress C
 sidecar copies it into), the demo, the harnesses and the benchmarks read it with `read()` or
 `loads()`. Fields:
 
-- `stream`, `keyRange`, `batchId` (the last finished micro-batch), `batches`, `updatedAt`
-  (unix seconds), `phase` (`starting`, `running`, `hopping`, `stopped`, `failed`), `error`;
+- `stream`, `keyRange`, `batchId` (the last finished micro-batch), `batches`, `idleTriggers`
+  (triggers that found nothing new to read: the query runs, caught up), `updatedAt`
+  (unix seconds), `phase` (`starting`, `running`, `hopping`, `stopped`, `failed`), `error` (a
+  failed job's fatal error, one line without Secret values) and `retryable` (whether relaunching
+  the job may get past it: false for a configuration the job will meet again);
 - `shards`: per shard the last delivered Event Token and its GTID `position`, change `events`
   and counts by op (`byOp`, heartbeats included), the timestamps of the last change and the last
   heartbeat, the latest position Spark knows, and `lagSeconds`;
@@ -15,6 +18,9 @@ sidecar copies it into), the demo, the harnesses and the benchmarks read it with
   `duplicatesDelivered` it detected;
 - `shardMap` and `hops`: the serving shard map the stream reads and the hops it made inside
   its running query, oldest first (`completedAt` is null while a hop is in flight);
+- `dedup`: the dedup rule the stream applies now (`watermarks`, `overlap_until`: the rule it
+  was started with, merged with those of the hops it made), null when it has none; a
+  relaunch after a hop starts with it;
 - `snapshot` (streams that snapshot): chunks done of the estimated total, rows delivered, the
   rate, an ETA, and whether it has `finished` (null before the first batch);
 - `lastBatch`: where the last micro-batch's time went, in seconds: `readSeconds` (reading it
@@ -46,10 +52,13 @@ from pydantic import (
 )
 
 from updatestream.core.errors import UpdateStreamError
-from updatestream.core.keyrange import KeyRange
-from updatestream.core.shardmap import ShardMap
 from updatestream.core.token import EventToken, TokenError
-from updatestream.spec import describe_validation_error
+from updatestream.spec import (
+    DedupValue,
+    KeyRangeValue,
+    ShardMapValue,
+    describe_validation_error,
+)
 
 
 class ProgressError(UpdateStreamError):
@@ -69,22 +78,6 @@ def _token(value: Any) -> EventToken:
     raise ValueError(f"an Event Token must be an object or its JSON text, got {value!r}")
 
 
-def _shard_map(value: Any) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"must be a shard map such as '-80,80-', got {value!r}")
-    try:
-        return str(ShardMap.parse(value))
-    except UpdateStreamError as exc:
-        raise ValueError(f"not a shard map: {exc}") from None
-
-
-def _shard_names(value: list[str]) -> list[str]:
-    try:
-        return [KeyRange.parse(name).name for name in value]
-    except UpdateStreamError as exc:
-        raise ValueError(f"holds a name that is not a shard: {exc}") from None
-
-
 def _finite(value: float | None) -> float | None:
     if value is not None and not math.isfinite(value):
         raise ValueError("must be a finite number of seconds")
@@ -96,8 +89,6 @@ Token = Annotated[
     PlainValidator(_token),
     PlainSerializer(lambda token: token.to_json(), return_type=dict),
 ]
-MapText = Annotated[str, PlainValidator(_shard_map)]
-ShardNames = Annotated[list[str], AfterValidator(_shard_names)]
 Seconds = Annotated[float | None, AfterValidator(_finite)]
 Count = Annotated[int, Field(ge=0, strict=True)]
 
@@ -131,10 +122,10 @@ class SinkReport(_Report):
 
 class HopReport(_Report):
     number: int | None = None
-    from_map: MapText = Field(alias="fromMap")
-    to_map: MapText = Field(alias="toMap")
-    from_shards: ShardNames = Field(default_factory=list, alias="from")
-    to_shards: ShardNames = Field(default_factory=list, alias="to")
+    from_map: ShardMapValue = Field(alias="fromMap")
+    to_map: ShardMapValue = Field(alias="toMap")
+    from_shards: list[KeyRangeValue] = Field(default_factory=list, alias="from")
+    to_shards: list[KeyRangeValue] = Field(default_factory=list, alias="to")
     serving_changed_at: Seconds = Field(None, alias="servingChangedAt")
     detected_at: Seconds = Field(None, alias="detectedAt")
     completed_at: Seconds = Field(None, alias="completedAt")  # None while in flight
@@ -165,14 +156,19 @@ class BatchReport(_Report):
 
 class ProgressReport(_Report):
     stream: str = ""
-    key_range: str | None = Field(None, alias="keyRange")
+    key_range: KeyRangeValue | None = Field(None, alias="keyRange")
     batch_id: int | None = Field(None, alias="batchId")
     batches: Count = 0
+    # triggers of the query that found nothing new to read: it runs and is caught up
+    idle_triggers: Count = Field(0, alias="idleTriggers")
     updated_at: Seconds = Field(None, alias="updatedAt")
     phase: str | None = None
-    error: str | None = None
-    shard_map: MapText | None = Field(None, alias="shardMap")
+    error: str | None = None  # the job's fatal error, one line
+    retryable: bool | None = None  # with `error`: whether a relaunch may get past it
+    shard_map: ShardMapValue | None = Field(None, alias="shardMap")
     hops: list[HopReport] = Field(default_factory=list)
+    # the dedup rule the stream applies now (after the hops it started after and made)
+    dedup: DedupValue | None = None
     duplicates: dict[str, Count] = Field(default_factory=dict)
     sinks: dict[str, SinkReport] = Field(default_factory=dict)
     shards: dict[str, ShardReport] = Field(default_factory=dict)

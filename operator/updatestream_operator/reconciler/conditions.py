@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Literal
 
-from updatestream_operator.models import Condition
+from updatestream_operator.reconciler.models import Condition
 
 READY = "Ready"
 PROGRESSING = "Progressing"

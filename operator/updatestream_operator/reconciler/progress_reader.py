@@ -1,6 +1,6 @@
 """Reading a job's progress report into the operator's `JobProgress`.
 
-The report's format is the job's `ProgressReport` (`updatestream.contract.progress`); this
+The report's format is the job's `ProgressReport` (`updatestream.contract.progress_report`); this
 module keeps what the operator acts on: per shard the last delivered token, the changes by op
 (heartbeats are progress markers, not changes) and the lag; the duplicates by cause; the phase
 and error; and, from a job that hops inside its running query, the serving shard map it reads
@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from updatestream.contract.progress import HopReport, ProgressError, ProgressReport
-from updatestream_operator.models import JobProgress, ReportedHop, ShardProgress
+from updatestream.contract.progress_report import HopReport, ProgressError, ProgressReport
+from updatestream.core.keyrange import KeyRange
+from updatestream_operator.reconciler.models import JobProgress, ReportedHop, ShardProgress
 
 __all__ = ["ProgressError", "job_progress", "loads_progress", "parse_progress"]
 
@@ -36,7 +37,7 @@ def job_progress(report: ProgressReport, *, launch_id: int | None) -> JobProgres
     return JobProgress(
         launch_id=launch_id,
         shards={
-            name: ShardProgress(
+            KeyRange.parse(name): ShardProgress(
                 token=shard.token, events=shard.changes, lag_seconds=shard.lag_seconds
             )
             for name, shard in report.shards.items()
@@ -44,10 +45,17 @@ def job_progress(report: ProgressReport, *, launch_id: int | None) -> JobProgres
         duplicates=dict(report.duplicates),
         updated_at=report.updated_at,
         error=report.error or None,
+        retryable=report.retryable,
         phase=report.phase or None,
+        batches=report.batches,
+        idle_triggers=report.idle_triggers,
+        duplicates_delivered={
+            name: sink.duplicates_delivered for name, sink in sorted(report.sinks.items())
+        },
         shard_map=report.shard_map,
         hops=tuple(_hop(hop) for hop in report.hops),
         snapshot=report.snapshot,
+        dedup=report.dedup,
     )
 
 

@@ -8,7 +8,6 @@ import datetime as dt
 import hashlib
 import json
 from collections.abc import Sequence
-from typing import Any
 
 from updatestream.core.dedup import DedupFilter
 from updatestream.core.errors import UpdateStreamError
@@ -18,8 +17,8 @@ from updatestream.core.keyrange import KeyRange
 from updatestream.core.shardmap import ShardMap
 from updatestream.core.token import EventToken, compare
 from updatestream.spec import Keyspace, StartPosition, UpdateStreamSpec
-from updatestream_operator import conditions as cond
-from updatestream_operator.models import (
+from updatestream_operator.reconciler import conditions as cond
+from updatestream_operator.reconciler.models import (
     HopRecord,
     JobProgress,
     KeyRangeStatus,
@@ -27,13 +26,16 @@ from updatestream_operator.models import (
 )
 
 
-def relevant_shards(shard_map: str, key_range: str) -> list[str]:
+def relevant_shards(shard_map: ShardMap, key_range: KeyRange) -> list[KeyRange]:
     """The shards of `shard_map` that hold keyspace ids of `key_range`, in key order."""
-    return [s.name for s in ShardMap.parse(shard_map).shards_for(KeyRange.parse(key_range))]
+    return shard_map.shards_for(key_range)
 
 
 def spec_hash(
-    spec: UpdateStreamSpec, keyspace: Keyspace, key_range: str, shard_map: str | None = None
+    spec: UpdateStreamSpec,
+    keyspace: Keyspace,
+    key_range: KeyRange,
+    shard_map: ShardMap | None = None,
 ) -> str:
     """A hash of what a running job was configured with; a change means relaunching it.
 
@@ -43,9 +45,9 @@ def spec_hash(
     itself or its history: a change there is a hop, and a job that hops in place keeps its
     configuration.
     """
-    serving = shard_map or ",".join(keyspace.spec.serving_shards)
+    serving = shard_map or keyspace.spec.serving_map
     declared = {shard.name: shard for shard in keyspace.spec.shards}
-    shards = [declared.get(name) for name in relevant_shards(serving, key_range)]
+    shards = [declared.get(shard.name) for shard in relevant_shards(serving, key_range)]
     content = {
         "stream": spec.model_dump(
             mode="json", by_alias=True, include={"tables", "sinks", "spark", "keyspace"}
@@ -66,9 +68,9 @@ def secret_names(spec: UpdateStreamSpec, keyspace: Keyspace) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
-def flavor_of(keyspace: Keyspace, shard: str) -> Flavor:
+def shard_flavor(keyspace: Keyspace, shard: KeyRange) -> Flavor:
     try:
-        return Flavor(keyspace.spec.shard(shard).flavor)
+        return Flavor(keyspace.spec.shard(shard.name).flavor)
     except UpdateStreamError:
         return Flavor.MARIADB
 
@@ -81,19 +83,19 @@ def delivered_token(position: ShardPosition, flavor: Flavor) -> EventToken:
     if position.gtid:
         from updatestream.core.gtid import parse_position
 
-        return EventToken(0, position.name, parse_position(position.gtid, flavor))
+        return EventToken(0, position.name.name, parse_position(position.gtid, flavor))
     empty = MariaDBPosition() if flavor is Flavor.MARIADB else MySQLGTIDSet()
-    return EventToken(position.start_timestamp or 0, position.name, empty)
+    return EventToken(position.start_timestamp or 0, position.name.name, empty)
 
 
 def initial_positions(
-    start: StartPosition, shards: Sequence[str], now: dt.datetime
+    start: StartPosition, shards: Sequence[KeyRange], now: dt.datetime
 ) -> list[ShardPosition]:
     """Where each shard starts on a stream's first launch, as resumable positions."""
     positions = []
     for shard in shards:
-        token = (start.tokens or {}).get(shard) if start.mode == "tokens" else None
-        gtid = (start.gtid or {}).get(shard) if start.mode == "gtid" else None
+        token = (start.tokens or {}).get(shard.name) if start.mode == "tokens" else None
+        gtid = (start.gtid or {}).get(shard.name) if start.mode == "gtid" else None
         if start.mode == "timestamp":
             ts: int | None = start.timestamp or 0
         elif start.mode == "now":
@@ -108,10 +110,10 @@ def resume_start(entry: KeyRangeStatus) -> StartPosition:
     """The start of a relaunch: every shard from its recorded position, in the simplest form
     that says it (`tokens` when every shard has a token, one `timestamp` or `gtid` for all;
     `resume`, per shard, when the forms differ, as after a hop)."""
-    tokens = {p.name: p.token for p in entry.shards if p.token is not None}
-    gtids = {p.name: p.gtid for p in entry.shards if p.token is None and p.gtid}
+    tokens = {p.name.name: p.token for p in entry.shards if p.token is not None}
+    gtids = {p.name.name: p.gtid for p in entry.shards if p.token is None and p.gtid}
     stamps = {
-        p.name: p.start_timestamp or 0 for p in entry.shards if p.token is None and not p.gtid
+        p.name.name: p.start_timestamp or 0 for p in entry.shards if p.token is None and not p.gtid
     }
     if tokens and not gtids and not stamps:
         return StartPosition(mode="tokens", tokens=tokens)
@@ -125,31 +127,45 @@ def resume_start(entry: KeyRangeStatus) -> StartPosition:
     )
 
 
-def dedup_filter(hops: Sequence[HopRecord]) -> dict[str, Any] | None:
-    """The dedup filter (JSON) of a key range's hops, oldest first, merged (later ones win)."""
+def launch_dedup(
+    entry: KeyRangeStatus, completed: Sequence[HopRecord], pending: HopRecord | None
+) -> DedupFilter | None:
+    """The dedup rule a launch starts with: the one the key range's last launch applied (as
+    its job reported it, which covers the hops it made in place), merged with the rule of the
+    hop the operator plans itself for this relaunch. A status written before jobs reported
+    their rule has none: the completed hops are planned again, as then."""
+    current = entry.dedup if entry.dedup is not None else planned_dedup(completed)
+    planned = planned_dedup([pending]) if pending is not None else None
+    if current is None or planned is None:
+        return current or planned
+    return current.merged(planned)
+
+
+def planned_dedup(hops: Sequence[HopRecord]) -> DedupFilter | None:
+    """The dedup rule of hops planned from their records, oldest first, merged (later ones
+    win); None when there is nothing to drop."""
     merged: DedupFilter | None = None
     for hop in hops:
         if not hop.last_delivered:
             continue
         plan = plan_hop(
-            ShardMap.parse(hop.from_map),
-            ShardMap.parse(hop.to_map),
+            hop.from_map,
+            hop.to_map,
             {name: EventToken.from_json(t) for name, t in hop.last_delivered.items()},
-            KeyRange.parse(hop.key_range),
+            hop.key_range,
         )
         found = DedupFilter.from_plan(plan)
         merged = found if merged is None else merged.merged(found)
-    return merged.to_json() if merged is not None and not merged.is_empty() else None
+    return merged if merged is not None and not merged.is_empty() else None
 
 
 def fold_progress(entry: KeyRangeStatus, progress: JobProgress | None) -> KeyRangeStatus:
     """Positions, counts and lag of `entry` advanced by its job's report (of the same launch)."""
     if progress is None or progress.launch_id != entry.launch_id:
         return entry
-    by_name = {KeyRange.parse(name).name: report for name, report in progress.shards.items()}
     shards = []
     for position in entry.shards:
-        report = by_name.get(position.name)
+        report = progress.shards.get(position.name)
         if report is None:
             shards.append(position)
             continue
@@ -174,9 +190,27 @@ def fold_progress(entry: KeyRangeStatus, progress: JobProgress | None) -> KeyRan
             "shards": shards,
             "duplicates": dict(progress.duplicates),
             "duplicates_dropped": sum(progress.duplicates.values()),
-            "message": progress.error,
+            "message": _message(entry, progress),
+            "dedup": progress.dedup if progress.dedup is not None else entry.dedup,
+            "reported_at": _reported_at(progress) or entry.reported_at,
+            "batches": progress.batches,
+            "duplicates_delivered": dict(progress.duplicates_delivered),
         }
     )
+
+
+def _message(entry: KeyRangeStatus, progress: JobProgress) -> str | None:
+    """The job's fatal error; a launch that delivers leaves its predecessor's behind. Between
+    a stop and the relaunch the stopped job's report changes nothing: the stop decided."""
+    if entry.phase == "Restarting":
+        return entry.message
+    return progress.error or (None if progress.batches else entry.message)
+
+
+def _reported_at(progress: JobProgress) -> str | None:
+    if progress.updated_at is None:
+        return None
+    return cond.rfc3339(dt.datetime.fromtimestamp(progress.updated_at, dt.UTC))
 
 
 def seconds_between(start: str, end: dt.datetime) -> float:

@@ -12,9 +12,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from updatestream.core.keyrange import KeyRange
 from updatestream.spec import Keyspace, UpdateStreamSpec
-from updatestream_operator import conditions as cond
-from updatestream_operator.models import (
+from updatestream_operator.reconciler import conditions as cond
+from updatestream_operator.reconciler.models import (
     JobInfo,
     JobProgress,
     JobSpec,
@@ -23,7 +24,7 @@ from updatestream_operator.models import (
     StreamRef,
     StreamStatus,
 )
-from updatestream_operator.validation import Problem
+from updatestream_operator.reconciler.spec_checks import Problem
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ class Observed:
     keyspace: Keyspace | None
     status: StreamStatus
     jobs: Sequence[JobInfo]
-    progress: Mapping[str, JobProgress]  # key range -> the latest report of its job
+    progress: Mapping[KeyRange, JobProgress]  # key range -> the latest report of its job
     now: dt.datetime
     keyspace_error: str | None = None  # why the Keyspace object could not be read
 
@@ -44,6 +45,8 @@ class Observed:
 class Settings:
     launcher: str = "spark-submit"
     max_restarts: int = 3  # relaunches of a failed job before the stream is left Degraded
+    # seconds before the first relaunch of a failed job, doubled for each further one, at most
+    restart_backoff: tuple[float, float] = (10.0, 300.0)
     hops_kept: int = 20  # hop records kept in status.hops (counters keep the totals)
     # Launch jobs watching their Keyspace, and let such a job hop inside its running query
     # when the serving shards change; off: every hop stops the job and relaunches it.

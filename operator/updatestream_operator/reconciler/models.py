@@ -13,10 +13,39 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.dataclasses import dataclass as typed_dataclass
 
-from updatestream.contract.progress import SnapshotReport
+from updatestream.contract.progress_report import SnapshotReport
+from updatestream.core.dedup import DedupFilter
+from updatestream.core.keyrange import KeyRange
 from updatestream.core.token import EventToken
-from updatestream.spec import Keyspace, SparkSpec, UpdateStreamSpec
+from updatestream.spec import (
+    DedupValue,
+    KeyRangeValue,
+    Keyspace,
+    ShardMapValue,
+    SparkSpec,
+    UpdateStreamSpec,
+)
+
+# the operator's own records, checked like the spec: key ranges and shard maps are values
+_TYPED = ConfigDict(arbitrary_types_allowed=True)
+
+
+# Why a job's driver waits (`JobInfo.reason`) when waiting will not get it past: it cannot run
+# until someone fixes the image, the configuration or the crash.
+STUCK_REASONS = frozenset(
+    {
+        "CrashLoopBackOff",
+        "ImagePullBackOff",
+        "ErrImagePull",
+        "ErrImageNeverPull",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+    }
+)
 
 
 class JobPhase(enum.StrEnum):
@@ -45,20 +74,23 @@ class StreamRef:
     generation: int = 0
 
 
-@dataclass(frozen=True)
+@typed_dataclass(frozen=True, config=_TYPED)
 class JobInfo:
     """One job that exists, as a launcher lists it (from its labels and annotations)."""
 
     job_id: str  # unique within the launcher's scope (a Pod/SparkApplication name, a local id)
     stream_uid: str
-    key_range: str
-    shard_map: str  # the serving shard map the job was launched for
+    key_range: KeyRangeValue
+    shard_map: ShardMapValue  # the serving shard map the job was launched for
     spec_hash: str  # hash of the configuration the job was launched with
     launch_id: int  # which launch of the key range this is (counts up)
     phase: JobPhase
     message: str = ""
     created_at: dt.datetime | None = None
     namespace: str = ""
+    # why the job is in its phase, when something is wrong or it waits: Unschedulable,
+    # ImagePullBackOff, CrashLoopBackOff, DriverExited, ... ("" when nothing is to say)
+    reason: str = ""
     launcher: str = ""  # which launcher runs it (set when listed)
     # launched watching its Keyspace, so it can hop inside its running query (jobs launched
     # by an operator that did not record this are assumed not to)
@@ -79,7 +111,7 @@ class ShardProgress:
     lag_seconds: float | None = None
 
 
-@dataclass(frozen=True)
+@typed_dataclass(frozen=True, config=_TYPED)
 class ReportedHop:
     """A hop a running job made inside its query, as its progress report tells it.
 
@@ -87,10 +119,10 @@ class ReportedHop:
     order; times are unix seconds. `completed_at` is None while the hop is in flight.
     """
 
-    from_map: str
-    to_map: str
-    from_shards: tuple[str, ...]
-    to_shards: tuple[str, ...]
+    from_map: ShardMapValue
+    to_map: ShardMapValue
+    from_shards: tuple[KeyRangeValue, ...]
+    to_shards: tuple[KeyRangeValue, ...]
     detected_at: float | None = None
     serving_changed_at: float | None = None  # the Keyspace's newest shardMapHistory entry
     completed_at: float | None = None
@@ -102,20 +134,25 @@ class ReportedHop:
         return self.completed_at is not None
 
 
-@dataclass(frozen=True)
+@typed_dataclass(frozen=True, config=_TYPED)
 class JobProgress:
     """A job's progress report (the status file, or the progress ConfigMap in a cluster)."""
 
     launch_id: int | None
-    shards: dict[str, ShardProgress] = field(default_factory=dict)
+    shards: dict[KeyRangeValue, ShardProgress] = field(default_factory=dict)
     duplicates: dict[str, int] = field(default_factory=dict)  # cause -> count
     updated_at: float | None = None
-    error: str | None = None
+    error: str | None = None  # the job's fatal error, one line
+    retryable: bool | None = None  # with error: whether a relaunch may get past it
     phase: str | None = None  # the job's own phase: starting, running, hopping, ...
+    batches: int = 0  # micro-batches the job finished (this process)
+    idle_triggers: int = 0  # its query's triggers that found nothing new to read
+    duplicates_delivered: dict[str, int] = field(default_factory=dict)  # sink -> count
     # a job that hops inside its query: the serving map it reads now, and its hops, oldest first
-    shard_map: str | None = None
+    shard_map: ShardMapValue | None = None
     hops: tuple[ReportedHop, ...] = ()
     snapshot: SnapshotReport | None = None  # a job that snapshots: chunks, rows, rate, ETA
+    dedup: DedupFilter | None = None  # the dedup rule the job applies now
 
 
 @dataclass(frozen=True)
@@ -126,6 +163,7 @@ class JobStatus:
     phase: JobPhase
     message: str = ""
     progress: JobProgress | None = None
+    reason: str = ""  # as JobInfo.reason
 
 
 @dataclass(frozen=True)
@@ -137,21 +175,21 @@ class Note:
     message: str
 
 
-@dataclass(frozen=True)
+@typed_dataclass(frozen=True, config=_TYPED)
 class JobSpec:
     """Everything a launcher needs to start one streaming job for one key range."""
 
     job_id: str
     stream: StreamRef
-    key_range: str
-    shard_map: str
+    key_range: KeyRangeValue
+    shard_map: ShardMapValue
     spec_hash: str
     launch_id: int
     spec: UpdateStreamSpec  # with `start` rewritten to where this launch starts
     keyspace: Keyspace
     secret_names: tuple[str, ...]
-    # after a hop: the dedup filter (DedupFilter JSON) and when the hop began (unix seconds)
-    dedup: dict[str, Any] | None = None
+    # after a hop: the dedup rule the job starts with and when the hop began (unix seconds)
+    dedup: DedupFilter | None = None
     hop_started_at: float | None = None
     # watch the Keyspace and hop inside the running query when its serving shards change
     in_job_hops: bool = False
@@ -191,7 +229,7 @@ class ShardPosition(_Status):
     `gtid` or at `startTimestamp` (seconds). Positions are what suspend, restart and hops keep.
     """
 
-    name: str
+    name: KeyRangeValue  # the shard
     token: dict[str, Any] | None = None
     start_timestamp: int | None = Field(None, alias="startTimestamp")
     gtid: str | None = None
@@ -207,11 +245,11 @@ class HopRecord(_Status):
     relaunched from planned positions: phases `Stopping`, `Launching`).
     """
 
-    key_range: str = Field(alias="keyRange")
-    from_map: str = Field(alias="fromShardMap")
-    to_map: str = Field(alias="toShardMap")
-    from_shards: list[str] = Field(default_factory=list, alias="fromShards")
-    to_shards: list[str] = Field(default_factory=list, alias="toShards")
+    key_range: KeyRangeValue = Field(alias="keyRange")
+    from_map: ShardMapValue = Field(alias="fromShardMap")
+    to_map: ShardMapValue = Field(alias="toShardMap")
+    from_shards: list[KeyRangeValue] = Field(default_factory=list, alias="fromShards")
+    to_shards: list[KeyRangeValue] = Field(default_factory=list, alias="toShards")
     method: Literal["Relaunch", "InJob"] = "Relaunch"
     phase: Literal["InJob", "Stopping", "Launching", "Completed"] = "Stopping"
     started_at: str = Field(alias="startedAt")
@@ -231,11 +269,11 @@ class HopRecord(_Status):
 
 
 class KeyRangeStatus(_Status):
-    key_range: str = Field(alias="keyRange")
+    key_range: KeyRangeValue = Field(alias="keyRange")
     job: str | None = None
     launcher: str | None = None
     phase: str = "Pending"
-    shard_map: str | None = Field(None, alias="shardMap")
+    shard_map: ShardMapValue | None = Field(None, alias="shardMap")
     spec_hash: str | None = Field(None, alias="specHash")
     launch_id: int = Field(0, alias="launchId")
     launched_at: str | None = Field(None, alias="launchedAt")
@@ -244,10 +282,20 @@ class KeyRangeStatus(_Status):
     duplicates: dict[str, int] = Field(default_factory=dict)
     duplicates_dropped: int = Field(0, alias="duplicatesDropped")
     restarts: int = 0
-    message: str | None = None
+    message: str | None = None  # what is wrong with the key range's job, for Degraded
+    failed_at: str | None = Field(None, alias="failedAt")  # when its job was seen ended
+    # the job's last report: when (RFC 3339; the first launch's time until a job reports, so
+    # the lag of a key range whose jobs never report grows from there), its batches, the
+    # duplicates its sinks recognised
+    reported_at: str | None = Field(None, alias="reportedAt")
+    batches: int = 0
+    duplicates_delivered: dict[str, int] = Field(default_factory=dict, alias="duplicatesDelivered")
     hop: HopRecord | None = None  # the hop in progress, if any
+    # the dedup rule the launch applies: what it started with, then what its job reports
+    dedup: DedupValue | None = None
 
-    def shard(self, name: str) -> ShardPosition | None:
+    def shard(self, name: KeyRange | str) -> ShardPosition | None:
+        name = KeyRange.parse(name) if isinstance(name, str) else name
         for position in self.shards:
             if position.name == name:
                 return position
@@ -264,7 +312,8 @@ class StreamStatus(_Status):
     hop_seconds_total: float = Field(0.0, alias="hopSecondsTotal")
     conditions: list[Condition] = Field(default_factory=list)
 
-    def key_range(self, name: str) -> KeyRangeStatus | None:
+    def key_range(self, name: KeyRange | str) -> KeyRangeStatus | None:
+        name = KeyRange.parse(name) if isinstance(name, str) else name
         for entry in self.key_ranges:
             if entry.key_range == name:
                 return entry
