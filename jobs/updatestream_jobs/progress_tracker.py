@@ -31,7 +31,7 @@ from typing import Any
 
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
-from updatestream.binlog.events import ChangeEvent
+from updatestream.binlog.events import SNAPSHOT_OPS, ChangeEvent
 from updatestream.contract.progress_report import (
     BatchReport,
     HopReport,
@@ -124,9 +124,9 @@ class ProgressTracker:
     def observe(self, events: Iterable[ChangeEvent]) -> Iterator[ChangeEvent]:
         """Pass events through, recording each (use it on the way to the first sink)."""
         for event in events:
-            if event.op == "snapshot":  # an existing row: no change to the shard's progress
+            if event.op in SNAPSHOT_OPS:  # an existing row: no change to the shard's progress
                 with self._lock:
-                    self._shard(event.shard).by_op["snapshot"] += 1
+                    self._shard(event.shard).by_op[event.op] += 1
                     self.snapshot_rows += 1
                 if self.metrics is not None:
                     self.metrics.events.labels(self.stream, event.shard, event.op).inc()

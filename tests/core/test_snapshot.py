@@ -49,6 +49,43 @@ def test_the_filter_finds_the_range_by_keyspace_id_and_table() -> None:
     assert not held.holds_back(None, None, None)  # heartbeats pass
 
 
+def test_a_range_of_a_snapshot_on_demand_holds_nothing_back() -> None:
+    """Its sinks hold its keys already: a change it dropped (a delete above the frontier) would
+    be lost, since the chunk that reads the key later finds no row and says nothing."""
+    orders = SnapshotRange("-80", "orders", (100,), frontier=(40,), request="r1", on_demand=True)
+    assert not any(orders.holds_back((key,)) for key in (7, 41, 100, 101))
+    start = SnapshotRange("-80", "orders", (100,), frontier=(40,))
+    held = SnapshotFilter([orders, start])
+    assert held.tables() == {"orders"}  # only the starting snapshot's range holds back
+    assert held.holds_back("orders", "10" * 8, json.dumps({"order_id": 41}))
+    assert not SnapshotFilter([orders]).active
+    assert not SnapshotFilter([orders]).holds_back("orders", "10" * 8, '{"order_id": 41}')
+
+
+def test_a_new_request_finishes_what_it_re_reads_of_an_unfinished_earlier_one() -> None:
+    """Two requests of one table: the second re-reads every key the first has left, so the
+    first's covered ranges are finished rather than read twice; other ranges go on."""
+
+    def on_demand(key_range: str, table: str, request: str) -> SnapshotRange:
+        return SnapshotRange(key_range, table, (100,), request=request, on_demand=True)
+
+    first = SnapshotState(ranges()).with_request(
+        "r1", [on_demand("-80", "orders", "r1"), on_demand("80-", "orders", "r1")]
+    )
+    first = first.advance([(first.ranges[4], (30,))])
+    second = first.with_request(
+        "r2", [on_demand("-40", "orders", "r2"), on_demand("-80", "users", "r2")]
+    )
+    assert [r.done for r in second.ranges[4:6]] == [False, False]  # -80 is not within -40
+    third = second.with_request("r3", [on_demand("-", "orders", "r3")])
+    by_ident = {r.ident: r for r in third.ranges}
+    assert by_ident["r1:orders:-80"].done and by_ident["r1:orders:80-"].done
+    assert by_ident["r1:orders:-80"].chunks == 1  # what it read stays counted
+    assert by_ident["r2:orders:-40"].done and not by_ident["r2:users:-80"].done
+    assert not by_ident["r3:orders:-"].done
+    assert [r.done for r in third.ranges[:4]] == [r.done for r in ranges()]  # the start's stay
+
+
 def test_a_key_that_cannot_be_ordered_against_the_bounds_is_a_typed_error() -> None:
     held = SnapshotFilter([SnapshotRange("-", "users", (100,))])
     with pytest.raises(SnapshotStateError, match="cannot be ordered"):
@@ -79,10 +116,16 @@ def test_advancing_records_the_batch_chunks_and_moves_frontiers() -> None:
 
 def test_the_state_round_trips_through_offset_json() -> None:
     state = SnapshotState(ranges(), started_at=5.0).advance([(ranges()[0], (30,))])
-    state = state.with_request("again", [SnapshotRange("-", "orders", (7,), request="again")])
+    again = SnapshotRange("-", "orders", (7,), request="again", on_demand=True)
+    state = state.with_request("again", [again])
     text = json.dumps(state.to_json())
     assert SnapshotState.from_json(json.loads(text)) == state
     assert state.with_request("again", []) is state  # a request id is taken once
+    # offsets written before ranges said whether they are on demand: all but the start's are
+    older = json.loads(text)
+    for item in older["ranges"]:
+        item.pop("onDemand")
+    assert [r.on_demand for r in SnapshotState.from_json(older).ranges] == [False] * 4 + [True]
     with pytest.raises(SnapshotStateError, match="malformed"):
         SnapshotState.from_json({"ranges": [{"table": "t"}]})
 

@@ -18,7 +18,7 @@ from updatestream_cli.devcluster.ledger import binlog_image, pk_json
 from updatestream_jobs.job import Job
 
 from updatestream import spec
-from updatestream.binlog.events import encode_row
+from updatestream.binlog.events import SNAPSHOT_OPS, encode_row
 from updatestream.contract.job_config import JobConfig
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.vschema import VSchema
@@ -95,8 +95,8 @@ def read_console(path: Path) -> Delivered:
         ident = (event["shard"], event["gtid"], event["table"], event["pk"], event["tx_index"])
         if event.get("source_shard"):
             ident = (event["source_shard"], event["source_gtid"], *ident[2:])
-        out.identities[(op == "snapshot", *ident)] += 1
-        if op == "snapshot":
+        out.identities[(op in SNAPSHOT_OPS, *ident)] += 1
+        if op in SNAPSHOT_OPS:
             out.snapshot_keys[key] += 1
             out.snapshot_at[key] = event["timestamp"]
         elif key in out.snapshot_at and event["timestamp"] < out.snapshot_at[key] - 1:

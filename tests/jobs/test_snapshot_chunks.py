@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -17,6 +19,7 @@ from harness.stream_job import traffic_generator
 from tests.binlogs import config_for, positions, read
 from updatestream.binlog.errors import ShardUnreachable
 from updatestream.binlog.session import ShardSession
+from updatestream.core.gtid import MariaDBGTID
 from updatestream.core.snapshot_plan import Chunk
 from updatestream.core.token import EventToken
 from updatestream.core.vschema import VSchema
@@ -83,7 +86,7 @@ def binlog_state(config: Any, start: Any, end: Any, shard: str) -> dict[tuple[st
 def snapshot_state(config: Any, shard: str, at: EventToken) -> dict[tuple[str, str], str]:
     endpoint = config.endpoint(shard)
     state: dict[tuple[str, str], str] = {}
-    with ShardSession(endpoint, config) as session:
+    with ShardSession(endpoint, config.reader) as session:
         for table in TABLES:
             info = describe_table(session, "commerce", table)
             last = last_key(session, info)
@@ -91,7 +94,7 @@ def snapshot_state(config: Any, shard: str, at: EventToken) -> dict[tuple[str, s
             while last is not None and (frontier is None or frontier < last):
                 upto = chunk_upper(session, info, frontier, 700, last)
                 chunk = Chunk(f"t:{table}", "-", table, frontier, upto)
-                for row in ChunkReader(config, endpoint, chunk, at).rows():
+                for row in ChunkReader(config.reader, endpoint, chunk, at).rows():
                     assert row[2] == "snapshot" and row[8] == at.dumps()
                     assert (row[3], row[4]) not in state
                     state[(row[3], row[4])] = row[7]
@@ -119,7 +122,7 @@ def test_a_snapshot_row_encodes_exactly_like_its_binlog_image(
 
 def test_every_sample_table_takes_the_columnar_path(loaded: dict[str, Any]) -> None:
     config = loaded["config"]
-    with ShardSession(config.endpoint("-80"), config) as session:
+    with ShardSession(config.endpoint("-80"), config.reader) as session:
         for table in TABLES:
             info = describe_table(session, "commerce", table)
             vschema = VSchema.from_json(config.vschema_json)
@@ -166,7 +169,44 @@ def test_a_chunk_read_with_a_wrong_password_is_a_typed_error_without_it(
     config = dataclasses.replace(loaded["config"], secrets_dir=str(secrets))
     endpoint = dataclasses.replace(config.endpoint("-80"), secret="wrong")
     with pytest.raises(ShardUnreachable) as caught:
-        columns.fetch(endpoint, config, "SELECT 1")
+        columns.fetch(endpoint, config.reader, "SELECT 1")
     message = str(caught.value)
     assert "'wrong'" in message and "-80" in message
     assert "Sup3r-Secret-Pw" not in message
+
+
+def test_a_chunk_waits_until_the_transactions_up_to_its_position_are_visible(
+    cluster: DevCluster, loaded: dict[str, Any]
+) -> None:
+    """MariaDB lists a transaction in `@@gtid_binlog_pos` before its rows are visible, so the
+    reader waits until a consistent snapshot's own position contains the chunk's: at once for a
+    position the shard has, until the commit for one a transaction ahead, and never for a
+    position the shard does not reach (a typed error naming the shard)."""
+    config = loaded["config"].reader
+    endpoint = loaded["config"].endpoint("-80")
+    now = positions(loaded["config"])["-80"]
+    assert chunks.wait_until_visible(endpoint, config, now) == 1
+    (last,) = list(now)
+    ahead = now.advance(MariaDBGTID(last.domain, last.server, last.seq + 1))
+    committed: list[float] = []
+
+    def commit_later() -> None:
+        time.sleep(1.0)
+        with cluster.connect("-80", "admin", "commerce") as conn, conn.cursor() as cur:
+            cur.execute("UPDATE users SET visits = visits + 1 ORDER BY id LIMIT 1")
+            conn.commit()
+        committed.append(time.monotonic())
+
+    writer = threading.Thread(target=commit_later)
+    writer.start()
+    looks = chunks.wait_until_visible(endpoint, config, ahead, timeout=120)
+    returned = time.monotonic()
+    writer.join()
+    assert looks > 1 and committed and committed[0] <= returned
+    with cluster.connect("-80", "admin", "commerce") as conn, conn.cursor() as cur:
+        cur.execute("FLUSH BINARY LOGS")  # a new binlog file: its coordinates start again
+    assert chunks.wait_until_visible(endpoint, config, ahead) == 1
+    never = now.advance(MariaDBGTID(last.domain, last.server, last.seq + 1000))
+    with pytest.raises(ShardUnreachable, match=r"-80.*stalled") as caught:
+        chunks.wait_until_visible(endpoint, config, never, timeout=0.5)
+    assert str(never) in str(caught.value)

@@ -20,11 +20,15 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-Op = Literal["insert", "update", "delete", "snapshot", "heartbeat", "hop"]
-OPS: tuple[Op, ...] = ("insert", "update", "delete", "snapshot", "heartbeat")  # what sinks receive
-# A `snapshot` event is one existing row read by the snapshot (start mode `snapshot`, or a
-# snapshot on demand): `after` holds the row as it was at the event's token, `before` is None.
-# For its key it comes before every change the stream delivers after that token.
+Op = Literal["insert", "update", "delete", "snapshot", "reread", "heartbeat", "hop"]
+# what sinks receive
+OPS: tuple[Op, ...] = ("insert", "update", "delete", "snapshot", "reread", "heartbeat")
+# A `snapshot` event is one existing row read by the stream's starting snapshot (start mode
+# `snapshot`): `after` holds the row as it was at the event's token, `before` is None. It is the
+# first event of its key, and every change the stream delivers after that token follows it.
+# A `reread` event is the same for a row a snapshot on demand re-read while the stream ran: the
+# sinks hold the key already, from every change of it up to the event's token.
+SNAPSHOT_OPS: frozenset[str] = frozenset({"snapshot", "reread"})  # existing rows, not changes
 HOP_MARKER: Op = "hop"  # the first row of a hop batch; the job records it, sinks never see it
 
 # The Spark schema of a change event row, as DDL (field order is the row order).

@@ -9,10 +9,17 @@ that existed when the range was planned: rows above it were inserted later and a
 the binlog like any change.
 
 The rule that makes the seam exact (see docs/snapshot.md): the chunks of one micro-batch are read
-as of the batch's end position, and while a range is unfinished the binlog events of its keys
-that lie above the frontier are dropped (`SnapshotFilter`): the chunk that later covers such a
-key reads its state, which already includes them. A key at or below the frontier, or above
-`last`, is delivered as usual. So each key gets its snapshot row once, then every later change.
+as of the batch's end position, and while a range of the stream's starting snapshot is
+unfinished the binlog events of its keys that lie above the frontier are dropped
+(`SnapshotFilter`): the chunk that later covers such a key reads its state, which already
+includes them. A key at or below the frontier, or above `last`, is delivered as usual. So each
+key gets its snapshot row once, then every later change.
+
+A range of a snapshot on demand (`on_demand`) holds nothing back. Its sinks hold every key of
+it already, so a dropped change would be lost where the chunk cannot make up for it: a key
+deleted before its chunk is read gets no row, and the sinks would keep the row they hold. Its
+chunks are still read as of their batch's end, so a re-read row is the key's state after every
+change delivered before it, and every later change follows it.
 
 Keys are tuples of the primary-key columns' values as the binlog decodes them (ints, strings);
 Python orders them as the chunk queries do because the adapter reads string keys in binary
@@ -65,14 +72,16 @@ class SnapshotRange:
     chunks: int = 0  # chunks read so far
     request: str = "start"  # the snapshot request this range belongs to
     estimate: int = 1  # chunks the range was estimated to take when planned
+    on_demand: bool = False  # a re-read while the stream runs: the sinks hold its rows already
 
     @property
     def ident(self) -> str:
         return f"{self.request}:{self.table}:{self.key_range}"
 
     def holds_back(self, key: Key) -> bool:
-        """Whether a binlog event of `key` is dropped: the range will read its state later."""
-        if self.done or self.last is None:
+        """Whether a binlog event of `key` is dropped: the range will read its state later and
+        the sinks hold nothing of the key yet (never for a range of a snapshot on demand)."""
+        if self.on_demand or self.done or self.last is None:
             return False
         if self.frontier is not None and key <= self.frontier:
             return False
@@ -88,6 +97,7 @@ class SnapshotRange:
             "chunks": self.chunks,
             "request": self.request,
             "estimate": self.estimate,
+            "onDemand": self.on_demand,
         }
 
     @classmethod
@@ -104,6 +114,8 @@ class SnapshotRange:
                 chunks=int(data.get("chunks", 0)),
                 request=str(data.get("request", "start")),
                 estimate=int(data.get("estimate", 1)),
+                # offsets written before the field: every range but the start's is on demand
+                on_demand=bool(data.get("onDemand", data.get("request", "start") != "start")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise SnapshotStateError(f"snapshot range {data!r} is malformed: {exc}") from None
@@ -200,10 +212,17 @@ class SnapshotState:
         return replace(self, rows=rows)
 
     def with_request(self, request: str, ranges: Iterable[SnapshotRange]) -> SnapshotState:
-        """Add the ranges of a snapshot on demand (a request id is taken once)."""
+        """Add the ranges of a snapshot on demand (a request id is taken once). An unfinished
+        range of an earlier request that a new range covers (same table, key range within the
+        new one) is finished: the new range re-reads every key it has left, so two requests of
+        one table never read a key twice in one batch."""
         if request in self.requests:
             return self
-        return replace(self, ranges=self.ranges + tuple(ranges), requests=(*self.requests, request))
+        added = tuple(ranges)
+        kept = tuple(
+            replace(item, done=True) if _covered(item, added) else item for item in self.ranges
+        )
+        return replace(self, ranges=kept + added, requests=(*self.requests, request))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -238,6 +257,18 @@ class SnapshotState:
         return self.chunks
 
 
+def _covered(item: SnapshotRange, added: Sequence[SnapshotRange]) -> bool:
+    """Whether an unfinished range of a snapshot on demand is re-read whole by one of `added`."""
+    if item.done or not item.on_demand:
+        return False
+    within = KeyRange.parse(item.key_range)
+    return any(
+        new.on_demand and new.table == item.table
+        and KeyRange.parse(new.key_range).contains_range(within)
+        for new in added
+    )  # fmt: skip
+
+
 def next_chunks(state: SnapshotState, budget: int) -> list[SnapshotRange]:
     """The ranges whose next chunks the coming batch reads, up to `budget` chunks: round robin
     over the unfinished ranges (different key ranges live on different shards and read in
@@ -262,7 +293,7 @@ class SnapshotFilter:
     def __init__(self, ranges: Iterable[SnapshotRange]) -> None:
         self._by_table: dict[str, list[tuple[KeyRange, SnapshotRange]]] = {}
         for item in ranges:
-            if not item.done and item.last is not None:
+            if not item.done and item.last is not None and not item.on_demand:
                 entry = (KeyRange.parse(item.key_range), item)
                 self._by_table.setdefault(item.table, []).append(entry)
 

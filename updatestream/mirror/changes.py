@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from updatestream.binlog.events import ChangeEvent
-from updatestream.mirror.order import Order, Verdict, classify, order_of
+from updatestream.mirror.order import Order, Verdict, classify, ignore_cause, order_of
 
 Row = dict[str, Any]
 
@@ -121,5 +121,5 @@ def collapse(events: Iterable[ChangeEvent]) -> Collapsed:
                 ignored["superseded"] += 1
                 kept[change.key] = change
             else:
-                ignored[verdict.value] += 1
+                ignored[ignore_cause(verdict, change.order)] += 1
     return Collapsed(kept, count, ignored, unknown)

@@ -41,7 +41,13 @@ from updatestream.mirror.mirror_tables import (
     source_columns,
     view_sql,
 )
-from updatestream.mirror.order import Order, Verdict, classify, update_assignments
+from updatestream.mirror.order import (
+    Order,
+    Verdict,
+    classify,
+    ignore_cause,
+    update_assignments,
+)
 from updatestream.mirror.values import to_sql
 
 Connect = Callable[[], Any]
@@ -205,7 +211,7 @@ class MirrorWriter:
                 winners.append(change)
                 result.unknown += verdict is Verdict.UNKNOWN
             else:
-                result.ignored[verdict.value] += 1
+                result.ignored[ignore_cause(verdict, change.order)] += 1
         self._write(table, schema, winners)
         result.applied = len(winners)
         result.tombstones = sum(1 for c in winners if c.row is None)

@@ -11,7 +11,7 @@ A mirror row stores the order token of the change that wrote it, in sortable col
   numbers over the position's domains (MariaDB) or the number of transactions in the GTID set
   (MySQL). Along one shard's binlog it grows with every transaction;
 * ``_us_idx``: the change's index among the changes to this key in its transaction
-  (``SNAPSHOT_INDEX`` for a snapshot row: after all of them).
+  (``SNAPSHOT_INDEX`` for a snapshot or re-read row: after all of them).
 
 The rule (:func:`classify`), for an incoming change ``new`` against the stored ``old``:
 
@@ -39,7 +39,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from updatestream.binlog.events import ChangeEvent
+from updatestream.binlog.events import SNAPSHOT_OPS, ChangeEvent
 from updatestream.core.gtid import GTIDParseError, MariaDBPosition, MySQLGTIDSet, parse_position
 
 TOKEN_COLUMNS = ("_us_ts", "_us_shard", "_us_seq", "_us_idx")
@@ -120,7 +120,7 @@ def order_of(event: ChangeEvent) -> Order:
         origin = lineage(event.source_shard, event.source_gtid)
         return Order(ts, origin, ordinal(event.source_gtid), event.tx_index)
     origin = lineage(event.shard, event.gtid)
-    index = SNAPSHOT_INDEX if event.op == "snapshot" else event.tx_index
+    index = SNAPSHOT_INDEX if event.op in SNAPSHOT_OPS else event.tx_index
     return Order(event.timestamp, origin, ordinal(event.gtid), index)
 
 
@@ -134,6 +134,16 @@ def classify(new: Order, old: Order) -> Verdict:
     if mine == theirs:
         return Verdict.EQUAL
     return Verdict.NEWER if mine > theirs else Verdict.OLDER
+
+
+def ignore_cause(verdict: Verdict, new: Order) -> str:
+    """Why a change that does not apply is ignored: its verdict, or ``unchanged`` for a snapshot
+    or re-read row EQUAL to the stored row (a read at the position the row was read at before,
+    such as a second re-read of a quiet table): the mirror holds that state; it is no change
+    delivered twice."""
+    if verdict is Verdict.EQUAL and new.idx == SNAPSHOT_INDEX:
+        return "unchanged"
+    return verdict.value
 
 
 def guard_sql() -> str:

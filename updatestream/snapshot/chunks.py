@@ -10,6 +10,15 @@ delete: its before image). Keys with no change in that window are unchanged sinc
 result is the chunk exactly at `at`, read without a consistent-snapshot transaction, and the
 window is usually empty (no binlog read at all).
 
+The SELECT must see every transaction up to `at`. MySQL adds a transaction to `gtid_executed`
+once it is committed, but MariaDB writes it into its binlog, and into `@@gtid_binlog_pos`,
+before its rows are visible: a chunk read in that gap would hold a row that a transaction at or
+before `at` deleted, stamped with `at`, and that row would win over the delete in every sink. So
+on MariaDB the reader first waits until a consistent snapshot sees the binlog (its
+`binlog_snapshot_file`/`_position`, which MariaDB keeps exact) up to where it ended once it held
+`at` (`wait_until_visible`): from then on every read sees those transactions. Normally the
+first snapshot does, and nothing waits.
+
 A schema change of the table while the chunk is read: the SELECT reads `*`, so its rows have the
 columns of the moment it ran; a key whose state comes from a before image has the columns of
 that change. Each row is a faithful image of its key; nothing fails or is lost.
@@ -17,8 +26,10 @@ that change. Each row is a faithful image of its key; nothing fails or is lost.
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +50,12 @@ from updatestream.binlog.session import (
     flavor_of,
     retryable,
 )
-from updatestream.core.gtid import position_contains
+from updatestream.core.gtid import (
+    Flavor,
+    GTIDPosition,
+    MariaDBPosition,
+    position_contains,
+)
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.snapshot_plan import Chunk, Key
 from updatestream.core.token import EventToken
@@ -48,6 +64,7 @@ from updatestream.snapshot.columns import columnar_query, exact_text, fetch, key
 from updatestream.snapshot.tables import TableInfo, convert_row, describe_table
 
 _FETCH = 2000
+VISIBLE_WAIT_SECONDS = 30.0  # how long a chunk waits for the transactions up to `at` to show
 
 
 def snapshot_database(config: ReaderConfig) -> str:
@@ -79,6 +96,7 @@ class ChunkReader:
 
     def columns(self) -> ChunkColumns:
         """The chunk's rows as of `at`: primary-key JSON, keyspace id and row JSON columns."""
+        wait_until_visible(self.endpoint, self.config, self.at.position)
         with ShardSession(self.endpoint, self.config) as session:
             info = describe_table(session, snapshot_database(self.config), self.chunk.table)
             query = columnar_query(info, self.vschema)
@@ -194,6 +212,95 @@ class ChunkReader:
                 settled.add(pk)
                 ksid = self._keyspace_id(decoded) if state is not None else None
                 images[pk] = None if state is None or ksid is None else (ksid, state)
+
+
+def wait_until_visible(
+    endpoint: ShardEndpoint,
+    config: ReaderConfig,
+    position: GTIDPosition,
+    *,
+    timeout: float = VISIBLE_WAIT_SECONDS,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    """Return once every transaction up to `position` is visible to reads on a MariaDB shard
+    (at once on MySQL: see the module); returns how many times it looked.
+
+    It reads the shard's GTID position until it contains `position`, and then the end of the
+    binlog, which holds those transactions whole (both are written under the binlog's lock).
+    Then it opens consistent snapshots until one sees the binlog up to that end (MariaDB keeps
+    a snapshot's binlog coordinates exact): every read that starts later sees the transactions
+    up to `position`. The end is read once, so commits that keep coming cannot outrun the
+    wait; nothing scans the binlog."""
+    if flavor_of(endpoint) is not Flavor.MARIADB:
+        return 0
+    settings = connection_settings(endpoint, config)
+    deadline = time.monotonic() + timeout
+    looks = 0
+    written: GTIDPosition | None = None
+    target: BinlogCoordinates | None = None
+    seen: BinlogCoordinates | None = None
+    try:
+        conn = pymysql.connect(autocommit=True, **settings)
+        try:
+            while True:
+                looks += 1
+                if target is None:
+                    written, end = _written(conn)
+                    target = end if position_contains(written, position) else None
+                if target is not None:
+                    seen = _seen(conn)
+                    if seen >= target:
+                        return looks
+                if time.monotonic() > deadline:
+                    raise ShardUnreachable(
+                        f"{endpoint.describe()} did not make the transactions up to {position} "
+                        f"visible within {timeout:.0f}s (its binlog holds {written}; reads see "
+                        f"up to {seen and seen[2]}:{seen and seen[1]}); a commit is stalled on "
+                        "the shard (disk full, a hung storage engine?)"
+                    )
+                sleep(min(0.5, 0.005 * 2**looks))
+        finally:
+            conn.close()
+    except pymysql.err.MySQLError as exc:
+        raise ShardUnreachable(
+            f"cannot read the visible position of {endpoint.describe()}: {describe(exc)}"
+        ) from None
+
+
+BinlogCoordinates = tuple[int, int, str]  # file number, offset, file name
+
+
+def _written(conn: Any) -> tuple[GTIDPosition, BinlogCoordinates]:
+    """The shard's GTID position, then the end of its binlog."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT @@global.gtid_binlog_pos")
+        text = str((cur.fetchone() or ("",))[0] or "")
+        cur.execute("SHOW MASTER STATUS")
+        row = cur.fetchone()
+    if row is None:
+        raise pymysql.err.OperationalError(0, "SHOW MASTER STATUS is empty: no binlog")
+    # per domain the highest GTID is where the binlog stands
+    parts = (MariaDBPosition.parse(p) for p in text.split(",") if p.strip())
+    position = functools.reduce(MariaDBPosition.union, parts, MariaDBPosition())
+    return position, _coordinates(str(row[0]), int(row[1]))
+
+
+def _seen(conn: Any) -> BinlogCoordinates:
+    """Where a consistent snapshot opened now sees the binlog up to."""
+    with conn.cursor() as cur:
+        cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+        cur.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
+        status = {str(name).lower(): value for name, value in cur.fetchall()}
+        cur.execute("COMMIT")
+    return _coordinates(
+        str(status["binlog_snapshot_file"]), int(status["binlog_snapshot_position"])
+    )
+
+
+def _coordinates(name: str, offset: int) -> BinlogCoordinates:
+    """Binlog coordinates in their order: files are numbered `<base>.000001`, `.000002`, ..."""
+    number = name.rpartition(".")[2]
+    return (int(number) if number.isdigit() else 0, offset, name)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,14 @@ after image, a delete ``-1`` of the before image, an update both. Files live in
 ``<path>/<stream>/range=<key range>/``, one per batch id; see :mod:`updatestream.cdcv2.writer`
 for when times complete and progress is written, and :mod:`updatestream.cdcv2.reader` to read
 them back.
+
+A ``snapshot`` row (the stream's starting snapshot) is an update ``+1`` of the row: the
+collection holds nothing of its key yet. A ``reread`` row (a snapshot on demand) is refused: to
+leave the collection equal to the shards' rows, a re-read would have to write, per key, the
+updates from the rows the collection holds to the row re-read, and what the collection holds
+is only in the files written so far (reading all of them back for every re-read is not done).
+The stream delivers every change during a re-read, so refusing it leaves the collection exactly
+what it was: the shards' rows for a stream that started with a snapshot into a new path.
 """
 
 from __future__ import annotations
@@ -59,6 +67,7 @@ class CDCv2Sink:
         self.lateness = config.allowed_lateness
         self.name = f"cdcv2({self.root})"
         self._replays = ReplayGuard()
+        self._refusing = False  # the last batch held re-read rows (one warning per re-read)
 
     def open(self) -> None:
         try:
@@ -70,11 +79,15 @@ class CDCv2Sink:
         directory = stream_directory(self.root, ctx)
         changes: list[Change] = []
         heartbeats: dict[str, int] = {}
+        refused = 0
         for event in events:
             if event.op == "heartbeat":
                 heartbeats[event.shard] = max(heartbeats.get(event.shard, 0), event.timestamp)
+            elif event.op == "reread":
+                refused += 1
             else:
                 changes.append(change_of(event))
+        self._refuse(refused, ctx)
         try:
             writer = StreamWriter(directory, lateness=self.lateness, file_format=self.file_format)
             report = writer.write_batch(ctx.batch_id, changes, heartbeats)
@@ -101,10 +114,27 @@ class CDCv2Sink:
         self._replays.written(ctx)
         return SinkResult(
             written=report.taken,
-            skipped=report.duplicates,
+            skipped=report.duplicates + refused,
             late=report.late,
             duplicates_delivered=delivered,
         )
+
+    def _refuse(self, refused: int, ctx: BatchContext) -> None:
+        """Say that a snapshot on demand is not written here (see the module)."""
+        if refused and not self._refusing:
+            log.warning(
+                "%s: refuses the rows a snapshot on demand re-reads (%d in batch %d, more may "
+                "follow): a CDCv2 collection can take a re-read only as the updates from the "
+                "rows it holds, which are in its files, not known to the writer. Every change "
+                "is still written, so the collection stays what it was; to load existing rows "
+                "into CDCv2, start a stream with a snapshot into a new path",
+                self.name,
+                refused,
+                ctx.batch_id,
+            )
+        elif refused:
+            log.info("%s: refused %d re-read rows of batch %d", self.name, refused, ctx.batch_id)
+        self._refusing = refused > 0
 
     def close(self) -> None:
         pass

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from updatestream import spec
-from updatestream.binlog.events import ChangeEvent
+from updatestream.binlog.events import SNAPSHOT_OPS, ChangeEvent
 from updatestream.cache.invalidator import CacheConflictError, CacheServerError, Invalidator
 from updatestream.cache.key_templates import KeyTemplateError, KeyTemplates
 from updatestream.cache.transport import CacheAddressError
@@ -65,7 +65,7 @@ class MemcachedSink:
         """Key -> token texts of the changes that invalidate it, in stream order."""
         changes: dict[str, list[str]] = {}
         for event in events:
-            if event.op in ("heartbeat", "snapshot") or event.table is None:
+            if event.op == "heartbeat" or event.op in SNAPSHOT_OPS or event.table is None:
                 continue  # a snapshot row is no change: nothing cached can be stale from it
             pk = loads_object(event.pk, "pk", event)
             images: list[dict[str, Any] | None] = []

@@ -7,8 +7,10 @@ older than ``tombstoneHorizonSeconds``. The source's column types are read from 
 of the Keyspace (``information_schema``) with the shard's own Secret.
 
 A change the mirror already holds at an equal token, in a batch that is no replay, is reported
-as a duplicate delivered. Metrics (the job's registry): ``updatestream_mirror_rows_applied_total``,
-``updatestream_mirror_rows_ignored_total{cause}`` (older, equal, superseded),
+as a duplicate delivered (a snapshot or re-read row read again at the position of the row it
+holds is not: cause ``unchanged``). Metrics (the job's registry):
+``updatestream_mirror_rows_applied_total``,
+``updatestream_mirror_rows_ignored_total{cause}`` (older, equal, superseded, unchanged),
 ``updatestream_mirror_unknown_order_total``, ``updatestream_mirror_tombstones_written_total``,
 ``updatestream_mirror_tombstones_purged_total``, all labelled ``stream`` and ``sink``.
 """
@@ -42,7 +44,7 @@ from updatestream_jobs.sinks.sink import (
     SinkResult,
 )
 
-IGNORE_CAUSES = ("older", "equal", "superseded")
+IGNORE_CAUSES = ("older", "equal", "superseded", "unchanged")
 _FAILURES = (pymysql.err.MySQLError, OSError, UpdateStreamError, ValueError)
 
 

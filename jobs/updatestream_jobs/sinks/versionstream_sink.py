@@ -18,10 +18,11 @@ from typing import Any
 import pymysql
 
 from updatestream import spec
-from updatestream.binlog.events import ChangeEvent
+from updatestream.binlog.events import SNAPSHOT_OPS, ChangeEvent
 from updatestream.core.errors import UpdateStreamError
 from updatestream.mysql_connections import connection_arguments
 from updatestream.versionstream.repository import (
+    AppendResult,
     Origin,
     Record,
     VersionStreamRepository,
@@ -40,9 +41,9 @@ from updatestream_jobs.sinks.sink import (
 def records_of(event: ChangeEvent) -> list[Record]:
     """The versions one row change appends."""
     shard, gtid, _table, _pk, index = identity(event)
-    # A snapshot row's origin is the position it was read at, marked as a snapshot: it can
-    # never be mistaken for the change that wrote the row at that position.
-    origin = Origin(shard, gtid, index, snapshot=event.op == "snapshot")
+    # A snapshot (or re-read) row's origin is the position it was read at, marked as a
+    # snapshot: it can never be mistaken for the change that wrote the row at that position.
+    origin = Origin(shard, gtid, index, snapshot=event.op in SNAPSHOT_OPS)
     table = event.table or ""
     entity = f"{table}:{event.pk}"  # the pk of the after image, or of the before for a delete
     if event.after is None:
@@ -112,26 +113,39 @@ class VersionStreamSink:
 
     def write_batch(self, events: Iterable[ChangeEvent], ctx: BatchContext) -> SinkResult:
         records: list[Record] = []
-        changes = 0
+        reads: list[Record] = []  # snapshot and re-read rows: a batch has them after its changes
+        changes = rows = 0
         for event in events:
-            if event.op != "heartbeat":
+            if event.op in SNAPSHOT_OPS:
+                rows += 1
+                reads += records_of(event)
+            elif event.op != "heartbeat":
                 changes += 1
                 records += records_of(event)
-        try:
-            result = self.repository.append(records)
-        except (pymysql.err.MySQLError, OSError, UpdateStreamError) as exc:
-            raise SinkError(
-                f"{self.name}: cannot append batch {ctx.batch_id} ({len(records)} versions); "
-                f"nothing was appended: {_describe(exc)}"
-            ) from None
-        skipped = min(changes, result.skipped)
+        skipped = min(changes, self._append(records, ctx).skipped) if records else 0
+        # A row read again at the position the stream holds it from (a second re-read of a
+        # quiet table) appends nothing; it is the state held, not a change delivered twice.
+        unchanged = min(rows, self._append(reads, ctx).skipped) if reads else 0
         # An origin the stream already holds came again: unless this batch may repeat an
         # earlier write, the stream delivered a duplicate (the append kept it out).
         delivered = 0 if self._replays.may_repeat(ctx) else skipped
         self._replays.written(ctx)
         return SinkResult(
-            written=changes - skipped, skipped=skipped, duplicates_delivered=delivered
+            written=changes + rows - skipped - unchanged,
+            skipped=skipped + unchanged,
+            duplicates_delivered=delivered,
         )
+
+    def _append(self, records: list[Record], ctx: BatchContext) -> AppendResult:
+        """Append in one transaction; changes and the rows read after them go in turn, each
+        at most once, so a failure between the two is repaired by the batch's replay."""
+        try:
+            return self.repository.append(records)
+        except (pymysql.err.MySQLError, OSError, UpdateStreamError) as exc:
+            raise SinkError(
+                f"{self.name}: cannot append batch {ctx.batch_id} ({len(records)} versions); "
+                f"nothing of them was appended: {_describe(exc)}"
+            ) from None
 
     def close(self) -> None:
         if self._repository is not None:

@@ -10,7 +10,8 @@ with the next unfinished ones; finished chunks are never read again.
 
 Each planned chunk becomes one `SnapshotChunkPartition` per shard holding part of its key range;
 the worker reads it as of the batch's end token of that shard (`updatestream.snapshot.chunks`).
-The batch's binlog partitions drop the events the snapshot will cover (`SnapshotFilter`).
+The batch's binlog partitions drop the events the starting snapshot will cover
+(`SnapshotFilter`); a snapshot on demand drops none, and its rows are `reread` events.
 
 A snapshot on demand: `snapshotRequests` names a file of JSON lines, `{"id": ..., "table": ...,
 "keyRange": ...}`; the planner reads it at each batch and adds the ranges of a request id it has
@@ -61,12 +62,15 @@ log = logging.getLogger(__name__)
 class SnapshotChunkPartition(SourcePartition):
     """One snapshot chunk on one shard, read as of `at` (the shard's end token, JSON)."""
 
-    def __init__(self, shard: str, chunk: str, at: str, endpoint: ShardEndpoint | None) -> None:
+    def __init__(
+        self, shard: str, chunk: str, at: str, endpoint: ShardEndpoint | None, op: str = "snapshot"
+    ) -> None:
         super().__init__((shard, chunk, at))
         self.shard = shard
         self.chunk = chunk
         self.at = at
         self.endpoint = endpoint
+        self.op = op  # "snapshot" (the starting snapshot) or "reread" (a snapshot on demand)
 
     def __repr__(self) -> str:
         return f"SnapshotChunkPartition({self.shard}, {self.chunk})"
@@ -86,7 +90,7 @@ def chunk_batches(
     found = ChunkReader(config.reader, endpoint, chunk, at).columns()
     size = len(found)
     constants: dict[str, Any] = {
-        "keyspace": config.keyspace, "shard": endpoint.shard, "op": "snapshot",
+        "keyspace": config.keyspace, "shard": endpoint.shard, "op": part.op,
         "table": chunk.table, "token": at.dumps(), "timestamp": at.timestamp,
         "gtid": str(at.position), "tx_index": 0,
     }  # fmt: skip
@@ -128,8 +132,9 @@ class SnapshotPlanner:
         return self._infos[(shard, table)]
 
     def _ranges(
-        self, shards: list[str], tables: list[str], within: KeyRange, request: str
+        self, shards: list[str], tables: list[str], within: KeyRange, request: str | None
     ) -> list[SnapshotRange]:
+        """One range per shard and table; `request` None: the stream's starting snapshot."""
         ranges = []
         for shard in sorted(shards):
             part = KeyRange.parse(shard).intersection(within)
@@ -142,8 +147,8 @@ class SnapshotPlanner:
                 estimate = estimated_rows(session, info) // self.config.snapshot_chunk_rows + 1
                 ranges.append(
                     SnapshotRange(
-                        part.name, table, last, done=last is None, request=request,
-                        estimate=estimate,
+                        part.name, table, last, done=last is None, request=request or "start",
+                        estimate=estimate, on_demand=request is not None,
                     )
                 )  # fmt: skip
         return ranges
@@ -152,7 +157,7 @@ class SnapshotPlanner:
         """The first offset of a stream that starts with a snapshot."""
         ranges = self._ranges(
             list(offset.tokens), stream_tables(self.config), KeyRange.parse(self.config.key_range),
-            "start",
+            None,
         )  # fmt: skip
         state = SnapshotState(tuple(ranges), started_at=time.time())
         log.info(
@@ -237,10 +242,11 @@ class SnapshotPlanner:
         for chunk in chunks:
             wanted = KeyRange.parse(chunk.key_range)
             text = json.dumps(chunk.to_json(), sort_keys=True)
+            op = "reread" if finish.snapshot.range(chunk.range_ident).on_demand else "snapshot"
             for shard, token in sorted(finish.tokens.items()):
                 if KeyRange.parse(shard).intersects(wanted):
                     parts.append(
-                        SnapshotChunkPartition(shard, text, token.dumps(), endpoint(shard))
+                        SnapshotChunkPartition(shard, text, token.dumps(), endpoint(shard), op)
                     )
         return parts
 
