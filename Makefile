@@ -93,6 +93,10 @@ format: $(STAMP) ## apply ruff's formatting and safe fixes
 demo: system-deps mysql $(STAMP) ## the whole system on one machine: a live split hopped by the operator's job, verified
 	$(BIN)/updatestream demo $(DEMO_ARGS)
 
+.PHONY: loadgen
+loadgen: ## build the C load generator of the benchmarks (bench/loadgen) into the cache dir, once per source hash
+	@bash bench/loadgen/build.sh
+
 .PHONY: bench-sinks
 bench-sinks: $(STAMP) ## sink throughput (memcached, Version Stream vs single-row appends) into bench/results
 	$(BIN)/python -m bench.sinks_bench

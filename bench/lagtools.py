@@ -35,6 +35,7 @@ class BatchRecord:
     completed_at: float  # unix seconds, when the wrapped sink's write_batch returned
     transactions: Counter[TxKey]  # change events per transaction in the batch
     timestamps: dict[TxKey, int]  # each transaction's binlog timestamp
+    written: int = 0  # events the wrapped sink reported written (`SinkResult.written`)
 
 
 def transaction_keys(event: ChangeEvent) -> list[TxKey]:
@@ -77,7 +78,9 @@ class TimedSink:
         started = self.clock()
         result = self.inner.write_batch(tap(), ctx)
         done = self.clock()
-        record = BatchRecord(ctx.batch_id, started, read[0] if read else done, done, seen, stamps)
+        record = BatchRecord(
+            ctx.batch_id, started, read[0] if read else done, done, seen, stamps, result.written
+        )
         self.batches.append(record)
         return result
 

@@ -23,7 +23,7 @@ from updatestream_cli.manifests import update_stream
 from updatestream_jobs.job import Job, spark_session
 
 from bench.debezium_peer import Harness, debezium_properties, harness_command
-from bench.lag_bench import spark_durations
+from bench.lag_rig import spark_durations
 from bench.lagtools import TimedSink, event_lags, summarize
 from bench.peertools import driver_phases, medians, received_at, sink_phases
 from bench.report import console

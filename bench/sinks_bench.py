@@ -6,7 +6,9 @@
 - Version Stream appends: change events through the Version Stream sink into one local MariaDB
   with durable commits (one locked multi-row INSERT per batch of 5000), and the single-row
   append (one INSERT with a MAX subquery per version, one transaction each) in the same run
-  against the same server, with the ratio.
+  against the same server, with the ratio;
+- partitioned Version Streams (`bench.partitions_bench`): the sink with 4 partitions beside
+  one stream, and 8 concurrent writers into 4 partitions beside one stream, with the ratios.
 
 Each figure is the median of ``--rounds`` rounds (default 3; the machine may be shared), and
 the ratio the median of the rounds' ratios, each measured side by side in its round. Figures
@@ -31,7 +33,8 @@ from updatestream_jobs.sinks.memcached_sink import MemcachedSink
 from updatestream_jobs.sinks.sink import BatchContext
 from updatestream_jobs.sinks.versionstream_sink import VersionStreamSink
 
-from bench.report import machine, say_load, write_result
+from bench.partitions_bench import bench_partitions
+from bench.report import load_average, machine, say_load, write_result
 from bench.summary import merge_summary
 from harness.accounts import account_with_secret
 from harness.sink_events import ShardLog
@@ -137,6 +140,9 @@ def bench_versionstream(events: int, naive: int, rounds: int) -> dict[str, Any]:
                 single.append(rate)
                 repo.close()
                 print(f"naive round {round_no + 1}: {naive} single-row appends at {rate:.0f}/s")
+            partitioned = bench_partitions(
+                server, secrets, batches(change_events(events, 1_700_000_000)), rounds
+            )
         finally:
             server.stop()
     return {
@@ -145,6 +151,7 @@ def bench_versionstream(events: int, naive: int, rounds: int) -> dict[str, Any]:
         "versionstream_vs_naive_ratio": round(
             statistics.median(b / s for b, s in zip(batched, single, strict=True)), 1
         ),
+        **partitioned,
     }
 
 
@@ -157,9 +164,11 @@ def main() -> None:
     load = say_load()
     figures = bench_memcached(args.events, args.rounds)
     figures |= bench_versionstream(args.events, args.naive, args.rounds)
+    runs = figures.pop("partition_runs")
     print(json.dumps(figures, indent=2))
-    write_result("sinks", {"machine": machine(), "load_average": load, "events": args.events,
-                           "naive": args.naive, "rounds": args.rounds, **figures})  # fmt: skip
+    write_result("sinks", {"machine": machine(), "load_average": load, "load_average_end":
+                           load_average(), "events": args.events, "naive": args.naive,
+                           "rounds": args.rounds, "partition_runs": runs, **figures})  # fmt: skip
     merge_summary(figures)
 
 

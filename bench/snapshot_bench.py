@@ -1,25 +1,32 @@
-"""The snapshot's rows/s beside Spark's own JDBC reader, on the same tables in one run.
+"""The snapshot end to end and its reader beside Spark's own JDBC reader, on the same tables.
 
 The bench brings up a two-shard development cluster (`-80,80-`), loads ``--rows`` rows into
 `orders` (each row on the shard its keyspace id belongs to, loaded without binary logging), and
 measures in interleaved rounds, each in a fresh process (Spark session start excluded):
 
-- ``updatestream``: a stream with `start: snapshot` over `orders`, `availableNow`, into Spark's
-  no-op sink: every chunk planned, read on the workers and handed to Spark as change events;
+- ``updatestream``: the reader alone, a stream with `start: snapshot` over `orders`,
+  `availableNow`, into Spark's no-op sink: every chunk planned, read on the workers and handed
+  to Spark as change events;
 - ``jdbc``: Spark's JDBC reader with MariaDB Connector/J (Maven Central), each shard's table read
   in 2 partitions on `order_id` (`sessionVariables=sql_mode=ANSI_QUOTES`), into the no-op sink:
   the JVM path's ceiling, with no keyspace ids, no JSON and no consistency between partitions;
-- ``debezium`` (with ``--debezium-dir``, the bench-peers harness): Debezium's initial snapshot
-  (`snapshot.mode=initial`, `snapshot.locking.mode=none`) of `orders`, one embedded engine per
-  shard running at the same time, first to last snapshot record (JVM start excluded).
+- ``mirror``: the snapshot end to end (`bench.snapshot_mirror`): the streaming job with
+  `start: snapshot` and a mirror sink into a database of its own, the mirror then checked equal
+  to the shards (count and checksum) and dropped;
+- ``debezium`` (with ``--debezium-dir``, the bench-peers harness, at ``--rows`` only): Debezium's
+  initial snapshot (`snapshot.mode=initial`, `snapshot.locking.mode=none`) of `orders`, one
+  embedded engine per shard running at the same time, first to last snapshot record (JVM start
+  excluded).
 
-Then, for the memory bound, one more snapshot after loading ``--rss-rows`` rows in all, with the
-peak RSS of the Python driver and of the Python workers for both sizes: a chunk, not the table,
-sizes them.
+Then the same again after loading up to ``--big-rows`` rows in all (10M by default; 0 skips
+it). For ours and the mirror, the steady rate after the first micro-batch (which carries the
+Python workers' start) is reported apart from the rate from the query's start; the peak RSS of
+the Python driver and workers is kept for both sizes (a chunk, not the table, sizes them).
 
-Figures: medians, ratios side by side, the load average; written to
+Figures: medians, ratios side by side, the load average after each run; written to
 ``bench/results/snapshot.json`` and merged into ``bench/results/summary.json``
-(`snapshot_rows_per_s`, `snapshot_vs_jdbc_ratio`). Run with ``make bench-snapshot``.
+(`snapshot_rows_per_s` at ``--rows``; `snapshot_vs_jdbc_ratio`, `snapshot_to_mirror_rows_per_s`
+and `snapshot_steady_rows_per_s` at the larger size). Run with ``make bench-snapshot``.
 """
 
 from __future__ import annotations
@@ -35,8 +42,16 @@ from pathlib import Path
 from typing import Any
 
 from updatestream_cli.devcluster.cluster import DevCluster
+from updatestream_cli.devcluster.mariadb_server import MariaDBServer
 
-from bench.report import machine, median, print_table, say_load, write_result
+from bench.report import load_average, machine, median, print_table, say_load, write_result
+from bench.snapshot_mirror import (
+    drop,
+    reader_steady,
+    run_mirror,
+    start_mirror_server,
+    verify,
+)
 from bench.summary import merge_summary
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.vschema import VSchema
@@ -90,15 +105,22 @@ def load(cluster: DevCluster, first: int, rows: int) -> None:
             conn.commit()
 
 
-def child(kind: str, directory: Path, rows: int, chunk_rows: int) -> dict[str, Any]:
+def child(kind: str, directory: Path, rows: int, chunk_rows: int, *extra: str) -> dict[str, Any]:
     """Run one measurement in a fresh process; returns its figures."""
     command = [sys.executable, "-m", "bench.snapshot_bench", "--child", kind,
                "--directory", str(directory), "--rows", str(rows),
-               "--chunk-rows", str(chunk_rows)]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
+               "--chunk-rows", str(chunk_rows), *extra]  # fmt: skip
+    for attempt in range(2):
+        done = subprocess.run(command, capture_output=True, text=True, timeout=7200)
+        # on a busy machine a Python worker may not start within Spark's fixed wait: once more
+        if done.returncode == 0 or "failed to connect back" not in done.stderr or attempt:
+            break
+        print(f"{kind}: a Spark Python worker did not start in time; running it again")
     if done.returncode != 0:
         raise RuntimeError(f"{kind} round failed: {done.stderr[-3000:]}")
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    figures = dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    figures["attempts"] = attempt + 1
+    return figures
 
 
 def run_updatestream(cluster: DevCluster, rows: int, chunk_rows: int) -> dict[str, Any]:
@@ -124,9 +146,11 @@ def run_updatestream(cluster: DevCluster, rows: int, chunk_rows: int) -> dict[st
         query.awaitTermination()
         seconds = time.monotonic() - began
         delivered = sum(p["numInputRows"] for p in query.recentProgress)
+        split = reader_steady(query.recentProgress)
     figures = {
         "seconds": seconds,
         "rows": delivered,
+        **split,
         "driver_rss_mb": vm_hwm_mb(os.getpid()),
         "worker_rss_mb": pyspark_worker_peak_rss_mb(),
     }
@@ -203,125 +227,145 @@ def child_main(args: argparse.Namespace) -> None:
     cluster = DevCluster(args.directory)
     if args.child == "updatestream":
         figures = run_updatestream(cluster, args.rows, args.chunk_rows)
+    elif args.child == "mirror":
+        figures = run_mirror(cluster, args.mirror_port, args.database, args.chunk_rows)
     else:
         figures = run_jdbc(cluster, args.rows)
     print(json.dumps(figures))
 
 
-def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--rss-rows", type=int, default=3_000_000)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--chunk-rows", type=int, default=50_000)
-    parser.add_argument("--child", choices=("updatestream", "jdbc"))
-    parser.add_argument("--directory", type=Path)
-    parser.add_argument("--debezium-dir", type=Path, help="the bench-peers harness build")
-    return parser.parse_args()
+def measure_size(
+    cluster: DevCluster, mirror: MariaDBServer, rows: int, args: argparse.Namespace, tmp: Path
+) -> dict[str, list[dict[str, Any]]]:
+    """`args.rounds` rounds of each reader over `rows` rows of `orders`, side by side."""
+    kinds = ["updatestream", "jdbc", "mirror"]
+    if args.debezium_dir and rows == args.rows:
+        kinds.append("debezium")
+    rounds: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}
+    for number in range(args.rounds):
+        for kind in kinds:
+            if kind == "debezium":
+                figures = run_debezium(cluster, args.debezium_dir, rows, tmp / "debezium.log")
+            elif kind == "mirror":
+                database = f"mirror_{rows}_{number}"
+                extra = ("--mirror-port", str(mirror.port), "--database", database)
+                figures = child(kind, cluster.dir, rows, args.chunk_rows, *extra)
+                figures["verified"] = verify(cluster, mirror, database)
+                drop(mirror, database)
+                assert figures["verified"]["equal"], figures
+            else:
+                figures = child(kind, cluster.dir, rows, args.chunk_rows)
+            assert figures["rows"] == rows, (kind, figures)
+            figures["rows_per_s"] = rows / figures["seconds"]
+            figures["load_average"] = load_average()
+            rounds[kind].append(figures)
+            rate, load_now = figures["rows_per_s"], figures["load_average"][0]
+            print(f"{rows:,} rows, round {number + 1} {kind}: {rate:,.0f} rows/s (load {load_now})")
+    return rounds
 
 
-Rounds = dict[str, list[dict[str, Any]]]  # reader -> one figure set per round
+def size_figures(rounds: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Medians and side-by-side ratios of one size's rounds."""
 
+    def rate(kind: str, key: str = "rows_per_s") -> float:
+        return round(median(r[key] for r in rounds[kind]))
 
-def measure(args: argparse.Namespace) -> tuple[Rounds, dict[str, Any], dict[str, Any]]:
-    """The readers' rounds over `--rows`, then our snapshot's figures at `--rows` (its last
-    round) and at `--rss-rows`."""
-    with tempfile.TemporaryDirectory(prefix="bench-snapshot-") as tmp:
-        directory = Path(tmp) / "cluster"
-        with DevCluster(directory).running(",".join(SHARDS)) as cluster:
-            load(cluster, 1, args.rows)
-            kinds = ["updatestream", "jdbc"] + (["debezium"] if args.debezium_dir else [])
-            rounds: Rounds = {kind: [] for kind in kinds}
-            for number in range(args.rounds):
-                for kind in kinds:
-                    if kind == "debezium":
-                        log = Path(tmp) / "debezium.log"
-                        figures = run_debezium(cluster, args.debezium_dir, args.rows, log)
-                    else:
-                        figures = child(kind, directory, args.rows, args.chunk_rows)
-                    assert figures["rows"] == args.rows, (kind, figures)
-                    figures["rows_per_s"] = args.rows / figures["seconds"]
-                    rounds[kind].append(figures)
-                    print(f"round {number + 1} {kind}: {figures['rows_per_s']:,.0f} rows/s")
-            small = rounds["updatestream"][-1]
-            load(cluster, args.rows + 1, args.rss_rows - args.rows)
-            big = child("updatestream", directory, args.rss_rows, args.chunk_rows)
-            assert big["rows"] == args.rss_rows, big
-    return rounds, small, big
+    def ratio(kind: str, other: str) -> float:
+        pairs = zip(rounds[kind], rounds[other], strict=False)
+        return round(median(a["rows_per_s"] / b["rows_per_s"] for a, b in pairs), 3)
 
-
-def rates(rounds: Rounds, kind: str) -> list[float]:
-    return [r["rows_per_s"] for r in rounds.get(kind, [])]
-
-
-def ratios(rounds: Rounds, kind: str) -> list[float]:
-    """Our snapshot over `kind`, round by round (the readers ran side by side in each)."""
-    ours = rates(rounds, "updatestream")
-    return [mine / theirs for mine, theirs in zip(ours, rates(rounds, kind), strict=False)]
-
-
-def figures_of(
-    args: argparse.Namespace, rounds: Rounds, small: dict[str, Any], big: dict[str, Any]
-) -> dict[str, Any]:
-    debezium = median(rates(rounds, "debezium")) if "debezium" in rounds else None
-    versus = ratios(rounds, "debezium")
-    return {
-        "rows": args.rows, "chunk_rows": args.chunk_rows, "rounds": rounds,
-        "snapshot_rows_per_s": round(median(rates(rounds, "updatestream"))),
-        "jdbc_rows_per_s": round(median(rates(rounds, "jdbc"))),
-        "snapshot_vs_jdbc_ratio": round(median(ratios(rounds, "jdbc")), 3),
-        "debezium_rows_per_s": None if debezium is None else round(debezium),
-        "snapshot_vs_debezium_ratio": round(median(versus), 3) if versus else None,
-        "rss": {
-            "rows": [args.rows, args.rss_rows],
-            "driver_rss_mb": [small["driver_rss_mb"], big["driver_rss_mb"]],
-            "worker_rss_mb": [small["worker_rss_mb"], big["worker_rss_mb"]],
-        },
-    }  # fmt: skip
-
-
-def print_result(args: argparse.Namespace, result: dict[str, Any]) -> None:
-    rounds = result["rounds"]
-
-    def row(label: str, value: str, values: list[float], form: str) -> list[str]:
-        return [label, value, ", ".join(format(v, form) for v in values)]
-
-    table = [
-        row("updatestream snapshot", f"{result['snapshot_rows_per_s']:,}",
-            rates(rounds, "updatestream"), ",.0f"),
-        row("Spark JDBC reader", f"{result['jdbc_rows_per_s']:,}", rates(rounds, "jdbc"), ",.0f"),
-        row("ratio", f"{result['snapshot_vs_jdbc_ratio']:.2f}", ratios(rounds, "jdbc"), ".2f"),
-    ]  # fmt: skip
-    if result["debezium_rows_per_s"] is not None:
-        table += [
-            row("Debezium initial snapshot", f"{result['debezium_rows_per_s']:,}",
-                rates(rounds, "debezium"), ",.0f"),
-            row("ratio to Debezium", f"{result['snapshot_vs_debezium_ratio']:.2f}",
-                ratios(rounds, "debezium"), ".2f"),
-        ]  # fmt: skip
-    print_table("snapshot of orders, 2 shards", ["reader", "rows/s (median)", "per round"], table)
-    rss = result["rss"]
-    print(f"peak RSS at {args.rows:,} / {args.rss_rows:,} rows: driver {rss['driver_rss_mb']} MB, "
-          f"workers {rss['worker_rss_mb']} MB")  # fmt: skip
+    figures: dict[str, Any] = {
+        "snapshot_rows_per_s": rate("updatestream"),
+        "snapshot_steady_rows_per_s": rate("updatestream", "steady_rows_per_s"),
+        "jdbc_rows_per_s": rate("jdbc"),
+        "snapshot_vs_jdbc_ratio": ratio("updatestream", "jdbc"),
+        "snapshot_to_mirror_rows_per_s": rate("mirror"),
+        "snapshot_to_mirror_steady_rows_per_s": rate("mirror", "steady_rows_per_s"),
+    }
+    if "debezium" in rounds:
+        figures["debezium_rows_per_s"] = rate("debezium")
+        figures["snapshot_vs_debezium_ratio"] = ratio("updatestream", "debezium")
+    return figures
 
 
 def main() -> None:
-    args = parse_args()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--big-rows", type=int, default=10_000_000, help="0: one size only")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--chunk-rows", type=int, default=50_000)
+    parser.add_argument("--child", choices=("updatestream", "jdbc", "mirror"))
+    parser.add_argument("--directory", type=Path)
+    parser.add_argument("--mirror-port", type=int)
+    parser.add_argument("--database")
+    parser.add_argument("--debezium-dir", type=Path, help="the bench-peers harness build")
+    args = parser.parse_args()
     if args.child:
         child_main(args)
         return
     connector_jar()
-    before = say_load()
-    rounds, small, big = measure(args)
-    after = say_load()
-    result = {"machine": machine(), "load_before": before, "load_after": after,
-              **figures_of(args, rounds, small, big)}  # fmt: skip
+    result: dict[str, Any] = {"machine": machine(), "load_before": say_load(),
+                              "chunk_rows": args.chunk_rows, "sizes": {}}  # fmt: skip
+    sizes = [args.rows] + ([args.big_rows] if args.big_rows > args.rows else [])
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-snapshot-") as tmp,
+        DevCluster(Path(tmp) / "cluster").running(",".join(SHARDS)) as cluster,
+    ):
+        mirror = start_mirror_server(Path(tmp), cluster)
+        try:
+            loaded = 0
+            for rows in sizes:
+                began = time.monotonic()
+                load(cluster, loaded + 1, rows - loaded)
+                loaded = rows
+                print(f"loaded {rows:,} rows in {time.monotonic() - began:.0f}s")
+                rounds = measure_size(cluster, mirror, rows, args, Path(tmp))
+                result["sizes"][str(rows)] = {"rounds": rounds, **size_figures(rounds)}
+        finally:
+            mirror.stop()
+    result["load_after"] = say_load()
+    report(result, sizes)
+
+
+def report(result: dict[str, Any], sizes: list[int]) -> None:
+    small, big = result["sizes"][str(sizes[0])], result["sizes"][str(sizes[-1])]
+    result["rss"] = {
+        "rows": sizes,
+        "driver_rss_mb": [result["sizes"][str(n)]["rounds"]["updatestream"][-1]["driver_rss_mb"]
+                          for n in sizes],
+        "worker_rss_mb": [result["sizes"][str(n)]["rounds"]["updatestream"][-1]["worker_rss_mb"]
+                          for n in sizes],
+    }  # fmt: skip
     write_result("snapshot", result)
-    summary = {key: result[key] for key in
-               ("snapshot_rows_per_s", "snapshot_vs_jdbc_ratio", "snapshot_vs_debezium_ratio")
-               if result[key] is not None}  # fmt: skip
+    summary = {
+        "snapshot_rows_per_s": small["snapshot_rows_per_s"],
+        "snapshot_vs_jdbc_ratio": big["snapshot_vs_jdbc_ratio"],
+        "snapshot_to_mirror_rows_per_s": big["snapshot_to_mirror_rows_per_s"],
+        "snapshot_steady_rows_per_s": big["snapshot_steady_rows_per_s"],
+        "snapshot_rows_for_ratios": sizes[-1],
+    }
+    if "snapshot_vs_debezium_ratio" in small:
+        summary["snapshot_vs_debezium_ratio"] = small["snapshot_vs_debezium_ratio"]
     merge_summary(summary)
-    print_result(args, result)
+    rows = []
+    for size in sizes:
+        figures = result["sizes"][str(size)]
+        for kind, data in figures["rounds"].items():
+            per_round = ", ".join(f"{r['rows_per_s']:,.0f}" for r in data)
+            steady = [r.get("steady_rows_per_s") for r in data if r.get("steady_rows_per_s")]
+            shown = f"{median(steady):,.0f}" if steady else "—"
+            rows.append([f"{size:,}", kind, f"{median(r['rows_per_s'] for r in data):,.0f}",
+                         shown, per_round])  # fmt: skip
+        rows.append([f"{size:,}", "ours / JDBC", f"{figures['snapshot_vs_jdbc_ratio']:.2f}", "—",
+                     ""])  # fmt: skip
+    print_table(
+        "snapshot of orders, 2 shards (rows/s; steady: after the first micro-batch)",
+        ["rows", "reader", "rows/s (median)", "steady", "per round"],
+        rows,
+    )
+    rss = result["rss"]
+    print(f"peak RSS at {' / '.join(f'{n:,}' for n in sizes)} rows: driver "
+          f"{rss['driver_rss_mb']} MB, workers {rss['worker_rss_mb']} MB")  # fmt: skip
 
 
 if __name__ == "__main__":

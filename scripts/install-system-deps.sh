@@ -2,8 +2,9 @@
 # Installs the Debian packages the tests, benchmarks and demo need, only when missing:
 # the servers (MariaDB, memcached, Prometheus, etcd) and what the one-node Kubernetes cluster
 # and its image need (containerd, runc, the CNI plugins, iptables, conntrack, buildah,
-# mmdebstrap, a static libc for the pause program). Services are never started by the install
-# (policy-rc.d), the tests and scripts/cluster-up.sh start their own.
+# mmdebstrap, a static libc for the pause program), and the C libraries the benchmarks' load
+# generator builds with (MariaDB Connector/C, OpenSSL, xxHash). Services are never started by
+# the install (policy-rc.d), the tests and scripts/cluster-up.sh start their own.
 set -euo pipefail
 
 need=()
@@ -21,6 +22,9 @@ command -v buildah >/dev/null 2>&1 || need+=(buildah)
 command -v mmdebstrap >/dev/null 2>&1 || need+=(mmdebstrap)
 command -v gcc >/dev/null 2>&1 || need+=(gcc)
 [ -e /usr/lib/x86_64-linux-gnu/libc.a ] || [ -n "$(find /usr/lib -name libc.a -print -quit 2>/dev/null)" ] || need+=(libc6-dev)
+[ -e /usr/include/mariadb/mysql.h ] || need+=(libmariadb-dev)
+[ -e /usr/include/openssl/des.h ] || need+=(libssl-dev)
+[ -e /usr/include/xxhash.h ] || need+=(libxxhash-dev)
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0

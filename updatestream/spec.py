@@ -235,6 +235,9 @@ class VersionStreamSink(_Model):
     table: str = "versionstream"
     stream: int = 0
     credentials_secret: SecretRef = Field(alias="credentialsSecret")
+    # > 1: entities spread over streams stream .. stream+partitions-1, appended in parallel,
+    # recombined by a stream-of-streams (updatestream.versionstream.partitioned_stream)
+    partitions: int = Field(1, ge=1, le=64)
 
 
 class MirrorSink(_Model):

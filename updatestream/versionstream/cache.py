@@ -11,6 +11,12 @@ until the first version ``<= V``: that version's state is the answer (None for a
 running out of history means E did not exist at V. Only the most recent snapshots are cheap
 (few steps back), which is what applications read.
 
+It reads any stream that answers three questions (:class:`VersionReader`): one stream
+(:class:`~updatestream.versionstream.repository.VersionStreamRepository`), the partitions of a
+partitioned stream recombined by their stream-of-streams
+(:class:`~updatestream.versionstream.combined_stream.CombinedStream`), or a sub-stream of
+either (:class:`~updatestream.versionstream.sub_stream.SubStream`).
+
 Thread safety: entries are immutable, so concurrent readers at worst fetch the same entry
 twice. Refreshes of the current versions are serialised, and ``current_version`` is raised
 only after the entity map holds every version up to it, so a reader that checked
@@ -21,19 +27,29 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Protocol
 
-from updatestream.versionstream.repository import (
-    Entry,
-    VersionStreamError,
-    VersionStreamRepository,
-)
+from updatestream.versionstream.repository import Entry, VersionStreamError
 
-__all__ = ["MultiSnapshotCache"]
+__all__ = ["MultiSnapshotCache", "VersionReader"]
+
+
+class VersionReader(Protocol):
+    """What the cache reads: a stream's last version, the entities changed in a range of
+    versions (each with its last version there), and an entity's state at a version."""
+
+    @property
+    def where(self) -> str: ...
+
+    def fetch_last_version(self) -> int | None: ...
+
+    def fetch_new_versions(self, since: int, until: int | None = None) -> dict[str, int]: ...
+
+    def fetch_entry(self, entity: str, version: int) -> Entry: ...
 
 
 class MultiSnapshotCache:
-    def __init__(self, repository: VersionStreamRepository, *, max_entries: int = 100_000) -> None:
+    def __init__(self, repository: VersionReader, *, max_entries: int = 100_000) -> None:
         if max_entries < 1:
             raise ValueError("max_entries must be at least 1")
         self.repository = repository

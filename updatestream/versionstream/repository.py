@@ -16,9 +16,10 @@ the next version number of its stream, and a version is never changed afterwards
     UNIQUE KEY (stream, origin_hash)            a source change is appended at most once
 
 **Appending.** :meth:`VersionStreamRepository.append` writes a whole batch in one transaction
-under REPEATABLE READ: ``SELECT MAX(version) ... FOR UPDATE`` locks the stream's last index
-record and the gap after it, so no other appender can add a version to the stream until the
-transaction ends; the batch then gets the versions ``max+1 ... max+n`` in one multi-row INSERT.
+under REPEATABLE READ: a locking read of the stream's last version locks its index record and
+the gap after it (see ``_lock_last``), so no other appender can add a version to the stream
+until the transaction ends; the batch then gets the versions ``max+1 ... max+n`` in one
+multi-row INSERT.
 Versions are therefore gapless and become visible in order.
 
 **At most once.** A record may carry its source identity (for a change event: origin shard,
@@ -36,11 +37,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import queue
 import random
 import re
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -48,14 +48,16 @@ import pymysql
 import pymysql.cursors
 
 from updatestream.core.errors import UpdateStreamError
+from updatestream.versionstream.connection_pool import (
+    LOCK_CONFLICTS,
+    Connect,
+    Connection,
+    ConnectionPool,
+)
 
 ENTITY_MAX = 512
 _IDENT = re.compile(r"^[A-Za-z0-9_$]{1,64}$")
-_RETRY_CODES = {1213, 1205}  # deadlock, lock wait timeout: the transaction can be run again
 _LOOKUP_CHUNK = 1000
-
-Connection = pymysql.connections.Connection  # generic only for the type checker
-Connect = Callable[[], "Connection[Any]"]
 
 
 class VersionStreamError(UpdateStreamError):
@@ -115,6 +117,15 @@ class Entry:
     previous_version: int | None
 
 
+def quoted_table(table: str, database: str | None = None) -> str:
+    """The table's name in SQL, with its database when given (quoted); both must be plain
+    identifiers (letters, digits, ``_``, ``$``)."""
+    for name in (table, database):
+        if name is not None and not _IDENT.match(name):
+            raise VersionStreamError(f"invalid table or database name {name!r}")
+    return table if database is None else f"`{database}`.`{table}`"
+
+
 def entity_name(table: str, pk: dict[str, Any]) -> str:
     """The entity of a row: ``<table>:<primary key as compact JSON, columns in key order>``
     (the text of ``ChangeEvent.pk``: ``json.dumps`` with ``(",", ":")`` separators)."""
@@ -135,45 +146,20 @@ class VersionStreamRepository:
         retries: int = 5,
         where: str = "",
     ) -> None:
-        for name in (table, database):
-            if name is not None and not _IDENT.match(name):
-                raise VersionStreamError(f"invalid table or database name {name!r}")
-        self._connect = connect
-        self.table = table if database is None else f"`{database}`.`{table}`"
+        self._pool = ConnectionPool(connect)
+        self.table = quoted_table(table, database)
         self.stream = stream
         self.retries = retries
+        self.conflicts = 0  # appends run again after losing a deadlock or a lock wait
         self.where = where or f"{self.table} stream {stream}"
-        self._pool: queue.LifoQueue[Connection[Any]] = queue.LifoQueue()
 
     # -- connections ------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _connection(self) -> Iterator[Connection[Any]]:
-        try:
-            conn = self._pool.get_nowait()
-        except queue.Empty:
-            conn = self._connect()
-            conn.autocommit(False)
-            with conn.cursor() as cur:
-                cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        try:
-            yield conn
-        except BaseException:
-            with contextlib.suppress(Exception):
-                conn.rollback()
-            with contextlib.suppress(Exception):
-                conn.close()
-            raise
-        self._pool.put(conn)
+    def _connection(self) -> contextlib.AbstractContextManager[Connection[Any]]:
+        return self._pool.connection()
 
     def close(self) -> None:
-        while True:
-            try:
-                conn = self._pool.get_nowait()
-            except queue.Empty:
-                return
-            with contextlib.suppress(Exception):
-                conn.close()
+        self._pool.close()
 
     # -- schema -----------------------------------------------------------------------------
 
@@ -214,7 +200,8 @@ class VersionStreamRepository:
             try:
                 return self._append_once(records)
             except pymysql.err.OperationalError as exc:
-                if exc.args and exc.args[0] in _RETRY_CODES and attempt < self.retries:
+                if exc.args and exc.args[0] in LOCK_CONFLICTS and attempt < self.retries:
+                    self.conflicts += 1
                     # Two appenders that both took the gap lock of an empty stream deadlock on
                     # their inserts; run again after a random pause, so they do not collide
                     # again in step.
@@ -226,12 +213,7 @@ class VersionStreamRepository:
     def _append_once(self, records: Sequence[Record]) -> AppendResult:
         with self._connection() as conn, conn.cursor() as cur:
             conn.begin()
-            cur.execute(
-                f"SELECT MAX(version) FROM {self.table} WHERE stream = %s FOR UPDATE",
-                (self.stream,),
-            )
-            row = cur.fetchone()
-            last = -1 if row is None or row[0] is None else int(row[0])
+            last = self._lock_last(cur)
             digests = [None if r.origin is None else r.origin.digest(r.entity) for r in records]
             present = self._present(cur, [d for d in digests if d is not None])
             rows: list[tuple[Any, ...]] = []
@@ -262,6 +244,26 @@ class VersionStreamRepository:
         if not rows:
             return AppendResult(0, skipped, None, None)
         return AppendResult(len(rows), skipped, last + 1, last + len(rows))
+
+    def _lock_last(self, cur: pymysql.cursors.Cursor) -> int:
+        """Lock the stream's last version and the gap after it; returns it (-1: empty stream).
+
+        The last version is read first without a lock, then locked by an ascending scan from it
+        to the end of the stream. Locking it with ``SELECT MAX(version) ... FOR UPDATE`` would
+        scan down from the next stream's first record, taking the gap lock after the last
+        version before waiting for that version's record lock: a waiting appender then holds a
+        gap lock the lock holder's INSERT must wait for, and one of the two dies in a
+        deadlock. The ascending scan waits on the record first and takes the gap only once it
+        holds the record (the rows past a stale first read are locked too)."""
+        cur.execute(f"SELECT MAX(version) FROM {self.table} WHERE stream = %s", (self.stream,))
+        row = cur.fetchone()
+        first = -1 if row is None or row[0] is None else int(row[0])
+        cur.execute(  # an empty stream: only its gap, which its first appenders share
+            f"SELECT version FROM {self.table} WHERE stream = %s AND version >= %s "
+            "ORDER BY version FOR UPDATE",
+            (self.stream, first),
+        )
+        return max((int(r[0]) for r in cur.fetchall()), default=-1)
 
     def _present(self, cur: pymysql.cursors.Cursor, digests: list[bytes]) -> set[bytes]:
         found: set[bytes] = set()
@@ -304,14 +306,29 @@ class VersionStreamRepository:
         )
         return None if not rows or rows[0][0] is None else int(rows[0][0])
 
-    def fetch_new_versions(self, since: int, until: int | None = None) -> dict[str, int]:
-        """Each entity changed at versions ``since..until`` (inclusive) with its last version."""
+    def fetch_new_versions(
+        self, since: int, until: int | None = None, *, prefix: str = ""
+    ) -> dict[str, int]:
+        """Each entity changed at versions ``since..until`` (inclusive) with its last version;
+        with ``prefix``, only the entities whose name starts with it (a sub-stream's)."""
         sql = f"SELECT entity, MAX(version) FROM {self.table} WHERE stream = %s AND version >= %s"
         args: tuple[Any, ...] = (self.stream, since)
         if until is not None:
             sql += " AND version <= %s"
             args += (until,)
+        if prefix:
+            sql += " AND LEFT(entity, %s) = %s"
+            args += (len(prefix), prefix)
         return {str(e): int(v) for e, v in self._query(sql + " GROUP BY entity", args)}
+
+    def fetch_version_at(self, entity: str, version: int) -> int | None:
+        """The entity's last version at or before ``version`` (None: it had none yet)."""
+        rows = self._query(
+            f"SELECT MAX(version) FROM {self.table} WHERE stream = %s AND entity = %s AND "
+            "version <= %s",
+            (self.stream, entity, version),
+        )
+        return None if not rows or rows[0][0] is None else int(rows[0][0])
 
     def fetch_data(self, entity: str, version: int) -> Any:
         """The entity's state at exactly ``version`` (decoded JSON; None for a deletion)."""

@@ -21,6 +21,7 @@ from updatestream import spec
 from updatestream.binlog.events import SNAPSHOT_OPS, ChangeEvent
 from updatestream.core.errors import UpdateStreamError
 from updatestream.mysql_connections import connection_arguments
+from updatestream.versionstream.partitioned_stream import PartitionedAppend, PartitionedStream
 from updatestream.versionstream.repository import (
     AppendResult,
     Origin,
@@ -79,10 +80,12 @@ class VersionStreamSink:
         self.secrets_dir = secrets_dir
         endpoint = config.mysql
         self.address = f"{endpoint.host}:{endpoint.port}"
+        parts = f", {config.partitions} partitions" if config.partitions > 1 else ""
         self.name = (
-            f"versionstream({self.address}/{config.database}.{config.table} stream {config.stream})"
+            f"versionstream({self.address}/{config.database}.{config.table} "
+            f"stream {config.stream}{parts})"
         )
-        self._repository: VersionStreamRepository | None = None
+        self._repository: VersionStreamRepository | PartitionedStream | None = None
         self._replays = ReplayGuard()
 
     def _settings(self) -> dict[str, Any]:
@@ -91,16 +94,28 @@ class VersionStreamSink:
         )
 
     @property
-    def repository(self) -> VersionStreamRepository:
+    def repository(self) -> VersionStreamRepository | PartitionedStream:
+        """One stream, or with `partitions` > 1 the partitions written in parallel."""
         if self._repository is None:
             settings = self._settings()
-            self._repository = VersionStreamRepository(
-                lambda: pymysql.connect(**settings),
-                table=self.config.table,
-                database=self.config.database,
-                stream=self.config.stream,
-                where=self.name,
-            )
+            config = self.config
+            if config.partitions > 1:
+                self._repository = PartitionedStream(
+                    lambda: pymysql.connect(**settings),
+                    table=config.table,
+                    database=config.database,
+                    stream=config.stream,
+                    partitions=config.partitions,
+                    where=self.name,
+                )
+            else:
+                self._repository = VersionStreamRepository(
+                    lambda: pymysql.connect(**settings),
+                    table=config.table,
+                    database=config.database,
+                    stream=config.stream,
+                    where=self.name,
+                )
         return self._repository
 
     def open(self) -> None:
@@ -136,15 +151,23 @@ class VersionStreamSink:
             duplicates_delivered=delivered,
         )
 
-    def _append(self, records: list[Record], ctx: BatchContext) -> AppendResult:
+    def _append(
+        self, records: list[Record], ctx: BatchContext
+    ) -> AppendResult | PartitionedAppend:
         """Append in one transaction; changes and the rows read after them go in turn, each
         at most once, so a failure between the two is repaired by the batch's replay."""
         try:
             return self.repository.append(records)
         except (pymysql.err.MySQLError, OSError, UpdateStreamError) as exc:
+            # partitions commit on their own: some may hold their share, which the batch's
+            # next attempt skips by origin, as the replay it then is
+            self._replays.written(ctx)
+            appended = "nothing of them was appended"
+            if self.config.partitions > 1:
+                appended = "partitions that committed keep their share"
             raise SinkError(
                 f"{self.name}: cannot append batch {ctx.batch_id} ({len(records)} versions); "
-                f"nothing of them was appended: {_describe(exc)}"
+                f"{appended}: {_describe(exc)}"
             ) from None
 
     def close(self) -> None:
