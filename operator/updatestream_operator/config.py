@@ -1,6 +1,6 @@
 """The operator's own settings (from `updatestream operator` options), and what they build.
 
-The settings of the cluster launchers (`ClusterSettings`) live beside them in
+The settings of the cluster launcher (`ClusterSettings`) live beside it in
 `launchers.settings`: the launchers never import this module, which builds them (lazily: the
 console script loads this module for its options, and should not load the Kubernetes client).
 """
