@@ -151,9 +151,7 @@ class VersionStreamSink:
             duplicates_delivered=delivered,
         )
 
-    def _append(
-        self, records: list[Record], ctx: BatchContext
-    ) -> AppendResult | PartitionedAppend:
+    def _append(self, records: list[Record], ctx: BatchContext) -> AppendResult | PartitionedAppend:
         """Append in one transaction; changes and the rows read after them go in turn, each
         at most once, so a failure between the two is repaired by the batch's replay."""
         try:
