@@ -32,7 +32,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,9 @@ from updatestream.binlog.errors import SourceOptionsError
 from updatestream.binlog.events import HOP_MARKER, ChangeEvent
 from updatestream.contract.job_config import JobConfig
 from updatestream.core.errors import UpdateStreamError
+from updatestream_jobs.fatal_error import one_line
 from updatestream_jobs.progress_tracker import ProgressListener, ProgressTracker
+from updatestream_jobs.sink_retry import SinkRetry, SinkRetryPolicy
 from updatestream_jobs.sinks import BatchContext, Sink, SinkContext, build_sinks
 from updatestream_jobs.source.options import start_option
 from updatestream_jobs.stream_metrics import StreamMetrics
@@ -171,6 +173,8 @@ class Job:
         self.stop_requested = threading.Event()
         self.batch_phases: deque[BatchPhases] = deque(maxlen=KEPT_BATCH_PHASES)
         self.replays = uncommitted_batches(config.checkpoint)
+        # a sink whose server does not answer gets the same batch again (see `sink_retry`)
+        self.sink_retry = SinkRetry(SinkRetryPolicy(), self.stop_requested)
         self.tracker.shard_map = config.keyspace.spec.serving_map
         self.tracker.dedup = config.dedup  # until the source reports the one it applies
 
@@ -199,6 +203,7 @@ class Job:
         ctx = BatchContext(self.name, self.key_range, batch_id, batch_id in self.replays)
         dropped_before = self.tracker.duplicates["hop"]
         self._write_sinks(frame, ctx, phases, began)
+        self.tracker.sinks_answer()
         fault_after_sink_write(batch_id)
         finish_began = time.perf_counter()
         if any(hop.completed_at is None for hop in self.tracker.hops):
@@ -253,16 +258,24 @@ class Job:
                 phases.read_s = time.perf_counter() - began
             for index, sink in enumerate(self.sinks):
                 sink_began = time.perf_counter()
-                if index == 0:
-                    source = first
-                elif held is not None:
-                    source = iter(held)
-                else:
-                    source = events()  # too large to hold: read again, from the persisted batch
-                stream = self._deduplicated(source, count=index == 0)
-                if index == 0:
-                    stream = self.tracker.observe(stream)
-                self.tracker.sink_result(sink.name, sink.write_batch(stream, ctx))
+
+                def attempt(again: bool, index: int = index, sink: Sink = sink) -> Any:
+                    # a new attempt reads the batch again, counts nothing again and is a replay
+                    if index == 0 and not again:
+                        source = first
+                    elif held is not None:
+                        source = iter(held)
+                    else:
+                        source = events()  # not held: read again, from the (persisted) batch
+                    stream = self._deduplicated(source, count=index == 0 and not again)
+                    if index == 0 and not again:
+                        stream = self.tracker.observe(stream)
+                    return sink.write_batch(stream, replace(ctx, replay=True) if again else ctx)
+
+                result = self.sink_retry.write(
+                    attempt, index=index, batch_id=ctx.batch_id, waiting=self._waiting
+                )
+                self.tracker.sink_result(sink.name, result)
                 phases.sinks_s[sink.name] = time.perf_counter() - sink_began
             if not self.sinks:
                 for _ in self.tracker.observe(self._deduplicated(first)):
@@ -270,6 +283,9 @@ class Job:
         finally:
             if several:
                 frame.unpersist()
+
+    def _waiting(self, message: str) -> None:
+        self.tracker.wait_for_sink(one_line(RuntimeError(message), self.config.secrets_dir))
 
     def start(self, spark: Any | None = None) -> Any:
         config = self.config
@@ -413,7 +429,7 @@ def fault_after_hop_write(batch_id: int) -> None:
 
 
 _TYPED = re.compile(
-    r"updatestream(?:_jobs)?\.[\w.]+\.(\w+(?:Error|Purged|Unreachable|Table)): ([^\n]+)"
+    r"updatestream(?:_jobs)?\.[\w.]+\.(\w+(?:Error|Purged|Unreachable|Unavailable|Table)): ([^\n]+)"
 )
 
 
