@@ -41,7 +41,6 @@ from updatestream.binlog.errors import SourceOptionsError
 from updatestream.binlog.events import HOP_MARKER, ChangeEvent
 from updatestream.contract.job_config import JobConfig
 from updatestream.core.errors import UpdateStreamError
-from updatestream_jobs.fatal_error import one_line
 from updatestream_jobs.progress_tracker import ProgressListener, ProgressTracker
 from updatestream_jobs.sink_retry import SinkRetry, SinkRetryPolicy
 from updatestream_jobs.sinks import BatchContext, Sink, SinkContext, build_sinks
@@ -173,8 +172,9 @@ class Job:
         self.stop_requested = threading.Event()
         self.batch_phases: deque[BatchPhases] = deque(maxlen=KEPT_BATCH_PHASES)
         self.replays = uncommitted_batches(config.checkpoint)
-        # a sink whose server does not answer gets the same batch again (see `sink_retry`)
-        self.sink_retry = SinkRetry(SinkRetryPolicy(), self.stop_requested)
+        # a sink whose server does not answer gets the same batch again until the job stops
+        self.stopping = threading.Event()
+        self.sink_retry = SinkRetry(SinkRetryPolicy(), self.stopping, config.secrets_dir)
         self.tracker.shard_map = config.keyspace.spec.serving_map
         self.tracker.dedup = config.dedup  # until the source reports the one it applies
 
@@ -273,7 +273,7 @@ class Job:
                     return sink.write_batch(stream, replace(ctx, replay=True) if again else ctx)
 
                 result = self.sink_retry.write(
-                    attempt, index=index, batch_id=ctx.batch_id, waiting=self._waiting
+                    attempt, index=index, batch_id=ctx.batch_id, waiting=self.tracker.wait_for_sink
                 )
                 self.tracker.sink_result(sink.name, result)
                 phases.sinks_s[sink.name] = time.perf_counter() - sink_began
@@ -283,9 +283,6 @@ class Job:
         finally:
             if several:
                 frame.unpersist()
-
-    def _waiting(self, message: str) -> None:
-        self.tracker.wait_for_sink(one_line(RuntimeError(message), self.config.secrets_dir))
 
     def start(self, spark: Any | None = None) -> Any:
         config = self.config
@@ -320,6 +317,7 @@ class Job:
     def stop(self, *, failed: bool = False) -> None:
         """Stop the query and the sinks; the status file's last word is `stopped` (with the last
         positions delivered) or `failed`."""
+        self.stopping.set()
         try:
             if self.query is not None and self.query.isActive:
                 self.query.stop()
@@ -377,6 +375,7 @@ class Job:
         def request_stop(signum: int, _frame: Any) -> None:
             log.warning("%s: stopping the stream", signal.Signals(signum).name)
             self.stop_requested.set()
+            self.stopping.set()
 
         previous = {sig: signal.signal(sig, request_stop) for sig in STOP_SIGNALS}
         try:

@@ -19,8 +19,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
 
+from updatestream_jobs.fatal_error import one_line
 from updatestream_jobs.sinks.sink import SinkUnavailable
 
 T = TypeVar("T")
@@ -65,6 +67,7 @@ class SinkRetry:
 
     policy: SinkRetryPolicy
     stop: threading.Event
+    secrets_dir: Path | None = None  # every Secret value mounted here is blanked from messages
     clock: Callable[[], float] = time.monotonic
 
     def write(
@@ -76,7 +79,8 @@ class SinkRetry:
         waiting: Callable[[str], None],
     ) -> T:
         """`attempt(again)` until it returns; `again` is True for every attempt after the
-        first. `waiting(message)` is told after each failure the job waits out."""
+        first. `waiting(message)` is told after each failure the job waits out (one line, no
+        Secret value)."""
         began: float | None = None
         failures = 0
         while True:
@@ -88,6 +92,7 @@ class SinkRetry:
                 failures += 1
                 if now - began >= self.policy.give_up_after or self.stop.is_set():
                     raise gave_up(index, exc, now - began) from None
-                waiting(unavailable_message(index, exc, batch_id, self.policy))
+                message = unavailable_message(index, exc, batch_id, self.policy)
+                waiting(one_line(SinkUnavailable(message), self.secrets_dir))
                 if self.stop.wait(self.policy.delay(failures)):
                     raise gave_up(index, exc, self.clock() - began) from None

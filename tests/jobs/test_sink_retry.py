@@ -90,7 +90,7 @@ class CountingStop(threading.Event):
 def test_a_write_is_retried_until_the_server_answers_and_later_attempts_are_replays() -> None:
     clock = FakeClock()
     stop = CountingStop(clock)
-    retry = SinkRetry(SinkRetryPolicy(1.0, 4.0, 900.0), stop, clock)
+    retry = SinkRetry(SinkRetryPolicy(1.0, 4.0, 900.0), stop, clock=clock)
     calls: list[bool] = []
     told: list[str] = []
 
@@ -108,7 +108,7 @@ def test_a_write_is_retried_until_the_server_answers_and_later_attempts_are_repl
 
 def test_past_the_policys_limit_the_job_fails_with_the_typed_error() -> None:
     clock = FakeClock()
-    retry = SinkRetry(SinkRetryPolicy(1.0, 10.0, 30.0), CountingStop(clock), clock)
+    retry = SinkRetry(SinkRetryPolicy(1.0, 10.0, 30.0), CountingStop(clock), clock=clock)
 
     def attempt(again: bool) -> None:
         raise outage()
@@ -122,7 +122,7 @@ def test_past_the_policys_limit_the_job_fails_with_the_typed_error() -> None:
 def test_other_sink_errors_are_not_retried_and_a_stop_ends_the_wait() -> None:
     clock = FakeClock()
     stop = CountingStop(clock)
-    retry = SinkRetry(SinkRetryPolicy(), stop, clock)
+    retry = SinkRetry(SinkRetryPolicy(), stop, clock=clock)
 
     def refused(again: bool) -> None:
         raise SinkError("mirror: Access denied")
@@ -160,3 +160,21 @@ def test_the_status_report_says_the_job_waits_then_clears_once_delivered(tmp_pat
     tracker.sinks_answer()
     back = ProgressReport.read(status)
     assert (back.phase, back.error, back.retryable) == ("running", None, None)
+
+
+def test_no_secret_value_reaches_the_waiting_message(tmp_path: Path) -> None:
+    (tmp_path / "mirror-writer").mkdir()
+    (tmp_path / "mirror-writer" / "password").write_text("s3cr3t-Value\n")
+    clock = FakeClock()
+    retry = SinkRetry(SinkRetryPolicy(), CountingStop(clock), tmp_path, clock)
+    calls: list[bool] = []
+    told: list[str] = []
+
+    def attempt(again: bool) -> None:
+        calls.append(again)
+        if len(calls) == 1:
+            raise outage("MySQL error 1927: killed while using password s3cr3t-Value")
+
+    retry.write(attempt, index=1, batch_id=2, waiting=told.append)
+    (message,) = told
+    assert "s3cr3t-Value" not in message and "password ***" in message
