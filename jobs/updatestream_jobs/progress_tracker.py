@@ -33,6 +33,7 @@ from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from updatestream.binlog.events import SNAPSHOT_OPS, ChangeEvent
 from updatestream.contract.progress_report import (
+    WAITING,
     BatchReport,
     HopReport,
     ProgressReport,
@@ -51,7 +52,6 @@ from updatestream_jobs.stream_metrics import DUPLICATE_CAUSES, StreamMetrics
 
 log = logging.getLogger(__name__)
 
-WAITING = "waiting"  # the phase of a job whose sink's server does not answer
 _SINK_COUNTS = ("written", "skipped", "late", "duplicatesDelivered")
 
 

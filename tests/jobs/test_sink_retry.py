@@ -46,8 +46,8 @@ def outage(cause: str = "MySQL error 2003: Can't connect") -> SinkUnavailable:
 )
 def test_only_a_server_that_does_not_answer_is_an_outage(exc: BaseException, down: bool) -> None:
     assert server_unavailable(exc) is down
-    error = sink_failure(exc, "m: failed", kind="mirror", address="h:1", cause="c")
-    assert isinstance(error, SinkError)
+    error = sink_failure(exc, "failed", name="m", kind="mirror", address="h:1", cause="c")
+    assert isinstance(error, SinkError) and str(error) == "m: failed: c"
     assert isinstance(error, SinkUnavailable) is down
 
 

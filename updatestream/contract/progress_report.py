@@ -62,6 +62,9 @@ from updatestream.spec import (
     describe_validation_error,
 )
 
+# the phase of a job whose sink's server does not answer: it writes the same batch again
+WAITING = "waiting"
+
 
 class ProgressError(UpdateStreamError):
     """A job's progress report is malformed; the message names the field."""

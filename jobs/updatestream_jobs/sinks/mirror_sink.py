@@ -207,9 +207,9 @@ class MirrorSink:
         return SinkResult(written=result.applied, skipped=skipped, duplicates_delivered=delivered)
 
     def _failure(self, exc: BaseException, what: str) -> SinkError:
-        cause = describe(exc)
-        message = f"{self.name}: {what}: {cause}"
-        return sink_failure(exc, message, kind="mirror", address=self.address, cause=cause)
+        return sink_failure(
+            exc, what, name=self.name, kind="mirror", address=self.address, cause=describe(exc)
+        )
 
     def _maybe_purge(self) -> int:
         self._batches += 1

@@ -28,10 +28,11 @@ def server_unavailable(exc: BaseException) -> bool:
 
 
 def sink_failure(
-    exc: BaseException, message: str, *, kind: str, address: str, cause: str
+    exc: BaseException, what: str, *, name: str, kind: str, address: str, cause: str
 ) -> SinkError:
-    """The sink's typed error for `exc`: `SinkUnavailable` when its server does not answer,
-    else a plain `SinkError`; both with `message`."""
+    """The typed error of sink `name` for `exc` while doing `what`: `SinkUnavailable` when its
+    server does not answer, else a plain `SinkError`; both say `<name>: <what>: <cause>`."""
+    message = f"{name}: {what}: {cause}"
     if server_unavailable(exc):
         return SinkUnavailable(message, kind=kind, address=address, cause=cause)
     return SinkError(message)

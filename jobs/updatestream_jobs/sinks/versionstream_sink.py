@@ -167,9 +167,10 @@ class VersionStreamSink:
             ) from None
 
     def _failure(self, exc: BaseException, what: str) -> SinkError:
-        cause = _describe(exc)
-        message = f"{self.name}: {what}: {cause}"
-        return sink_failure(exc, message, kind="versionStream", address=self.address, cause=cause)
+        return sink_failure(
+            exc, what, name=self.name, kind="versionStream", address=self.address,
+            cause=_describe(exc),
+        )  # fmt: skip
 
     def close(self) -> None:
         if self._repository is not None:

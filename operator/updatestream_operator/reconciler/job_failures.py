@@ -24,6 +24,7 @@ relaunched, since the same Pod would wait again.
 
 from __future__ import annotations
 
+from updatestream.contract.progress_report import WAITING
 from updatestream.spec import Keyspace, UpdateStreamSpec
 from updatestream_operator.reconciler.models import STUCK_REASONS, JobInfo, KeyRangeStatus
 from updatestream_operator.reconciler.shard_positions import seconds_between, spec_hash
@@ -35,7 +36,6 @@ STUCK = "JobCannotStart"
 JOB_ERROR = "JobError"
 SINK_UNAVAILABLE = "SinkUnavailable"
 SINK_AVAILABLE = "SinkAvailable"
-WAITING = "waiting"  # the job's phase while a sink's server does not answer
 
 
 def restart_delay(step: Step, restarts: int) -> float:
