@@ -76,7 +76,7 @@ lint: $(STAMP) ## ruff, mypy, import-linter, the size gate, and the README's and
 .PHONY: test
 test: system-deps mysql kube-tools vitess-tools image $(STAMP) lint ## everything CI checks: lint, types, layering, unit and integration tests
 	$(BIN)/python -m compileall -q -j 0 updatestream jobs operator cli harness bench tests >/dev/null
-	$(BIN)/pytest tests
+	$(BIN)/pytest tests --durations=40
 
 .PHONY: sync-crds
 sync-crds: ## copy the CRDs (crds/, the source of truth) into the Helm chart

@@ -1,14 +1,15 @@
 """Memory footprint: the operator with many UpdateStreams, and a job streaming a large transaction.
 
 **Operator.** A real test API server (etcd + kube-apiserver, as the operator tests start it),
-the CRDs, RBAC and the operator's ServiceAccount identity, and the SparkApplication CRD of the
-Kubeflow spark-operator (served, with no controller behind it). `updatestream operator
---launcher spark-operator` runs as its own process, so each UpdateStream becomes a
-SparkApplication object and no Spark JVM starts. After it is idle, ``--streams`` UpdateStreams
-are created in one request; the bench waits until every one has its SparkApplication and is
-Ready, then keeps the operator running for ``--settle-seconds`` (timer folds every 10 s, the
-default). The operator's RSS is sampled from /proc every 0.2 s the whole time; the peak also
-takes the kernel's own high-water mark (VmHWM).
+the CRDs, RBAC and the operator's ServiceAccount identity. `updatestream operator --launcher
+spark-submit` runs as its own process, so each UpdateStream's job is submitted by spark-submit
+in cluster mode and becomes a driver Pod that stays Pending (no node runs here), as in the
+operator tests; no driver JVM starts. The spark-submit processes (one per launch, ending once
+its Pod exists) are the operator's children and are not counted in its RSS. After it is idle,
+``--streams`` UpdateStreams are created in one request; the bench waits until every one has its
+driver Pod and is Ready, then keeps the operator running for ``--settle-seconds`` (timer folds
+every 10 s, the default). The operator's RSS is sampled from /proc every 0.2 s the whole time;
+the peak also takes the kernel's own high-water mark (VmHWM).
 
 **Job driver.** One local MariaDB shard, and `updatestream run` (Spark `local[2]`, trigger
 0.5 s, one CDCv2 sink) as its own process, started at the shard's current position. Once it
@@ -42,6 +43,7 @@ from typing import Any
 
 import psutil
 from updatestream_cli.manifests import update_stream
+from updatestream_operator.reconciler.naming import LABEL_ROLE
 
 from bench.report import console, machine, median, print_table, say_load, write_result
 from bench.rss import PeakSampler, spark_processes
@@ -50,7 +52,6 @@ from bench.summary import SUMMARY, merge_summary
 from harness.kube import ensure_kube_tools, free_port, start_kube_api
 from harness.operator import (
     apply,
-    apply_spark_application_crd,
     keyspace_manifest,
     prepare_operator,
     stream_manifest,
@@ -58,6 +59,8 @@ from harness.operator import (
 from harness.stream_job import CLI
 
 NS = "footprint"
+LAUNCHER = "spark-submit"
+DRIVER_SELECTOR = f"{LABEL_ROLE}=driver"
 
 
 def wait_until(check: Callable[[], bool], what: str, timeout: float) -> float:
@@ -104,14 +107,13 @@ def start_logged(
 
 
 def _start_operator(api: Any, root: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """The operator with the spark-operator launcher against `api`; the process and its
-    health URL."""
+    """The operator with the spark-submit launcher against `api`; the process and its health
+    URL."""
     kubeconfig = prepare_operator(api, root, NS)
-    apply_spark_application_crd(api)
     apply(api, NS, keyspace_manifest("commerce"))
     liveness = f"http://127.0.0.1:{free_port()}/healthz"
     command = [
-        CLI, "operator", "--namespace", NS, "--launcher", "spark-operator",
+        CLI, "operator", "--namespace", NS, "--launcher", LAUNCHER,
         "--metrics-port", str(free_port()), "--metrics-address", "127.0.0.1",
         "--kubeconfig", str(kubeconfig), "--liveness", liveness,
         "--state-dir", str(root / "state"),
@@ -121,15 +123,15 @@ def _start_operator(api: Any, root: Path) -> tuple[subprocess.Popen[bytes], str]
 
 
 def _all_ready(api: Any, streams: int) -> bool:
-    """Every UpdateStream is Ready and has its SparkApplication."""
+    """Every UpdateStream is Ready and has its driver Pod."""
     listed = api.kubectl("get", "-n", NS, "updatestreams", "-o", "json")
     ready = sum(
         any(c["type"] == "Ready" and c["status"] == "True"
             for c in (s.get("status") or {}).get("conditions", []))
         for s in json.loads(listed.stdout)["items"]
     )  # fmt: skip
-    apps = api.kubectl("get", "-n", NS, "sparkapplications", "-o", "name")
-    return ready == streams and len(apps.stdout.split()) == streams
+    drivers = api.kubectl("get", "-n", NS, "pods", "-l", DRIVER_SELECTOR, "-o", "name")
+    return ready == streams and len(drivers.stdout.split()) == streams
 
 
 def operator_footprint(root: Path, streams: int, settle: float) -> dict[str, Any]:
@@ -150,8 +152,8 @@ def operator_footprint(root: Path, streams: int, settle: float) -> dict[str, Any
                 apply(api, NS, {"apiVersion": "v1", "kind": "List", "items": manifests})
                 wait_until(
                     lambda: _all_ready(api, streams),
-                    f"{streams} Ready streams and SparkApplications",
-                    900,
+                    f"{streams} Ready streams and driver Pods",
+                    1800,  # one spark-submit JVM per stream, on a loaded machine
                 )
                 reconciled = time.monotonic() - began
                 console.print(f"all {streams} streams Ready after {reconciled:.1f}s")
@@ -163,7 +165,7 @@ def operator_footprint(root: Path, streams: int, settle: float) -> dict[str, Any
         api.stop()
     return {
         "streams": streams,
-        "launcher": "spark-operator",
+        "launcher": LAUNCHER,
         "idle_mb": round(idle),
         "peak_mb": round(sampler.largest_mb("operator")),
         "steady_mb": round(steady),
@@ -271,7 +273,7 @@ def main() -> None:
         f"Peak RSS (MB), median of {args.rounds} rounds",
         ["process", "idle", "peak"],
         [
-            [f"operator, {args.streams} UpdateStreams (spark-operator launcher)",
+            [f"operator, {args.streams} UpdateStreams ({LAUNCHER} launcher)",
              operator["idle_mb"], operator["peak_mb"]],
             ["job driver JVM (local[2]), streaming a 100k-row transaction",
              idle["driver_jvm"], peak["driver_jvm"]],

@@ -26,47 +26,11 @@ SECRET_VALUE = "s3cr3t-Pa55word-9f1e"  # the value no status, event or log may e
 
 T = TypeVar("T")
 
-# The Kubeflow spark-operator's SparkApplication kind, served without its controller: enough for
-# the spark-operator launcher, whose objects nothing runs here.
-SPARK_APPLICATION_CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {
-        "name": "sparkapplications.sparkoperator.k8s.io",
-        # *.k8s.io groups need this; the spark-operator's own CRD carries it too
-        "annotations": {"api-approved.kubernetes.io": "unapproved, test-only"},
-    },
-    "spec": {
-        "group": "sparkoperator.k8s.io",
-        "scope": "Namespaced",
-        "names": {"kind": "SparkApplication", "plural": "sparkapplications"},
-        "versions": [
-            {
-                "name": "v1beta2",
-                "served": True,
-                "storage": True,
-                "subresources": {"status": {}},
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "x-kubernetes-preserve-unknown-fields": True,
-                    }
-                },
-            }
-        ],
-    },
-}
-
 
 def apply_crds(api: KubeApi) -> None:
     api.kubectl("apply", "-f", str(REPO_ROOT / "crds"))
     for crd in ("keyspaces.updatestream.io", "updatestreams.updatestream.io"):
         api.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
-
-
-def apply_spark_application_crd(api: KubeApi) -> None:
-    apply(api, "default", SPARK_APPLICATION_CRD)
-    api.kubectl("wait", "--for=condition=Established", "crd/sparkapplications.sparkoperator.k8s.io")
 
 
 def keyspace_manifest(
@@ -177,6 +141,16 @@ def prepare_namespace(api: KubeApi, namespace: str) -> None:
         "stringData": {"username": "updatestream", "password": SECRET_VALUE},
     }
     apply(api, namespace, secret)
+
+
+def secret_from_files(api: KubeApi, namespace: str, folder: Path) -> None:
+    """A Kubernetes Secret named after a mounted-Secret folder, from its `username` and
+    `password` files (the values never on a command line)."""
+    api.kubectl(
+        "create", "secret", "generic", folder.name, "-n", namespace,
+        f"--from-file=username={folder / 'username'}",
+        f"--from-file=password={folder / 'password'}",
+    )  # fmt: skip
 
 
 @contextlib.contextmanager

@@ -133,7 +133,10 @@ def test_driver_phases_name_sinks_in_order() -> None:
 
 def test_harness_command_and_properties() -> None:
     props = debezium_properties(3306, "dbz", "pw", "commerce", 5401, "no_data", 10)
-    assert props["connector.adapter"] == "mariadb"
+    assert props["connector.class"] == "io.debezium.connector.mariadb.MariaDbConnector"
+    on_mysql = debezium_properties(3306, "dbz", "pw", "commerce", 5401, "no_data", flavor="mysql")
+    assert on_mysql["connector.class"] == "io.debezium.connector.mysql.MySqlConnector"
+    assert "connector.adapter" not in props and "connector.adapter" not in on_mysql
     assert props["poll.interval.ms"] == "10"
     assert "poll.interval.ms" not in debezium_properties(1, "u", "p", "d", 1, "never")
     command = harness_command(Path("/cache/dbz"), props, 200_000)

@@ -120,6 +120,20 @@ def test_update_stream_sink_type_is_checked() -> None:
         parse_update_stream(stream_doc(sinks=[{"type": "kafka"}]))
 
 
+def test_the_removed_spark_operator_launcher_is_refused_saying_what_to_use() -> None:
+    with pytest.raises(SpecError) as err:
+        parse_update_stream(stream_doc(spark={"launcher": "spark-operator"}))
+    message = str(err.value)
+    assert "spec.spark.launcher: the spark-operator launcher was removed" in message
+    assert "use spark-submit" in message
+    assert parse_update_stream(stream_doc(spark={"launcher": "spark-submit"})).spec.spark.launcher
+
+
+def test_an_unknown_launcher_lists_the_supported_ones() -> None:
+    with pytest.raises(SpecError, match=r"spec\.spark\.launcher: .*'spark-submit' or 'local'"):
+        parse_update_stream(stream_doc(spark={"launcher": "yarn"}))
+
+
 def test_update_stream_memcached_sink_needs_servers() -> None:
     with pytest.raises(SpecError, match=r"servers"):
         parse_update_stream(stream_doc(sinks=[{"type": "memcached", "servers": []}]))

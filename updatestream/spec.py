@@ -26,6 +26,7 @@ from pydantic import (
     PlainValidator,
     ValidationError,
     WithJsonSchema,
+    field_validator,
 )
 
 from updatestream.core.dedup import DedupFilter, DedupFilterError
@@ -282,15 +283,33 @@ SinkSpec = Annotated[
 ]
 
 
+# Launchers that existed once: a manifest (or the operator's --launcher) naming one is refused
+# with why it went and what to use instead, rather than with a bare list of supported values.
+REMOVED_LAUNCHERS: Final = {
+    "spark-operator": (
+        "the spark-operator launcher was removed (it was never run against a spark-operator "
+        "controller); use spark-submit, which runs the job with spark-submit in cluster mode, "
+        "or leave it unset for the operator's default"
+    ),
+}
+
+
 class SparkSpec(_Model):
     # how the operator runs the job; None: the operator's default (spark-submit in a cluster)
-    launcher: Literal["spark-submit", "spark-operator", "local"] | None = None
+    launcher: Literal["spark-submit", "local"] | None = None
     image: str | None = None
     master: str | None = None
     service_account: str | None = Field(None, alias="serviceAccount")
     driver: dict[str, str] = Field(default_factory=dict)
     executor: dict[str, str] = Field(default_factory=dict)
     conf: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("launcher", mode="before")
+    @classmethod
+    def _not_removed(cls, value: Any) -> Any:
+        if isinstance(value, str) and value in REMOVED_LAUNCHERS:
+            raise ValueError(REMOVED_LAUNCHERS[value])
+        return value
 
 
 class SnapshotRequest(_Model):

@@ -10,7 +10,9 @@ waits for its own server (a commit, a round trip), not for the sinks before it, 
 write starts as soon as the batch is read. A larger batch streams to each sink in turn from the
 persisted batch, so a huge transaction is never held whole. Each sink is idempotent per batch
 and per event, so neither the order nor a failure of another sink changes what it holds: when
-a sink fails the batch fails once every sink has returned, and Spark runs it again.
+a sink fails the batch fails once every sink has returned, and Spark runs it again. A sink whose
+server does not answer gets the same events again, as a replay, until it takes them
+(`SinkRetry`): the other sinks' writes are not repeated.
 """
 
 from __future__ import annotations
@@ -18,14 +20,15 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from updatestream.binlog.events import HOP_MARKER, ChangeEvent
 from updatestream.core.dedup import DROPPED_VERDICTS
 from updatestream_jobs.progress_tracker import ProgressTracker
+from updatestream_jobs.sink_retry import SinkRetry
 from updatestream_jobs.sinks import BatchContext, Sink, SinkResult
 
 # With several sinks, a micro-batch of at most this many events is read from Spark once and
@@ -58,9 +61,12 @@ class BatchPhases:
 class BatchDelivery:
     """Writes micro-batches to the job's sinks, reporting to its progress tracker."""
 
-    def __init__(self, sinks: list[Sink], tracker: ProgressTracker) -> None:
+    def __init__(
+        self, sinks: list[Sink], tracker: ProgressTracker, retry: SinkRetry | None = None
+    ) -> None:
         self.sinks = sinks
         self.tracker = tracker
+        self.retry = retry
         self.single_pass_events = SINGLE_PASS_EVENTS
         self._pool: ThreadPoolExecutor | None = None
 
@@ -87,6 +93,24 @@ class BatchDelivery:
                 self.tracker.count_duplicate(event.dedup)
             yield event
 
+    def _write(
+        self,
+        sink: Sink,
+        events: Callable[[bool], Iterator[ChangeEvent]],
+        ctx: BatchContext,
+    ) -> SinkResult:
+        """`sink.write_batch` of `events(again)`; an attempt after a failed one is a replay."""
+
+        def attempt(again: bool) -> SinkResult:
+            return sink.write_batch(events(again), replace(ctx, replay=True) if again else ctx)
+
+        if self.retry is None:
+            return attempt(False)
+        index = self.sinks.index(sink)
+        return self.retry.write(
+            attempt, index=index, batch_id=ctx.batch_id, waiting=self.tracker.wait_for_sink
+        )
+
     def deliver(self, frame: Any, ctx: BatchContext, phases: BatchPhases) -> None:
         """Read the batch `frame` and write it to every sink (see the module docstring)."""
         began = time.perf_counter()
@@ -96,8 +120,13 @@ class BatchDelivery:
             return
         if len(self.sinks) == 1:  # read lazily, as the sink takes it
             sink = self.sinks[0]
-            events = self.tracker.observe(self.deduplicated(_events(frame)))
-            self.tracker.sink_result(sink.name, sink.write_batch(events, ctx))
+
+            def events(again: bool) -> Iterator[ChangeEvent]:
+                if again:  # the batch computed again; counted once already
+                    return self.deduplicated(_events(frame), count=False)
+                return self.tracker.observe(self.deduplicated(_events(frame)))
+
+            self.tracker.sink_result(sink.name, self._write(sink, events, ctx))
             phases.sinks_s[sink.name] = time.perf_counter() - began
             return
         frame.persist()
@@ -123,7 +152,7 @@ class BatchDelivery:
 
         def write(sink: Sink) -> tuple[SinkResult, float]:
             began = time.perf_counter()
-            result = sink.write_batch(iter(held), ctx)
+            result = self._write(sink, lambda _again: iter(held), ctx)
             return result, time.perf_counter() - began
 
         futures: list[Future[tuple[SinkResult, float]]] = [
@@ -146,11 +175,14 @@ class BatchDelivery:
     ) -> None:
         for index, sink in enumerate(self.sinks):
             began = time.perf_counter()
-            if index == 0:
-                events = self.tracker.observe(self.deduplicated(first))
-            else:  # too large to hold: read again, from the persisted batch
-                events = self.deduplicated(_events(frame), count=False)
-            self.tracker.sink_result(sink.name, sink.write_batch(events, ctx))
+
+            def events(again: bool, index: int = index) -> Iterator[ChangeEvent]:
+                if index == 0 and not again:
+                    return self.tracker.observe(self.deduplicated(first))
+                # too large to hold: read again, from the persisted batch
+                return self.deduplicated(_events(frame), count=False)
+
+            self.tracker.sink_result(sink.name, self._write(sink, events, ctx))
             phases.sinks_s[sink.name] = time.perf_counter() - began
 
 

@@ -5,6 +5,10 @@ file (`phase: failed`, `error`, `retryable`), keeping the positions the report a
 the operator can say in the stream's Degraded condition why the key range stopped, and decide
 whether relaunching it may help. The line carries no Secret value: every value of the Secrets
 mounted for the job is blanked out of it.
+
+In a Pod the line also goes into the container's termination message (`/dev/termination-log`),
+which Kubernetes puts into the Pod's status at the moment the driver exits: the operator then
+knows why at once, without waiting for the progress sidecar's next copy of the status file.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from updatestream.core.vschema import VSchemaError
 from updatestream.spec import SpecError
 
 MAX_CHARS = 500
+TERMINATION_LOG = Path("/dev/termination-log")  # Kubernetes' default terminationMessagePath
 # What a relaunch with the same configuration meets again: the spec, the Keyspace or the
 # shards' settings must change first.
 NOT_RETRYABLE: tuple[type[UpdateStreamError], ...] = (
@@ -71,9 +76,14 @@ def _secret_values(secrets_dir: Path | None) -> set[str]:
     return values
 
 
-def record(config: JobConfig, exc: BaseException) -> None:
+def record(config: JobConfig, exc: BaseException, termination_log: Path = TERMINATION_LOG) -> None:
     """Write the job's fatal error into its status file (if it has one), keeping what the last
-    report held; never raises (the job is ending with `exc` already)."""
+    report held, and into the container's termination message when it runs in a Pod; never
+    raises (the job is ending with `exc` already)."""
+    line = one_line(exc, config.secrets_dir)
+    if termination_log.exists():
+        with contextlib.suppress(OSError):
+            termination_log.write_text(line + "\n", encoding="utf-8")
     if config.status_file is None:
         return
     try:
@@ -84,7 +94,7 @@ def record(config: JobConfig, exc: BaseException) -> None:
         update={
             "phase": "failed",
             "updated_at": time.time(),
-            "error": one_line(exc, config.secrets_dir),
+            "error": line,
             "retryable": retryable(exc),
         }
     )

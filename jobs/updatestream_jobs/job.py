@@ -38,6 +38,7 @@ from updatestream.contract.job_config import JobConfig
 from updatestream.core.errors import UpdateStreamError
 from updatestream_jobs.batch_delivery import BatchDelivery, BatchPhases
 from updatestream_jobs.progress_tracker import ProgressListener, ProgressTracker
+from updatestream_jobs.sink_retry import SinkRetry, SinkRetryPolicy
 from updatestream_jobs.sinks import BatchContext, Sink, SinkContext, build_sinks
 from updatestream_jobs.source.options import start_option
 from updatestream_jobs.stream_metrics import StreamMetrics
@@ -141,7 +142,10 @@ class Job:
         )
         self.metrics_port: int | None = None
         self.query: Any = None
-        self.delivery = BatchDelivery(self.sinks, self.tracker)
+        # a sink whose server does not answer gets the same batch again until the job stops
+        self.stopping = threading.Event()
+        self.sink_retry = SinkRetry(SinkRetryPolicy(), self.stopping, config.secrets_dir)
+        self.delivery = BatchDelivery(self.sinks, self.tracker, self.sink_retry)
         self._hop_pending = config.hop_started_at is not None
         self.stop_requested = threading.Event()
         self.batch_phases: deque[BatchPhases] = deque(maxlen=KEPT_BATCH_PHASES)
@@ -165,6 +169,7 @@ class Job:
         self.delivery.sinks = self.sinks  # (a caller may wrap or replace the sinks)
         dropped_before = self.tracker.duplicates["hop"]
         self.delivery.deliver(frame, ctx, phases)
+        self.tracker.sinks_answer()
         fault_after_sink_write(batch_id)
         finish_began = time.perf_counter()
         self._after_sinks(batch_id, dropped_before)
@@ -229,6 +234,7 @@ class Job:
     def stop(self, *, failed: bool = False) -> None:
         """Stop the query and the sinks; the status file's last word is `stopped` (with the last
         positions delivered) or `failed`."""
+        self.stopping.set()
         try:
             if self.query is not None and self.query.isActive:
                 self.query.stop()
@@ -287,6 +293,7 @@ class Job:
         def request_stop(signum: int, _frame: Any) -> None:
             log.warning("%s: stopping the stream", signal.Signals(signum).name)
             self.stop_requested.set()
+            self.stopping.set()
 
         previous = {sig: signal.signal(sig, request_stop) for sig in STOP_SIGNALS}
         try:
@@ -339,7 +346,7 @@ def fault_after_hop_write(batch_id: int) -> None:
 
 
 _TYPED = re.compile(
-    r"updatestream(?:_jobs)?\.[\w.]+\.(\w+(?:Error|Purged|Unreachable|Table)): ([^\n]+)"
+    r"updatestream(?:_jobs)?\.[\w.]+\.(\w+(?:Error|Purged|Unreachable|Unavailable|Table)): ([^\n]+)"
 )
 
 

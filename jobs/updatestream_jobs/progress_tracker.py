@@ -33,6 +33,7 @@ from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from updatestream.binlog.events import SNAPSHOT_OPS, ChangeEvent
 from updatestream.contract.progress_report import (
+    WAITING,
     BatchReport,
     HopReport,
     ProgressReport,
@@ -115,6 +116,9 @@ class ProgressTracker:
         self.idle_triggers = 0  # triggers that found nothing new to read
         self.batch_log = BatchLog()  # a line in the driver's log every so many batches
         self._delivered = 0  # rows delivered (changes and snapshot rows) as of the last batch
+        # while a sink's server does not answer: what the job waits for, and its phase before
+        self.error: str | None = None
+        self._phase_before_wait = "running"
 
     def _shard(self, shard: str) -> ShardProgress:
         if shard not in self.shards:
@@ -228,6 +232,25 @@ class ProgressTracker:
             self.metrics.set_phase(self.key_range, phase)
         self.write_status()
 
+    def wait_for_sink(self, message: str) -> None:
+        """A sink's server does not answer: phase `waiting`, `message` as the report's error."""
+        with self._lock:
+            if self.phase != WAITING:
+                self._phase_before_wait = self.phase
+            self.error = message
+        if self.phase != WAITING:
+            log.warning("%s", message)
+        self.set_phase(WAITING)
+
+    def sinks_answer(self) -> None:
+        """Every sink took the batch again: the phase before the wait, no error."""
+        if self.phase != WAITING:
+            return
+        log.warning("every sink took the batch again; the wait is over (it was: %s)", self.error)
+        with self._lock:
+            self.error = None
+        self.set_phase(self._phase_before_wait)
+
     def batch_timings(
         self, batch_id: int, read_s: float, sinks_s: dict[str, float], total_s: float
     ) -> None:
@@ -332,6 +355,8 @@ class ProgressTracker:
                 idle_triggers=self.idle_triggers,
                 updated_at=self._clock(),
                 phase=self.phase,
+                error=self.error,
+                retryable=True if self.error else None,
                 shard_map=self.shard_map,
                 hops=[hop.model_copy() for hop in self.hops],
                 dedup=self.dedup,

@@ -17,7 +17,7 @@ Each job owns a `CollectorRegistry` (several jobs, or tests, can live in one pro
   existing rows the snapshot delivered, and its chunks still to read (estimated until the last
   chunk of a range is planned; 0 when finished or when the stream does not snapshot).
 * `updatestream_job_phase{stream,key_range,phase}`: 1 for the job's current phase (starting,
-  running, hopping, stopped, failed), 0 for the others.
+  running, hopping, waiting: a sink's server does not answer, stopped, failed), 0 for the others.
 
 Every series of the stream (duplicates by cause, hops, the hop duration histogram, each sink's
 delivered duplicates, each phase) exists from the start at 0, so `increase()` sees the first
@@ -33,7 +33,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 # by the dedup rule's verdict: dropped ("hop", "reverse") or delivered and counted ("unknown",
 # "straddle"; see updatestream.core.dedup)
 DUPLICATE_CAUSES = ("hop", "unknown", "reverse", "straddle")
-PHASES = ("starting", "running", "hopping", "stopped", "failed")
+PHASES = ("starting", "running", "hopping", "waiting", "stopped", "failed")
 
 
 class StreamMetrics:
@@ -96,7 +96,7 @@ class StreamMetrics:
     def _state_metrics(self) -> None:
         self.phase = Gauge(
             "updatestream_job_phase",
-            "1 for the job's current phase (starting, running, hopping, stopped, failed)",
+            "1 for the job's current phase (starting, running, hopping, waiting, stopped, failed)",
             ["stream", "key_range", "phase"],
             registry=self.registry,
         )

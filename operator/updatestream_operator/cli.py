@@ -12,12 +12,24 @@ from typing import Any
 import click
 
 from updatestream.clickopts import FILE, seconds_option, secrets_dir_option, status_file_option
+from updatestream.spec import REMOVED_LAUNCHERS
 from updatestream_operator.config import (
     LAUNCHERS,
     ClusterSettings,
     OperatorConfig,
     WebhookSettings,
 )
+
+
+def _check_launcher(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """One of LAUNCHERS; a removed launcher is refused saying what to use instead."""
+    if value is None or value in LAUNCHERS:
+        return value
+    if value in REMOVED_LAUNCHERS:
+        raise click.BadParameter(REMOVED_LAUNCHERS[value], ctx=ctx, param=param)
+    raise click.BadParameter(
+        f"{value!r} is not a launcher; choose one of {', '.join(LAUNCHERS)}", ctx=ctx, param=param
+    )
 
 
 def _check_liveness(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -84,8 +96,9 @@ def _webhook_settings(
 )
 @click.option(
     "--launcher",
-    type=click.Choice(LAUNCHERS),
+    metavar="[" + "|".join(LAUNCHERS) + "]",
     default=None,
+    callback=_check_launcher,
     help="How to run jobs (default: spark-submit in a cluster, local outside one).",
 )
 @click.option("--metrics-port", type=int, default=8080, show_default=True, help="0: none.")

@@ -1,6 +1,6 @@
 """The operator's own settings (from `updatestream operator` options), and what they build.
 
-The settings of the cluster launchers (`ClusterSettings`) live beside them in
+The settings of the cluster launcher (`ClusterSettings`) live beside it in
 `launchers.settings`: the launchers never import this module, which builds them (lazily: the
 console script loads this module for its options, and should not load the Kubernetes client).
 """
@@ -29,8 +29,8 @@ __all__ = [
     "in_cluster",
 ]
 
-LauncherName = Literal["local", "spark-submit", "spark-operator"]
-LAUNCHERS: tuple[LauncherName, ...] = ("local", "spark-submit", "spark-operator")
+LauncherName = Literal["local", "spark-submit"]
+LAUNCHERS: tuple[LauncherName, ...] = ("local", "spark-submit")
 
 
 def in_cluster() -> bool:
@@ -92,14 +92,12 @@ def current() -> OperatorConfig:
 def build_launchers(config: OperatorConfig, store: KubeStore) -> dict[str, Launcher]:
     """Every launcher the operator can use (a stream may choose one with spec.spark.launcher)."""
     from updatestream_operator.launchers.local import LocalLauncher
-    from updatestream_operator.launchers.spark_operator import SparkOperatorLauncher
     from updatestream_operator.launchers.spark_submit import SparkSubmitLauncher
 
     return {
         "spark-submit": SparkSubmitLauncher(
             store, config.cluster, spark_submit=config.spark_submit
         ),
-        "spark-operator": SparkOperatorLauncher(store, config.cluster),
         "local": LocalLauncher(
             config.state_dir,
             command=config.local_command,

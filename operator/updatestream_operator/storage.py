@@ -29,9 +29,6 @@ from updatestream_operator.scrub import SCRUBBER
 log = logging.getLogger(__name__)
 
 VERSION = "v1alpha1"
-SPARK_GROUP = "sparkoperator.k8s.io"
-SPARK_VERSION = "v1beta2"
-SPARK_PLURAL = "sparkapplications"
 COMPONENT = "updatestream-operator"
 
 
@@ -367,56 +364,3 @@ class KubeStore:
         data = {str(k): str(v) for k, v in (secret.data or {}).items()}
         SCRUBBER.register_secret_data(data, encoded=True)
         return {k: base64.b64decode(v).decode("utf-8") for k, v in data.items()}
-
-    # -- SparkApplications ------------------------------------------------------------------
-
-    def spark_operator_installed(self) -> bool:
-        """True when the SparkApplication CRD (Kubeflow spark-operator) is served."""
-        try:
-            with _calling(f"discovering {SPARK_GROUP}/{SPARK_VERSION}"):
-                found = self.custom.get_api_resources(SPARK_GROUP, SPARK_VERSION)
-        except KubeError:
-            return False
-        return any(r.name == SPARK_PLURAL for r in found.resources or [])
-
-    def create_spark_application(self, namespace: str, body: dict[str, Any]) -> bool:
-        """Create it; False if one of that name exists already."""
-        try:
-            with _calling(f"creating SparkApplication {namespace}/{body['metadata']['name']}"):
-                self.custom.create_namespaced_custom_object(
-                    SPARK_GROUP, SPARK_VERSION, namespace, SPARK_PLURAL, body
-                )
-            return True
-        except KubeError as exc:
-            if exc.status == 409:
-                return False
-            raise
-
-    def get_spark_application(self, namespace: str, name: str) -> dict[str, Any] | None:
-        found: dict[str, Any] | None = _read(
-            f"reading SparkApplication {namespace}/{name}",
-            lambda: self.custom.get_namespaced_custom_object(
-                SPARK_GROUP, SPARK_VERSION, namespace, SPARK_PLURAL, name
-            ),
-        )
-        return found
-
-    def list_spark_applications(self, namespace: str | None, selector: str) -> list[dict[str, Any]]:
-        with _calling(f"listing SparkApplications ({selector})"):
-            if namespace is None:
-                found = self.custom.list_cluster_custom_object(
-                    SPARK_GROUP, SPARK_VERSION, SPARK_PLURAL, label_selector=selector
-                )
-            else:
-                found = self.custom.list_namespaced_custom_object(
-                    SPARK_GROUP, SPARK_VERSION, namespace, SPARK_PLURAL, label_selector=selector
-                )
-        return list(found.get("items", []))
-
-    def delete_spark_application(self, namespace: str, name: str) -> None:
-        _delete(
-            f"deleting SparkApplication {namespace}/{name}",
-            lambda: self.custom.delete_namespaced_custom_object(
-                SPARK_GROUP, SPARK_VERSION, namespace, SPARK_PLURAL, name
-            ),
-        )

@@ -329,6 +329,25 @@ def test_in_job_hops_are_on_by_default_with_their_timeout(
     assert not [a for a in args if a.startswith("--in-job-hop-timeout")]
 
 
+@pytest.mark.parametrize(
+    ("values", "says"),
+    [
+        (
+            "operator.launcher=spark-operator",
+            "operator.launcher: the spark-operator launcher was removed",
+        ),
+        ("rbac.sparkApplications=true", "rbac.sparkApplications was removed"),
+    ],
+)
+def test_values_of_the_removed_spark_operator_launcher_are_refused(
+    values: str, says: str, helm: Helm
+) -> None:
+    result = helm.run("template", "us", str(CHART), "--set", values, check=False)
+    assert result.returncode != 0
+    assert says in result.stderr
+    assert "spark-submit" in result.stderr
+
+
 def test_cluster_wide_rbac_and_spark_accounts_in_every_job_namespace(
     full_manifests: list[dict[str, Any]],
 ) -> None:
@@ -340,7 +359,7 @@ def test_cluster_wide_rbac_and_spark_accounts_in_every_job_namespace(
     ]
     rules = rules_of(role)
     assert {"list", "watch"} <= rules["apiextensions.k8s.io/customresourcedefinitions"]
-    assert {"create", "delete"} <= rules["sparkoperator.k8s.io/sparkapplications"]
+    assert not [key for key in rules if key.startswith("sparkoperator.k8s.io/")]
     assert rules["secrets"] == {"get"}, "rbac.extraRules are added"
     assert not [r for r in by_kind(full_manifests, "Role") if "spark" not in r["metadata"]["name"]]
     assert placed(full_manifests, "ServiceAccount") == {

@@ -566,7 +566,9 @@ def test_a_cluster_wide_install_with_every_option_and_its_uninstall(kube_api: Ku
         operator = "chart-full:full-updatestream-operator"
         assert can_i(kube_api, operator, "list", "updatestreams.updatestream.io", None)
         assert can_i(kube_api, operator, "create", "pods", "streams-b")
-        assert can_i(kube_api, operator, "create", "sparkapplications.sparkoperator.k8s.io", None)
+        assert not can_i(
+            kube_api, operator, "create", "sparkapplications.sparkoperator.k8s.io", None
+        )
         spark = "streams-a:updatestream-spark"
         assert can_i(kube_api, spark, "create", "pods", "streams-a")
         assert can_i(kube_api, spark, "create", "persistentvolumeclaims", "streams-a")

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from updatestream_cli import manifests
 from updatestream_jobs.source.arrow_rows import FIELDS
-from updatestream_jobs.source.copy_groups import RowClassifier, Via
+from updatestream_jobs.source.copy_groups import RowClassifier, Via, with_origins
 from updatestream_jobs.source.hopper import map_for_shards, next_map
 from updatestream_jobs.source.keyspace_watch import (
     FileKeyspaceWatch,
@@ -295,7 +295,27 @@ def test_a_retired_shard_read_from_its_copies_slices_groups_at_both_ends() -> No
     rows = group_rows(["08", "09", "0a", "0b", "0c", "0d"], "1-1-47", "1-1-53")
     kept = list(RowClassifier(DedupFilter({}), via).marked(iter(rows)))
     assert [r[5] for r in kept] == ["0a", "0b"] and {r[-1] for r in kept} == {None}
+    # each row has the identity of the change the stream read from -80: a replay recognises it
+    gtid, index = FIELDS.index("source_gtid"), FIELDS.index("tx_index")
+    assert [(r[gtid], r[index]) for r in kept] == [("1-1-50", 0), ("1-1-51", 0)]
     # without a record the group's part cannot be told: all of it, counted
     blind = Via("-80", parse_position("1-1-49"), parse_position("1-1-51"))
     kept = list(RowClassifier(DedupFilter({}), blind).marked(iter(rows)))
     assert [r[-1] for r in kept] == ["straddle"] * 6
+
+
+def test_a_group_s_rows_get_the_identity_of_the_source_transaction_they_copy() -> None:
+    # two changes to one key in 1-1-48, a third in 1-1-49: indexes count within each transaction
+    record = RecentTransactions(parse_position("1-1-47")).then(
+        [(parse_position("1-1-48"), ("08", "08", "c1")), (parse_position("1-1-49"), ("08",))]
+    )
+    rows = group_rows(["08", "08", "08"], "1-1-47", "1-1-49")
+    source = EventToken.loads(rows[0][FIELDS.index("token")]).source
+    assert source is not None
+    gtid, index = FIELDS.index("source_gtid"), FIELDS.index("tx_index")
+    exact = with_origins(rows, source, record, "-40")
+    assert [(r[gtid], r[index]) for r in exact] == [("1-1-48", 0), ("1-1-48", 1), ("1-1-49", 0)]
+    # rows that are not the record's, in order, or no record: the group's own identity
+    odd = group_rows(["08", "09", "08"], "1-1-47", "1-1-49")
+    assert [r[gtid] for r in with_origins(odd, source, record, "-40")] == ["1-1-49"] * 3
+    assert [r[gtid] for r in with_origins(rows, source, None, "-40")] == ["1-1-49"] * 3

@@ -144,7 +144,9 @@ def test_job_delivers_the_ledger_with_progress_metrics_and_dedup(
 
     state = json.loads(status.read_text())
     assert state["stream"] == "orders-feed" and state["keyRange"] == "-"
-    assert state["duplicates"] == {"hop": 1, "unknown": 0}
+    # the second copy covers 9-9-42..60 of its source (its pos before and after), across the
+    # watermark 9-9-50: delivered, and counted as a straddle
+    assert state["duplicates"] == {"hop": 1, "reverse": 0, "straddle": 1, "unknown": 0}
     assert state["phase"] == "stopped"
     # stop() may land between a sink write and the batch's status update: the counts cover
     # exactly the batches up to the last finished one.
@@ -158,6 +160,7 @@ def test_job_delivers_the_ledger_with_progress_metrics_and_dedup(
         assert state["shards"][shard]["token"]["pos"] == final[shard]
     assert metrics['updatestream_duplicates_total{cause="hop",stream="orders-feed"}'] == 1
     assert metrics['updatestream_duplicates_total{cause="unknown",stream="orders-feed"}'] == 0
+    assert metrics['updatestream_duplicates_total{cause="straddle",stream="orders-feed"}'] == 1
     assert metrics[f"updatestream_hops_total{labels}"] == 1
     assert metrics[f"updatestream_hop_duration_seconds_count{labels}"] == 1
     assert metrics[f"updatestream_hop_duration_seconds_sum{labels}"] >= 30

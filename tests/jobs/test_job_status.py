@@ -26,7 +26,7 @@ def test_status_file_carries_duplicates_by_cause_for_operator_and_verifier(tmp_p
     tracker.finish_batch(3)
 
     data = json.loads(status.read_text())
-    assert data["duplicates"] == {"hop": 3, "unknown": 1}
+    assert data["duplicates"] == {"hop": 3, "reverse": 0, "straddle": 0, "unknown": 1}
     assert data["phase"] == "hopping" and data["batchId"] == 3
     assert data["sinks"]["cdcv2(x)"] == {
         "written": 6,
@@ -37,9 +37,9 @@ def test_status_file_carries_duplicates_by_cause_for_operator_and_verifier(tmp_p
     assert data["sinks"]["console(stdout)"]["written"] == 0
 
     progress = loads_progress(status.read_text(), launch_id=1, source=str(status))
-    assert progress.duplicates == {"hop": 3, "unknown": 1}
+    assert progress.duplicates == {"hop": 3, "reverse": 0, "straddle": 0, "unknown": 1}
     # the verifier's total is what was dropped: undecidable events were delivered
-    assert read_duplicates(status) == (3, {"hop": 3, "unknown": 1})
+    assert read_duplicates(status) == (3, {"hop": 3, "reverse": 0, "straddle": 0, "unknown": 1})
 
     value = metrics.registry.get_sample_value
     labels = {"stream": "orders-feed"}
@@ -52,9 +52,16 @@ def test_status_file_carries_duplicates_by_cause_for_operator_and_verifier(tmp_p
 def test_a_fresh_status_file_says_no_duplicates_yet(tmp_path: Path) -> None:
     status = tmp_path / "status.json"
     ProgressTracker("s", "-80", status_file=status).write_status()
-    assert json.loads(status.read_text())["duplicates"] == {"hop": 0, "unknown": 0}
-    assert read_duplicates(status) == (0, {"hop": 0, "unknown": 0})
+    assert json.loads(status.read_text())["duplicates"] == {
+        "hop": 0,
+        "reverse": 0,
+        "straddle": 0,
+        "unknown": 0,
+    }
+    assert read_duplicates(status) == (0, {"hop": 0, "reverse": 0, "straddle": 0, "unknown": 0})
     assert loads_progress(status.read_text(), launch_id=None, source="s").duplicates == {
         "hop": 0,
+        "reverse": 0,
+        "straddle": 0,
         "unknown": 0,
     }

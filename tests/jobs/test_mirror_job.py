@@ -18,7 +18,8 @@ from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 from updatestream_cli.verify.cli import verify
 from updatestream_cli.verify.mirror_check import MirrorReport, MirrorTarget, verify_mirror
 from updatestream_jobs.job import Job, typed_error
-from updatestream_jobs.sinks.sink import SinkError
+from updatestream_jobs.sink_retry import SinkRetry, SinkRetryPolicy
+from updatestream_jobs.sinks.sink import SinkUnavailable
 
 from harness.cluster_job import cluster_job, wait_caught_up
 from tests.conftest import MariaDBFixture, MariaDBServerFactory
@@ -118,10 +119,13 @@ def test_job_mirrors_live_traffic_and_verify_finds_it_equal(
     assert changed.exit_code == 1 and json.loads(changed.output)["different"] == 1
 
 
-def test_the_mirror_down_fails_the_batch_and_a_restart_catches_up(
+def test_a_mirror_down_past_the_retry_limit_fails_the_job_and_a_restart_catches_up(
     spark: Any, cluster: DevCluster, mirror_db: MariaDBFixture, tmp_path: Path
 ) -> None:
+    """The job waits out a short outage (test_sink_outage.py); one longer than its limit (5 s
+    here instead of 15 minutes) ends it with the typed error, and a restart catches up."""
     job = make_job(cluster, mirror_db, "mirror_restart", tmp_path)
+    job.sink_retry = SinkRetry(SinkRetryPolicy(0.5, 1.0, 5.0), job.stopping)
     job.start(spark)
     try:
         traffic(cluster, tmp_path, 2.0, seed=6)
@@ -137,8 +141,10 @@ def test_the_mirror_down_fails_the_batch_and_a_restart_catches_up(
         job.stop(failed=True)
         if not mirror_db.server.is_running():
             mirror_db.server.start()
-    assert isinstance(error, SinkError), error
-    assert f"mirror({mirror_db.host}:{mirror_db.port}/mirror_restart)" in str(error)
+    assert isinstance(error, SinkUnavailable), error
+    assert str(error).startswith(
+        f"spec.sinks[0]: mirror {mirror_db.host}:{mirror_db.port} did not answer for"
+    )
     assert mirror_db.admin.password not in str(error)
     assert json.loads((tmp_path / "status.json").read_text())["phase"] == "failed"
 

@@ -20,7 +20,12 @@ from updatestream_cli import manifests
 from updatestream_cli.devcluster.local_server import FLAVORS
 from updatestream_jobs.sinks import SINKS, SinkContext, build_sinks
 from updatestream_jobs.sinks.mirror_sink import MirrorSink
-from updatestream_jobs.sinks.sink import BatchContext, MirrorSinkSchemaError, SinkError
+from updatestream_jobs.sinks.sink import (
+    BatchContext,
+    MirrorSinkSchemaError,
+    SinkError,
+    SinkUnavailable,
+)
 
 from harness.accounts import write_secret
 from harness.sink_events import ShardLog, final_rows, two_shard_workload
@@ -400,8 +405,9 @@ def test_the_mirror_down_then_up(
     batch = log.transaction(11, [("insert", "users", None, user(2, "b"))])
     mirror_server.server.stop()
     try:
-        with pytest.raises(SinkError) as err:
+        with pytest.raises(SinkUnavailable) as err:  # an outage the job waits out
             sink.write_batch(batch, ctx(1))
+        assert (err.value.kind, err.value.address) == ("mirror", sink.address)
         message = str(err.value)
         assert f"mirror({mirror_server.host}:{mirror_server.port}/m_{source})" in message
         assert "batch 1" in message and mirror_server.admin.password not in message

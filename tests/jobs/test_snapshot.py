@@ -156,6 +156,11 @@ def _users(cluster: DevCluster) -> dict[str, list[Any]]:
 def test_an_unaligned_key_range_snapshots_only_its_rows(
     spark: Any, cluster: DevCluster, tmp_path: Path
 ) -> None:
+    if sum(1 for key in shard_rows(cluster) if key[0] == "events") < 5000:
+        # the module's cluster of this flavor is fresh (the parametrized cases come first)
+        loader = traffic(cluster, tmp_path, 5, rate=0)
+        loader.preload(20_000, batch=2000)
+        loader.close()
     console = tmp_path / "events.jsonl"
     job = snapshot_job(
         cluster, tmp_path, console, name="unaligned", key_range="60-a0", tables=("events",)

@@ -171,7 +171,7 @@ def test_a_chunk_read_with_a_wrong_password_is_a_typed_error_without_it(
     config = dataclasses.replace(loaded["config"].reader, secrets_dir=str(secrets))
     endpoint = dataclasses.replace(loaded["config"].endpoint("-80"), secret="wrong")
     with pytest.raises(ShardUnreachable) as caught:
-        columns.fetch(endpoint, config.reader, "SELECT 1")
+        columns.fetch(endpoint, config, "SELECT 1")
     message = str(caught.value)
     assert "'wrong'" in message and "-80" in message
     assert "Sup3r-Secret-Pw" not in message
@@ -187,6 +187,9 @@ def test_a_chunk_waits_until_the_transactions_up_to_its_position_are_visible(
     config = loaded["config"].reader
     endpoint = loaded["config"].endpoint("-80")
     now = positions(loaded["config"])["-80"]
+    if endpoint.flavor == "mysql":  # no wait on MySQL (see the chunks module)
+        assert chunks.wait_until_visible(endpoint, config, now) == 0
+        return
     assert chunks.wait_until_visible(endpoint, config, now) == 1
     (last,) = list(now)
     ahead = now.advance(MariaDBGTID(last.domain, last.server, last.seq + 1))

@@ -40,10 +40,15 @@ from updatestream.core.token import EventToken
 SHARDS = ("-80", "80-")
 
 
+MIN_ROWS = 300  # a loaded machine commits few rows in a second: run until this many at least
+
+
 def traffic(cluster: DevCluster, tmp: Any, seed: int, rotate: bool = False, **extra: Any) -> None:
+    """Unthrottled traffic for a second, and on until it changed `MIN_ROWS` rows."""
     options = TrafficOptions(rate=0, duration=1.0, seed=seed, **extra)
     gen = traffic_generator(cluster, tmp / f"ledger-{seed}.jsonl", options)
-    gen.run()
+    while gen.run().rows < MIN_ROWS:
+        pass
     if rotate:
         for shard in SHARDS:
             cluster.server(shard).query("FLUSH BINARY LOGS")

@@ -256,6 +256,11 @@ STREAM_CASES: list[tuple[str, Edit, str]] = [
         "spec.sinks[0].tablePrefix",
     ),
     ("unknown launcher", _set("spec.spark", {"launcher": "yarn"}), "spec.spark.launcher"),
+    (
+        "removed launcher",
+        _set("spec.spark", {"launcher": "spark-operator"}),
+        "spec.spark.launcher",
+    ),
     ("suspend not a boolean", _set("spec.suspend", "yes"), "spec.suspend"),
 ]
 

@@ -1,6 +1,6 @@
 """A running job follows its Keyspace custom resource through the Kubernetes API: the watch the
-spark-submit and spark-operator launchers give the driver (`kubernetes:<namespace>/<name>`),
-against a real API server."""
+spark-submit launcher gives the driver (`kubernetes:<namespace>/<name>`), against a real API
+server."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""`updatestream operator` refuses a `--liveness` URL kopf could not serve, before starting."""
+"""`updatestream operator` refuses options it could not run with, before starting: a `--liveness`
+URL kopf could not serve, a webhook without its certificate, a launcher it does not have."""
 
 from __future__ import annotations
 
@@ -46,3 +47,22 @@ def test_a_webhook_without_its_certificate_is_refused(
     result = CliRunner().invoke(operator_command, ["--metrics-port", "0", *args])
     assert result.exit_code == 2, result.output
     assert says in result.output
+
+
+@pytest.mark.parametrize(
+    ("launcher", "says"),
+    [
+        ("spark-operator", "the spark-operator launcher was removed"),
+        ("yarn", "'yarn' is not a launcher; choose one of local, spark-submit"),
+    ],
+)
+def test_a_launcher_the_operator_does_not_have_is_refused(launcher: str, says: str) -> None:
+    result = CliRunner().invoke(operator_command, ["--launcher", launcher])
+    assert result.exit_code == 2, result.output
+    assert says in result.output and "--launcher" in result.output
+
+
+@pytest.mark.parametrize("launcher", ["local", "spark-submit"])
+def test_each_launcher_is_accepted(launcher: str) -> None:
+    context = operator_command.make_context("operator", ["--launcher", launcher])
+    assert context.params["launcher"] == launcher

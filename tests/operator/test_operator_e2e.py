@@ -43,6 +43,7 @@ from harness.operator import (
     items,
     kopf_operator,
     prepare_operator,
+    secret_from_files,
     wait_for,
 )
 from harness.stream_job import completed_hops, read_status, reshard
@@ -120,13 +121,23 @@ class World:
         return dict((get(self.api, NS, "updatestream", STREAM) or {})["spec"])
 
 
-def _secret_from_files(api: KubeApi, folder: Path) -> None:
-    """A Kubernetes Secret made from a mounted-Secret folder (values never on a command line)."""
-    api.kubectl(
-        "create", "secret", "generic", folder.name, "-n", NS,
-        f"--from-file=username={folder / 'username'}",
-        f"--from-file=password={folder / 'password'}",
-    )  # fmt: skip
+def operator_secrets(
+    api: KubeApi,
+    namespace: str,
+    cluster: DevCluster,
+    sink_server: MariaDBFixture,
+    sink_secret: str,
+    secrets_dir: Path,
+) -> None:
+    """The Secrets a stream's job reads, in `namespace` and under `secrets_dir` as the local
+    launcher mounts them: the cluster's reader and `sink_server`'s admin as `sink_secret`; and
+    the Role that lets the operator read them."""
+    api.kubectl("apply", "-n", namespace, "-f", "-", input=SECRET_READER)
+    reader = cluster.secrets_dir / cluster.secret_ref("reader").name
+    sink_server.admin_secret(secrets_dir, sink_secret)
+    shutil.copytree(reader, secrets_dir / reader.name)
+    for folder in secrets_dir.iterdir():
+        secret_from_files(api, namespace, folder)
 
 
 @pytest.fixture
@@ -137,12 +148,7 @@ def world(
     with DevCluster(workdir / "cluster").running("-80,80-") as cluster:
         w = World(kube_api, cluster, workdir)
         kubeconfig = prepare_operator(kube_api, workdir, NS)
-        kube_api.kubectl("apply", "-n", NS, "-f", "-", input=SECRET_READER)
-        reader = cluster.secrets_dir / cluster.secret_ref("reader").name
-        mariadb_server.admin_secret(w.secrets_dir, SINK_SECRET)
-        shutil.copytree(reader, w.secrets_dir / reader.name)
-        for folder in w.secrets_dir.iterdir():
-            _secret_from_files(kube_api, folder)
+        operator_secrets(kube_api, NS, cluster, mariadb_server, SINK_SECRET, w.secrets_dir)
         with kopf_operator(kube_api, NS, kubeconfig, verbose=False, state_dir=w.state_dir):
             yield w
         assert _processes_using(w.state_dir) == [], "a job process outlived its stream"

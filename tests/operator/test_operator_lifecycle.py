@@ -2,8 +2,8 @@
 launching jobs with spark-submit (driver Pods stay Pending: no kubelet runs here).
 
 One UpdateStream goes through create, progress, update, suspend, resume, a serving-shard
-change (one hop) and deletion; a second one uses the spark-operator launcher. The whole time,
-every status, Event and log line is checked never to show the Secret's value.
+change (one hop) and deletion. The whole time, every status, Event and log line is checked
+never to show the Secret's value.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from harness.operator import (
     SPARK_ACCOUNT,
     StreamWatch,
     apply,
-    apply_spark_application_crd,
     get,
     items,
     keyspace_manifest,
@@ -385,38 +384,6 @@ class TestLifecycle:
             or TestLifecycle.job in obj["metadata"]["name"]
         ]
         assert owned == []
-
-
-def test_the_spark_operator_launcher_creates_an_owned_spark_application(
-    operator: Operator,
-) -> None:
-    op = operator
-    apply_spark_application_crd(op.api)
-    apply(op.api, NS, stream_manifest("audit", "commerce", spark={"launcher": "spark-operator"}))
-    uid = wait_for(lambda: op.stream("audit"), "the stream")["metadata"]["uid"]
-    apps = wait_for(
-        lambda: items(op.api, NS, "sparkapplications", f"{LABEL_STREAM_UID}={uid}"),
-        "the SparkApplication",
-    )
-    (app,) = apps
-    assert app["metadata"]["ownerReferences"][0]["uid"] == uid
-    spec = app["spec"]
-    assert spec["type"] == "Python" and spec["mode"] == "cluster"
-    assert spec["driver"]["secrets"][0]["name"] == "reader"
-    assert spec["driver"]["sidecars"][0]["name"] == "progress-publisher"
-    for role in ("driver", "executor"):  # the deployment's template's scheduling
-        assert spec[role]["nodeSelector"] == {"kubernetes.io/os": "linux"}
-        assert spec[role]["tolerations"] == [TOLERATION]
-        assert "affinity" not in spec[role]
-    assert spec["arguments"] == ["--config", "/etc/updatestream/job/job.yaml"]
-    job_yaml = _job_yaml(op, app["metadata"]["name"])
-    assert job_yaml["keyspaceWatch"] == f"kubernetes:{NS}/commerce"
-    assert app["metadata"]["annotations"]["updatestream.io/in-job-hops"] == "true"
-    wait_for(lambda: op.condition("audit", "Ready") == ("False", "Pending"), "Pending")
-    op.api.kubectl("delete", "-n", NS, "updatestream", "audit", "--wait=false")
-    wait_for(lambda: op.stream("audit") is None, "the stream to be deleted")
-    assert items(op.api, NS, "sparkapplications") == []
-    assert items(op.api, NS, "configmaps", f"{LABEL_STREAM_UID}={uid}") == []
 
 
 def test_a_missing_keyspace_is_reported_as_degraded(operator: Operator) -> None:

@@ -51,6 +51,7 @@ class Run:
     workdir: Path
     traffic: TrafficGenerator | None = None
     hops: int = 0
+    pending: VitessReshard | None = None  # the case's last Reshard
 
     def start_traffic(self, seed: int) -> None:
         gateway = VtgateGateway(
@@ -77,17 +78,33 @@ class Run:
             self.cluster.serving_shards_recorded(), sources, targets, f"us_case_{next(_workflows)}"
         )
         runner = VitessReshard(self.cluster, plan, max_lag_seconds=5.0)
+        self.pending = runner
         runner.create()
         runner.wait_caught_up()
         time.sleep(2)  # VReplication keeps copying under traffic for a while, as it would
         return runner
 
     def wait_hop(self, timeout: float = 600) -> dict[str, Any]:
+        """The job's status once it completed one more hop."""
         self.hops += 1
         want = self.hops
         return self.job.wait_for(
             f"hop {want}", lambda s: len(completed_hops(s)) >= want, timeout=timeout
         )
+
+    def restore(self) -> None:
+        """Leave the session cluster serving `-80,80-` even after a case failed midway: its
+        last Reshard completed or cancelled, and a split `-80` merged back."""
+        pending, self.pending = self.pending, None
+        if pending is not None and pending.exists():
+            if pending.writes_switched():
+                pending.complete()
+            else:
+                pending.cancel()
+        left = [s for s in self.cluster.serving_shards_recorded() if s != "80-"]
+        if left != ["-80"]:
+            self.reshard(",".join(left), "-80").run()
+            self.pending = None
 
     def check(self, rows_at_least: int) -> dict[str, dict[str, Any]]:
         """Traffic stopped: the job catches up, then every sink is verified."""
@@ -132,6 +149,7 @@ def run(
         if run.traffic is not None:
             run.stop_traffic()
         job.stop()
+        run.restore()
         shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -140,7 +158,7 @@ def test_a_the_job_runs_through_switch_traffic(run: Run) -> None:
     time.sleep(3)
     split = run.reshard("-80", "-40,40-80")
     split.switch_traffic()
-    hop = run.wait_hop()
+    (hop,) = completed_hops(run.wait_hop())
     assert (hop["from"], hop["to"]) == (["-80", "80-"], ["-40", "40-80", "80-"])
     split.complete()
     merge = run.reshard("-40,40-80", "-80")

@@ -7,9 +7,11 @@ sidecar copies it into), the demo, the harnesses and the benchmarks read it with
 
 - `stream`, `keyRange`, `batchId` (the last finished micro-batch), `batches`, `idleTriggers`
   (triggers that found nothing new to read: the query runs, caught up), `updatedAt`
-  (unix seconds), `phase` (`starting`, `running`, `hopping`, `stopped`, `failed`), `error` (a
-  failed job's fatal error, one line without Secret values) and `retryable` (whether relaunching
-  the job may get past it: false for a configuration the job will meet again);
+  (unix seconds), `phase` (`starting`, `running`, `hopping`, `waiting`: a sink's server does
+  not answer and the job writes the batch again, `stopped`, `failed`), `error` (a failed job's
+  fatal error, or what a waiting job waits for; one line without Secret values) and `retryable`
+  (whether relaunching the job may get past it: false for a configuration the job will meet
+  again);
 - `shards`: per shard the last delivered Event Token and its GTID `position`, change `events`
   and counts by op (`byOp`, heartbeats included), the timestamps of the last change and the last
   heartbeat, the latest position Spark knows, and `lagSeconds`;
@@ -59,6 +61,9 @@ from updatestream.spec import (
     ShardMapValue,
     describe_validation_error,
 )
+
+# the phase of a job whose sink's server does not answer: it writes the same batch again
+WAITING = "waiting"
 
 
 class ProgressError(UpdateStreamError):

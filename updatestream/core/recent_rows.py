@@ -63,16 +63,24 @@ class RecentTransactions:
             rows -= len(dropped)
         return RecentTransactions(base, tuple(entries))
 
-    def rows_between(self, after: GTIDPosition, upto: GTIDPosition) -> list[str] | None:
-        """The keyspace ids of the rows of the transactions in `upto` and not in `after`, in
-        order; None when the record does not reach back to `after` or forward to `upto`."""
+    def transactions_between(
+        self, after: GTIDPosition, upto: GTIDPosition
+    ) -> list[tuple[GTIDPosition, tuple[str, ...]]] | None:
+        """The transactions in `upto` and not in `after`, in order, each with the position after
+        it and its rows' keyspace ids; None when the record does not reach back to `after` or
+        forward to `upto`."""
         if not position_contains(after, self.base) or not position_contains(self.position, upto):
             return None
-        found: list[str] = []
-        for position, ids in self.entries:
-            if position_contains(upto, position) and not position_contains(after, position):
-                found += ids
-        return found
+        return [
+            (position, ids)
+            for position, ids in self.entries
+            if position_contains(upto, position) and not position_contains(after, position)
+        ]
+
+    def rows_between(self, after: GTIDPosition, upto: GTIDPosition) -> list[str] | None:
+        """The keyspace ids of the rows of `transactions_between(after, upto)`, in order."""
+        found = self.transactions_between(after, upto)
+        return None if found is None else [k for _, ids in found for k in ids]
 
     def to_json(self) -> dict[str, object]:
         return {

@@ -332,6 +332,8 @@ def _build_table(
 def _columns_of(entry: Mapping[str, Any], where: str) -> tuple[tuple[str, ...], str]:
     # Vitess prints both fields (`vtctldclient GetVSchema`): beside a column, an empty
     # `columns` is an absent one
+    if entry.get("column") == "" and "columns" not in entry:
+        raise VSchemaError(f"{where}: 'column' must be a column name, got ''")
     has_column = entry.get("column") not in (None, "")
     has_columns = "columns" in entry and not (has_column and entry["columns"] == [])
     if has_column == has_columns:

@@ -156,10 +156,8 @@ spark-submit creates, plus the jobs' configuration and progress ConfigMaps).
 - apiGroups: [""]
   resources: [configmaps]
   verbs: [get, list, create, update, patch, delete]
-{{- if .Values.rbac.sparkApplications }}
-- apiGroups: [sparkoperator.k8s.io]
-  resources: [sparkapplications]
-  verbs: [get, list, watch, create, delete]
+{{- if hasKey .Values.rbac "sparkApplications" }}
+{{- fail "rbac.sparkApplications was removed with the spark-operator launcher; drop it from the values (spark-submit, the default launcher, needs no extra rules)" }}
 {{- end }}
 {{- with .Values.rbac.extraRules }}
 {{ toYaml . }}
@@ -174,6 +172,9 @@ The operator container's arguments: the image's entrypoint dispatches on the fir
 - operator
 {{- if not .Values.rbac.clusterWide }}
 - --namespace={{ include "updatestream-operator.operator.watchNamespace" . }}
+{{- end }}
+{{- if eq .Values.operator.launcher "spark-operator" }}
+{{- fail "operator.launcher: the spark-operator launcher was removed (it was never run against a spark-operator controller); set it to spark-submit, which runs each job with spark-submit in cluster mode" }}
 {{- end }}
 - --launcher={{ .Values.operator.launcher }}
 - --metrics-port={{ .Values.operator.metricsPort }}

@@ -202,7 +202,7 @@ class VitessReshard:
 
     def wait_caught_up(self) -> None:
         """Until every stream runs, has copied every table, and lags by at most the bound."""
-        if self._switched():
+        if self.writes_switched():
             return
         deadline = time.monotonic() + self.catch_up_timeout
         while True:
@@ -227,14 +227,14 @@ class VitessReshard:
                 )
             time.sleep(1.0)
 
-    def _switched(self) -> bool:
+    def writes_switched(self) -> bool:
         return self.exists() and "Writes Switched" in self.traffic_state().replace(
             "Writes Not Switched", ""
         )
 
     def switch_traffic(self) -> None:
         """SwitchTraffic for reads and writes (retried while VReplication is still behind)."""
-        if not self._switched():
+        if not self.writes_switched():
             self.reporter.phase("switch", "SwitchTraffic (reads and writes)")
             for attempt in range(1, 6):
                 try:
@@ -254,6 +254,16 @@ class VitessReshard:
         """The manifest follows what Vitess serves now (read from vtctld, not assumed)."""
         serving = self.cluster.sync_manifest().spec.serving_shards
         self.reporter.phase("switch", f"serving shards: {', '.join(serving)}")
+
+    def cancel(self) -> None:
+        """`Reshard cancel` before SwitchTraffic: the targets' tablets go, the sources serve."""
+        if self.exists():
+            self.reporter.phase("cancel", f"Reshard cancel of {self.plan.workflow}")
+            self._reshard("cancel", timeout=300.0)
+        present = {t.shard for t in self.cluster.tablets()}
+        added = [s for s in self.plan.targets if s in present and s not in self.plan.sources]
+        if added:
+            self.cluster.remove_tablets(added)
 
     def complete(self) -> None:
         """`Reshard complete`, then stop the source shards' tablets and remove their data."""

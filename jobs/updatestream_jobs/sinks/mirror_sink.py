@@ -35,6 +35,7 @@ from updatestream.mirror import (
     collapse,
 )
 from updatestream.mysql_connections import connection_arguments, describe_error
+from updatestream_jobs.sinks.server_outage import sink_failure
 from updatestream_jobs.sinks.sink import (
     BatchContext,
     MirrorSinkSchemaError,
@@ -122,7 +123,8 @@ class MirrorSink:
         self.secrets_dir = secrets_dir
         self.keyspace = keyspace
         endpoint = config.mysql
-        self.name = f"mirror({endpoint.host}:{endpoint.port}/{config.database})"
+        self.address = f"{endpoint.host}:{endpoint.port}"
+        self.name = f"mirror({self.address}/{config.database})"
         self.metrics = MirrorMetrics(registry)
         self._writer: MirrorWriter | None = None
         self._replays = ReplayGuard()
@@ -167,9 +169,7 @@ class MirrorSink:
             self.writer.create_database()
         except _FAILURES as exc:
             self._drop_connection()
-            raise SinkError(
-                f"{self.name}: cannot create the database: {describe_error(exc)}"
-            ) from None
+            raise self._failure(exc, "cannot create the database") from None
 
     def write_batch(self, events: Iterable[ChangeEvent], ctx: BatchContext) -> SinkResult:
         if ctx.stream not in self._started:
@@ -185,9 +185,10 @@ class MirrorSink:
             raise MirrorSinkSchemaError(str(exc)) from None
         except _FAILURES as exc:
             self._drop_connection()
-            raise SinkError(
-                f"{self.name}: cannot apply batch {ctx.batch_id} ({keys} keys); it is retried "
-                f"(tables committed already hold only what is newer): {describe_error(exc)}"
+            raise self._failure(
+                exc,
+                f"cannot apply batch {ctx.batch_id} ({keys} keys); it is retried (tables "
+                "committed already hold only what is newer)",
             ) from None
         self.metrics.record(ctx.stream, self.name, result)
         self.metrics.purged.labels(ctx.stream, self.name).inc(purged)
@@ -196,6 +197,16 @@ class MirrorSink:
         self._replays.written(ctx)
         skipped = sum(result.ignored.values())
         return SinkResult(written=result.applied, skipped=skipped, duplicates_delivered=delivered)
+
+    def _failure(self, exc: BaseException, what: str) -> SinkError:
+        return sink_failure(
+            exc,
+            what,
+            name=self.name,
+            kind="mirror",
+            address=self.address,
+            cause=describe_error(exc),
+        )
 
     def _maybe_purge(self) -> int:
         self._batches += 1

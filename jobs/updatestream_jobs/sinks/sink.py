@@ -22,6 +22,19 @@ class SinkError(UpdateStreamError):
     not acknowledged, so Spark retries it and nothing is lost."""
 
 
+class SinkUnavailable(SinkError):
+    """A sink's server does not answer (refused, reset, gone away): nothing the batch holds is
+    wrong, so the job writes the same batch again once the server is back (see
+    `updatestream_jobs.sink_retry`). `kind` and `address` say which sink (`mirror`,
+    `127.0.0.1:3306`), `cause` what the client saw; none of them carries a credential."""
+
+    def __init__(self, message: str, *, kind: str = "", address: str = "", cause: str = "") -> None:
+        super().__init__(message)
+        self.kind = kind or "sink"
+        self.address = address
+        self.cause = cause or message
+
+
 class MirrorSinkSchemaError(SinkError):
     """A mirror table does not fit its source table (a dropped or retyped column, another
     primary key): the message names the table and the column and says what to do."""

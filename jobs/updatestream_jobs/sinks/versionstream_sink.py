@@ -30,6 +30,7 @@ from updatestream.versionstream.repository import (
     entity_name,
 )
 from updatestream_jobs.sinks.common import identity, loads_object, pk_of
+from updatestream_jobs.sinks.server_outage import sink_failure
 from updatestream_jobs.sinks.sink import (
     BatchContext,
     ReplayGuard,
@@ -111,9 +112,7 @@ class VersionStreamSink:
         try:
             self.repository.create_table()
         except (pymysql.err.MySQLError, OSError, UpdateStreamError) as exc:
-            raise SinkError(
-                f"{self.name}: cannot create the Version Stream table: {describe_error(exc)}"
-            ) from None
+            raise self._failure(exc, "cannot create the Version Stream table") from None
 
     def write_batch(self, events: Iterable[ChangeEvent], ctx: BatchContext) -> SinkResult:
         records: list[Record] = []
@@ -152,10 +151,15 @@ class VersionStreamSink:
             appended = "nothing of them was appended"
             if self.config.partitions > 1:
                 appended = "partitions that committed keep their share"
-            raise SinkError(
-                f"{self.name}: cannot append batch {ctx.batch_id} ({len(records)} versions); "
-                f"{appended}: {describe_error(exc)}"
+            raise self._failure(
+                exc, f"cannot append batch {ctx.batch_id} ({len(records)} versions); {appended}"
             ) from None
+
+    def _failure(self, exc: BaseException, what: str) -> SinkError:
+        return sink_failure(
+            exc, what, name=self.name, kind="versionStream", address=self.address,
+            cause=describe_error(exc),
+        )  # fmt: skip
 
     def close(self) -> None:
         if self._repository is not None:

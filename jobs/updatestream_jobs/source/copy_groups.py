@@ -10,6 +10,11 @@ source's transactions had in the stream's key range. `rows_within` counts the gr
 that copy transactions a boundary holds, and checks them against the record; when no record
 reaches back, or the rows do not match it, it says so (None) and nothing is dropped on a guess.
 
+* `with_origins` gives the rows of a group that the record attributes to a source transaction
+  that transaction's identity (the position after it as their source GTID, their index among the
+  changes to their key counted in it): a sink then recognises a copy of a change it took from
+  the source, as when a batch read from a shard is replayed, after the shard was retired, from
+  the copies on its destinations.
 * `RowClassifier` gives every row of a range its verdict: "hop" and "reverse" (the job drops
   and counts them), "unknown" and "straddle" (delivered and counted), None (delivered).
 * `Via` keeps, of a destination's rows, exactly those copied from a retired shard between two of
@@ -20,6 +25,7 @@ reaches back, or the rows do not match it, it says so (None) and nothing is drop
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -42,6 +48,9 @@ from updatestream_jobs.source.arrow_rows import FIELDS
 _OP, _SHARD, _TS = FIELDS.index("op"), FIELDS.index("shard"), FIELDS.index("timestamp")
 _TOKEN, _SOURCE = FIELDS.index("token"), FIELDS.index("source_shard")
 _KSID = FIELDS.index("keyspace_id")
+_TABLE, _PK = FIELDS.index("table"), FIELDS.index("pk")
+_SOURCE_GTID, _INDEX = FIELDS.index("source_gtid"), FIELDS.index("tx_index")
+log = logging.getLogger(__name__)
 
 
 def rows_within(
@@ -62,10 +71,59 @@ def rows_within(
         return 0
     ids = record.rows_between(source.covered_from, held) if record is not None else None
     if ids is None:
+        reach = f"from {record.base} to {record.position}" if record is not None else "none"
+        _inexact(group, source, shard, f"the stream's record of it ({reach}) does not span it")
         return None
     here = KeyRange.parse(shard)
     ids = [k for k in ids if here.contains(bytes.fromhex(k))]
-    return len(ids) if [row[_KSID] for row in group[: len(ids)]] == ids else None
+    first = [row[_KSID] for row in group[: len(ids)]]
+    if first != ids:
+        _inexact(group, source, shard, f"its first rows {first} are not the record's {ids}")
+        return None
+    return len(ids)
+
+
+def with_origins(
+    group: list[EventRow],
+    source: SourceProvenance,
+    record: RecentTransactions | None,
+    shard: str,
+) -> list[EventRow]:
+    """The group's rows (read from `shard`), each row the record attributes to a source
+    transaction with that transaction's identity (module docstring); the group unchanged when
+    it copies one transaction, or when its rows are not the record's in order."""
+    if source.covered_from is None or record is None:
+        return group
+    held = position_intersection(record.position, source.position)
+    found = record.transactions_between(source.covered_from, held)
+    if not found:
+        return group
+    here = KeyRange.parse(shard)
+    rows, at = list(group), 0
+    for position, ids in found:
+        seen: dict[tuple[str, str], int] = {}
+        for ksid in ids:
+            if not here.contains(bytes.fromhex(ksid)):
+                continue
+            if at >= len(rows) or rows[at][_KSID] != ksid:
+                return group
+            row = rows[at]
+            key = (row[_TABLE], row[_PK])
+            index = seen.get(key, 0)
+            seen[key] = index + 1
+            exact = list(row)
+            exact[_SOURCE_GTID], exact[_INDEX] = str(position), index
+            rows[at] = tuple(exact)
+            at += 1
+    return rows
+
+
+def _inexact(group: list[EventRow], source: SourceProvenance, shard: str, why: str) -> None:
+    log.warning(
+        "a copy on %s of %s's transactions after %s up to %s (%d rows) cannot be split at a "
+        "boundary inside it: %s; its rows are delivered and counted as straddle",
+        shard, source.shard, source.covered_from, source.position, len(group), why,
+    )  # fmt: skip
 
 
 def _groups(rows: Iterator[EventRow]) -> Iterator[list[EventRow]]:
@@ -140,7 +198,7 @@ class Via:
         high = rows_within(group, token.source, self.upto, self.record, token.shard)
         if low is None or high is None:
             return group, False
-        return group[low:high], True
+        return with_origins(group, token.source, self.record, token.shard)[low:high], True
 
 
 class RowClassifier:

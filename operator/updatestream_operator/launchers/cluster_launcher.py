@@ -1,9 +1,9 @@
-"""What the two cluster launchers (spark-submit, spark-operator) share.
+"""What a launcher whose jobs run in the cluster does besides making the job's object.
 
-`ClusterLauncher` is their base: each job is one object in the cluster (a driver Pod, a
-SparkApplication) named after it and labelled with its stream; listing, status, stopping and
-cleaning up go through that object, and a subclass says only which object it is and how to
-make it. Both take their settings from `settings.ClusterSettings`.
+`ClusterLauncher` is the base of the spark-submit launcher: each job is one object in the
+cluster (the driver Pod) named after it and labelled with its stream; listing, status, stopping
+and cleaning up go through that object, and the subclass says only which object it is and how
+to make it. Its settings are `settings.ClusterSettings`.
 
 Per job, two ConfigMaps owned by the UpdateStream: `<job>-config` (the job's configuration,
 mounted into the driver) and `<job>-progress`, which the driver's `progress-publisher` sidecar

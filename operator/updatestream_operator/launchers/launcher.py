@@ -1,9 +1,9 @@
 """The one protocol every way of running a streaming job implements.
 
 Job keys are `namespace/job_id`. `launch` never starts a second job under a key that exists
-(the cluster launchers rely on the API server refusing a second object of the same name; the
-local launcher on a lock and a pid file). `stop` returns True once the job is gone, False if
-it is still terminating (the caller looks again later). `status` also answers for a stopped
+(the spark-submit launcher relies on the API server refusing a second driver Pod of the same
+name; the local launcher on a lock and a pid file). `stop` returns True once the job is gone,
+False if it is still terminating (the caller looks again later). `status` also answers for a stopped
 job: its last progress report outlives it, since that is where a hop reads its positions.
 `publish_keyspace` shows a running job that hops in place the current Keyspace, where that
 launcher's jobs watch it (the local launcher's keyspace file; in a cluster the driver reads

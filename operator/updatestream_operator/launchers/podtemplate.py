@@ -13,9 +13,6 @@ which case the operator's wins.
 - volumes: the operator's plus the base's of other names;
 - every other spec field (nodeSelector, tolerations, affinity, imagePullSecrets,
   priorityClassName, ...): the base's, unless the operator sets it.
-
-A SparkApplication has no place for a whole template; `scheduling` gives the fields of the base
-the spark-operator launcher sets on its driver and executors.
 """
 
 from __future__ import annotations
@@ -109,12 +106,3 @@ def _containers(
 def _by_name(base: list[dict[str, Any]], ours: list[dict[str, Any]]) -> list[dict[str, Any]]:
     names = {v.get("name") for v in ours}
     return list(ours) + [v for v in base if v.get("name") not in names]
-
-
-SCHEDULING_FIELDS = ("nodeSelector", "tolerations", "affinity")
-
-
-def scheduling(base: dict[str, Any] | None) -> dict[str, Any]:
-    """The base template's nodeSelector, tolerations and affinity (those it sets)."""
-    spec = (base or {}).get("spec") or {}
-    return {key: copy.deepcopy(spec[key]) for key in SCHEDULING_FIELDS if spec.get(key)}

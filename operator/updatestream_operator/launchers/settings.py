@@ -1,4 +1,4 @@
-"""How drivers run in the cluster: the operator's settings for its two cluster launchers.
+"""How drivers run in the cluster: the operator's settings for its cluster launcher.
 
 A module of its own, light to import: the operator's configuration holds these settings and
 builds the launchers, so the launchers must not import the configuration, and the console
@@ -23,7 +23,6 @@ class ClusterSettings:
     checkpoint_root: str = "/var/lib/updatestream/checkpoints"
     driver_metrics_port: int = 9090
     publish_interval_seconds: float = 5.0
-    spark_version: str = "4.3.0"
     # UID and GID of the driver Pods (the image's user); Pod Security `restricted` needs non-zero
     run_as_user: int = 10001
     # a Pod template (the chart's) the spark-submit driver template is built on, so its

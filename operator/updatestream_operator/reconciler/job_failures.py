@@ -12,6 +12,11 @@ driver Pod says), and a Warning Event posts it. Then:
 - a job configured with an older spec is relaunched at once with the new one (the way out of a
   failure: correct the spec).
 
+A job that runs but whose sink's server does not answer reports phase `waiting` with the
+sink's error: it writes the same batch again until the server is back (nothing is lost). The
+key range is Degraded meanwhile, reason `SinkUnavailable`, with a Warning Event when the error
+is new, and a Normal Event once a batch is delivered again; the job is not relaunched.
+
 A driver that waits for something it will not get by waiting (an image it cannot pull, a crash
 loop, a configuration error of its container) makes the key range Degraded too; it is not
 relaunched, since the same Pod would wait again.
@@ -19,6 +24,7 @@ relaunched, since the same Pod would wait again.
 
 from __future__ import annotations
 
+from updatestream.contract.progress_report import WAITING
 from updatestream.spec import Keyspace, UpdateStreamSpec
 from updatestream_operator.reconciler.models import STUCK_REASONS, JobInfo, KeyRangeStatus
 from updatestream_operator.reconciler.shard_positions import seconds_between, spec_hash
@@ -27,6 +33,9 @@ from updatestream_operator.reconciler.steps import Step
 
 FAILED = "JobFailed"
 STUCK = "JobCannotStart"
+JOB_ERROR = "JobError"
+SINK_UNAVAILABLE = "SinkUnavailable"
+SINK_AVAILABLE = "SinkAvailable"
 
 
 def restart_delay(step: Step, restarts: int) -> float:
@@ -89,3 +98,30 @@ def job_stuck(step: Step, entry: KeyRangeStatus, job: JobInfo) -> KeyRangeStatus
         step.note("Warning", STUCK, message)
     step.degraded.append(Problem(STUCK, message))
     return entry.model_copy(update={"phase": "Degraded", "message": job.message or job.reason})
+
+
+def job_error(step: Step, entry: KeyRangeStatus, previous: str | None) -> Problem:
+    """The problem of a key range whose job reported an error (`entry.message`); `previous`
+    is the message the key range had before this step."""
+    message = f"key range {entry.key_range}: {entry.message}"
+    report = step.report(entry)
+    if report is None or report.phase != WAITING or report.error != entry.message:
+        return Problem(JOB_ERROR, message)
+    if previous != entry.message:
+        step.note("Warning", SINK_UNAVAILABLE, message)
+    return Problem(SINK_UNAVAILABLE, message)
+
+
+def sink_back(step: Step, entry: KeyRangeStatus, previous: str | None) -> None:
+    """A Normal Event when the key range's sink wait (the last step's Degraded reason) ended
+    with a batch delivered."""
+    degraded = next((c for c in step.obs.status.conditions if c.type == "Degraded"), None)
+    if previous is None or entry.message is not None or degraded is None:
+        return
+    if degraded.status == "True" and degraded.reason == SINK_UNAVAILABLE:
+        step.note(
+            "Normal",
+            SINK_AVAILABLE,
+            f"key range {entry.key_range}: every sink takes batches again; delivered up to "
+            f"batch {entry.batches}",
+        )

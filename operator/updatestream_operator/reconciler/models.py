@@ -78,7 +78,7 @@ class StreamRef:
 class JobInfo:
     """One job that exists, as a launcher lists it (from its labels and annotations)."""
 
-    job_id: str  # unique within the launcher's scope (a Pod/SparkApplication name, a local id)
+    job_id: str  # unique within the launcher's scope (a driver Pod's name, a local id)
     stream_uid: str
     key_range: KeyRangeValue
     shard_map: ShardMapValue  # the serving shard map the job was launched for

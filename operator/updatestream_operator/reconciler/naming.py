@@ -30,7 +30,7 @@ ANNOTATION_LAUNCH_ID = f"{API_GROUP}/launch-id"
 # "true" on a job launched watching its Keyspace, able to hop inside its running query
 ANNOTATION_IN_JOB_HOPS = f"{API_GROUP}/in-job-hops"
 
-# Where the driver finds its configuration and Secrets (cluster launchers).
+# Where the driver finds its configuration and Secrets (the spark-submit launcher).
 CONFIG_MOUNT = "/etc/updatestream/job"
 SECRETS_MOUNT = "/etc/updatestream/secrets"
 STATUS_MOUNT = "/var/run/updatestream"

@@ -30,7 +30,12 @@ from updatestream_operator.reconciler.hop_steps import (
     plan_relaunch,
     stop_for_hop,
 )
-from updatestream_operator.reconciler.job_failures import job_ended, job_stuck
+from updatestream_operator.reconciler.job_failures import (
+    job_ended,
+    job_error,
+    job_stuck,
+    sink_back,
+)
 from updatestream_operator.reconciler.models import (
     JobInfo,
     JobPhase,
@@ -295,6 +300,7 @@ def reconcile(obs: Observed, settings: Settings | None = None) -> Decision:
     for key_range in wanted:
         entry = step.status.key_range(key_range) or KeyRangeStatus(key_range=key_range)
         job = jobs.get(key_range)
+        previous = entry.message
         entry = fold_progress(entry, obs.progress.get(key_range))
         if spec.suspend:
             if job is not None:
@@ -309,8 +315,8 @@ def reconcile(obs: Observed, settings: Settings | None = None) -> Decision:
             entry = _key_range_step(step, entry, job, spec, keyspace)
             if entry.message and len(step.degraded) == found:
                 # its job's error stays the key range's problem until a launch delivers
-                message = f"key range {entry.key_range}: {entry.message}"
-                step.degraded.append(Problem("JobError", message))
+                step.degraded.append(job_error(step, entry, previous))
+            sink_back(step, entry, previous)
             if job is not None and _watches(step, job):
                 watchers.append(job)
         entries.append(entry)
