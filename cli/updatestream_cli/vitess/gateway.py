@@ -21,6 +21,7 @@ hand the same connection to another client's transaction between the COMMIT and 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,9 @@ from updatestream_cli.devcluster.traffic import Change
 # vtgate's own errors (1105, ER_UNKNOWN_ERROR) while SwitchTraffic moves the primaries, a
 # transaction that would span two shards (SINGLE mode), and lost connections: roll back, retry.
 _RETRY = {1105, 1317, 2003, 2006, 2013, 2014, 2055}
+
+# after a COMMIT that failed: how long the tablet may still be finishing it
+_COMMIT_SETTLE = 0.5
 
 _LAST_GTID = (
     "SELECT GTID FROM performance_schema.events_transactions_history_long WHERE THREAD_ID = %s "
@@ -80,9 +84,24 @@ class VtgateGateway:
             (first.image[column],),
         )
         uuid, thread, _ = cur.fetchone()
-        cur.execute("COMMIT")
         shard = self._shard_of(str(uuid))
+        before = self._committed(shard, int(thread), str(uuid))
+        try:
+            cur.execute("COMMIT")
+        except pymysql.err.MySQLError as exc:
+            # vtgate can answer a COMMIT that reached the tablet with an error while
+            # SwitchTraffic moves the primaries: retried, the changes would apply twice.
+            if not self.retryable(exc):
+                raise
+            time.sleep(_COMMIT_SETTLE)
+            if self._committed(shard, int(thread), str(uuid)) == before:
+                raise  # rolled back: the caller retries the changes
         return shard, self._last_gtid(shard, int(thread), str(uuid))
+
+    def _committed(self, shard: str, thread: int, uuid: str) -> str | None:
+        """The last GTID `thread` committed on `shard`, None if none yet."""
+        rows = self._reader(shard).query_rows(_LAST_GTID, (thread, f"{uuid}:%"))
+        return str(rows[0][0]) if rows else None
 
     def _shard_of(self, uuid: str) -> str:
         if uuid not in self._shard_by_uuid:
@@ -99,14 +118,14 @@ class VtgateGateway:
             ) from None
 
     def _last_gtid(self, shard: str, thread: int, uuid: str) -> str:
-        rows = self._reader(shard).query_rows(_LAST_GTID, (thread, f"{uuid}:%"))
-        if not rows:
+        found = self._committed(shard, thread, uuid)
+        if found is None:
             raise TrafficError(
                 f"shard {shard}'s performance_schema holds no committed transaction of thread "
                 f"{thread}; is performance_schema on, with the events_transactions_history_long "
                 "consumer?"
             )
-        return str(rows[0][0])
+        return found
 
     def _reader(self, shard: str) -> _ShardReader:
         if shard not in self._readers:
