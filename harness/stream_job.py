@@ -244,7 +244,11 @@ class StreamJob:
         }  # fmt: skip
         if self.memcached is not None and "--ledger" in common:
             manifest = ("--keyspace-manifest", str(self.cluster.manifest_path))
-            reports["memcached"] = run("memcached", "--servers", self.memcached, *manifest)
+            # the shards' rows now, read with the stream's own account (a Vitess keyspace's
+            # application account lives in vtgate, not in the tablets' mysqld)
+            keyspace = spec.load_keyspace(self.cluster.manifest_path)
+            reader = ("--secret", keyspace.spec.shards[0].credentials_secret.name)
+            reports["memcached"] = run("memcached", "--servers", self.memcached, *manifest, *reader)
         return reports
 
     def sink_status(self, kind: str) -> dict[str, Any]:
