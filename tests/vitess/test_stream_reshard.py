@@ -84,8 +84,13 @@ class Run:
         time.sleep(2)  # VReplication keeps copying under traffic for a while, as it would
         return runner
 
+    def restart_job(self) -> None:
+        """Start the stopped job again from its checkpoint; its status lists this run's hops."""
+        self.job.start()
+        self.hops = 0
+
     def wait_hop(self, timeout: float = 600) -> dict[str, Any]:
-        """The job's status once it completed one more hop."""
+        """The job's status once it completed one more hop in this run."""
         self.hops += 1
         want = self.hops
         return self.job.wait_for(
@@ -179,7 +184,7 @@ def test_b_the_job_stopped_before_switch_traffic_resumes_after_it(run: Run) -> N
         run.job.stop()
         runner.switch_traffic()
         time.sleep(2)
-        run.job.start()  # from its checkpoint: the shards it stopped on still run
+        run.restart_job()  # from its checkpoint: the shards it stopped on still run
         run.wait_hop()
         runner.complete()
     time.sleep(3)
@@ -195,7 +200,7 @@ def test_c_the_job_resumes_after_the_old_shards_are_gone(run: Run) -> None:
         runner.switch_traffic()
         runner.complete()  # the old shards' tablets and mysqld are gone
         assert not any(t.shard in sources.split(",") for t in run.cluster.tablets())
-        run.job.start()
+        run.restart_job()
         status = run.wait_hop()
         straddled += status["duplicates"].get("straddle", 0)
     time.sleep(3)
