@@ -14,7 +14,7 @@ import yaml
 from updatestream_cli import manifests
 from updatestream_jobs.source.arrow_rows import FIELDS
 from updatestream_jobs.source.copy_groups import RowClassifier, Via, with_origins
-from updatestream_jobs.source.hopper import map_for_shards, next_map
+from updatestream_jobs.source.hopper import map_for_shards, next_map, stopped_serving_at
 from updatestream_jobs.source.keyspace_watch import (
     FileKeyspaceWatch,
     FixedKeyspace,
@@ -25,6 +25,7 @@ from updatestream_jobs.source.offsets import HopInfo, StreamOffset, tokens_of
 
 from updatestream.binlog.errors import SourceOptionsError
 from updatestream.binlog.events import ChangeEvent
+from updatestream.binlog.row_converter import heartbeat
 from updatestream.core.dedup import DedupFilter
 from updatestream.core.gtid import parse_position
 from updatestream.core.keyrange import KeyRange
@@ -192,6 +193,26 @@ def test_a_stream_hops_through_the_history_one_map_at_a_time_while_shards_exist(
         ShardMap.parse("-20,20-40,40-80,80-"),
         3.0,
     )
+
+
+def test_a_shard_stopped_serving_when_the_first_map_without_it_began() -> None:
+    merged_back = [*HISTORY, (4.0, "-80,80-")]
+    ks = keyspace(["-80", "80-"], ["-80", "80-", "-40", "40-80"], merged_back)
+    assert stopped_serving_at(ks, "-40") == 3.0  # the last map with -40 began at 2.0
+    assert stopped_serving_at(ks, "-20") == 4.0
+    assert stopped_serving_at(ks, "-80") is None  # serving again after the merge
+    assert stopped_serving_at(ks, "80-") is None
+    assert stopped_serving_at(ks, "c0-") is None  # the history does not name it
+    split = keyspace(["-40", "40-80", "80-"], ["-80", "-40", "40-80", "80-"], HISTORY[:2])
+    assert stopped_serving_at(split, "-80") == 2.0
+
+
+def test_a_capped_heartbeat_keeps_its_token_and_says_the_earlier_time() -> None:
+    token = EventToken(1700000100, "-80", parse_position("0-1-100"))
+    capped = heartbeat("commerce", token, 1700000040)
+    assert capped.timestamp == 1700000040 and capped.token == token.dumps()
+    assert heartbeat("commerce", token, 1700000200).timestamp == 1700000100
+    assert heartbeat("commerce", token).timestamp == 1700000100
 
 
 def test_an_intermediate_map_whose_shards_are_gone_is_skipped() -> None:

@@ -50,7 +50,7 @@ class Run:
     ledger: Path
     workdir: Path
     traffic: TrafficGenerator | None = None
-    hops: int = 0
+    hopped_at: float = 0.0  # servingChangedAt of the last hop seen
     pending: VitessReshard | None = None  # the case's last Reshard
 
     def start_traffic(self, seed: int) -> None:
@@ -85,12 +85,16 @@ class Run:
         return runner
 
     def wait_hop(self, timeout: float = 600) -> dict[str, Any]:
-        """The job's status once it completed one more hop."""
-        self.hops += 1
-        want = self.hops
-        return self.job.wait_for(
-            f"hop {want}", lambda s: len(completed_hops(s)) >= want, timeout=timeout
-        )
+        """The job's status once it completed a hop at a serving map change after the last
+        one seen (a restarted job's status also lists the hop of its checkpoint)."""
+        after = self.hopped_at
+
+        def hopped(status: dict[str, Any]) -> bool:
+            return any(h["servingChangedAt"] > after for h in completed_hops(status))
+
+        status = self.job.wait_for(f"a hop after {after}", hopped, timeout=timeout)
+        self.hopped_at = max(h["servingChangedAt"] for h in completed_hops(status))
+        return status
 
     def restore(self) -> None:
         """Leave the session cluster serving `-80,80-` even after a case failed midway: its
@@ -158,7 +162,7 @@ def test_a_the_job_runs_through_switch_traffic(run: Run) -> None:
     time.sleep(3)
     split = run.reshard("-80", "-40,40-80")
     split.switch_traffic()
-    (hop,) = completed_hops(run.wait_hop())
+    (hop,) = completed_hops(run.wait_hop())  # a new job: its first hop
     assert (hop["from"], hop["to"]) == (["-80", "80-"], ["-40", "40-80", "80-"])
     split.complete()
     merge = run.reshard("-40,40-80", "-80")

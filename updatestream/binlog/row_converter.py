@@ -276,8 +276,9 @@ class RowConverter:
             tx.marker = marker
 
 
-def heartbeat(keyspace: str, token: EventToken) -> ChangeEvent:
-    """The heartbeat that ends a shard's partition: the shard's end token, no row."""
+def heartbeat(keyspace: str, token: EventToken, cap: int | None = None) -> ChangeEvent:
+    """The heartbeat that ends a shard's partition: the shard's end token, no row; its time
+    at most `cap` when given (the token keeps the shard's own)."""
     return ChangeEvent(
         keyspace=keyspace,
         shard=token.shard,
@@ -288,7 +289,7 @@ def heartbeat(keyspace: str, token: EventToken) -> ChangeEvent:
         before=None,
         after=None,
         token=token.dumps(),
-        timestamp=token.timestamp,
+        timestamp=token.timestamp if cap is None else min(token.timestamp, cap),
         gtid=str(token.position),
         tx_index=0,
     )

@@ -50,7 +50,9 @@ class ShardRange:
     workers got); `dedup` is the dedup rule for the rows read; `marker` the JSON of a hop this
     range announces with a first `hop` row; `via` a retired shard read from a destination (see
     `Via`); `holdback` the unfinished snapshot ranges whose binlog events above the frontier
-    are dropped.
+    are dropped; `stopped_serving_at` caps the time of the heartbeat of a shard read on after
+    it stopped serving (a deferred hop), so the sinks are not told that seconds whose writes
+    are on the destinations are complete.
     """
 
     shard: str
@@ -62,6 +64,7 @@ class ShardRange:
     marker: str | None = None
     via: str | None = None
     holdback: tuple[SnapshotRange, ...] | None = None
+    stopped_serving_at: int | None = None
 
     def __repr__(self) -> str:
         return f"ShardRange({self.shard}, {self.start} -> {self.end})"
@@ -130,7 +133,7 @@ def read_shard_rows(
             marked = (r for r in marked if not held(r[_TABLE], r[_KSID], r[_PK]))
         yield from marked
     if part.heartbeat:
-        yield (*_ROW(heartbeat(config.keyspace, end)), None)
+        yield (*_ROW(heartbeat(config.keyspace, end, part.stopped_serving_at)), None)
 
 
 def read_shard_range(

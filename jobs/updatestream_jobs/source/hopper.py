@@ -97,6 +97,18 @@ def next_map(
     return serving, changed
 
 
+def stopped_serving_at(keyspace: Keyspace, shard: str) -> float | None:
+    """When `shard` stopped serving: the time of the first map in the history after the last
+    one that names it; None while it serves, or when the history does not say."""
+    if shard in keyspace.spec.serving_shards:
+        return None
+    history = keyspace.spec.shard_map_history
+    last = max((i for i, entry in enumerate(history) if shard in entry.shards), default=None)
+    if last is None or last + 1 >= len(history):
+        return None
+    return history[last + 1].at
+
+
 @dataclass(frozen=True)
 class Gap:
     destination: str

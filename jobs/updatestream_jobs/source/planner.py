@@ -10,6 +10,7 @@ the batch's snapshot chunks. Both the streaming and the batch reader plan throug
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Iterable, Sequence
@@ -34,7 +35,12 @@ from updatestream.core.token import EventToken
 from updatestream.spec import Keyspace
 from updatestream_jobs.source.binlog_ranges import ShardRange
 from updatestream_jobs.source.copy_groups import Via
-from updatestream_jobs.source.hopper import Hopper, map_for_shards, serving_map
+from updatestream_jobs.source.hopper import (
+    Hopper,
+    map_for_shards,
+    serving_map,
+    stopped_serving_at,
+)
 from updatestream_jobs.source.offsets import HopInfo, StreamOffset
 from updatestream_jobs.source.options import SourceConfig
 from updatestream_jobs.source.partitions import (
@@ -213,7 +219,7 @@ class BatchPlanner:
         batch = _Batch(begin, finish, declared, dedup, _Announcer(finish.new_hop(begin)))
         planned: list[Planned] = []
         for shard in sorted(finish.tokens):
-            planned += self._shard_ranges(batch, shard, hopper, tails)
+            planned += _capped(self._shard_ranges(batch, shard, hopper, tails), hopper)
         holdback = begin.holdback()
         parts: list[SourcePartition] = []
         held = [(part.with_holdback(holdback), rows) for part, rows in planned if rows is not None]
@@ -307,6 +313,21 @@ class BatchPlanner:
         # The retired shard's own heartbeat: it was read up to `end`.
         pieces.append((ShardRange(shard, end.dumps(), end.dumps(), True), None))
         return pieces
+
+
+def _capped(planned: list[Planned], hopper: Hopper | None) -> list[Planned]:
+    """The ranges, each of a shard that no longer serves with its heartbeat capped at the
+    time it stopped (see `ShardRange`)."""
+    if hopper is None:
+        return planned
+    keyspace = hopper.keyspace()
+    capped: list[Planned] = []
+    for part, rows in planned:
+        stopped = stopped_serving_at(keyspace, part.shard)
+        if stopped is not None:
+            part = dataclasses.replace(part, stopped_serving_at=int(stopped))
+        capped.append((part, rows))
+    return capped
 
 
 def _shards_in_maps(keyspace: Keyspace, key_range: KeyRange) -> set[str]:
