@@ -94,20 +94,9 @@ class VtgateGateway:
             if not self.retryable(exc):
                 raise
             time.sleep(_COMMIT_SETTLE)
-            if self._after_commit(shard, int(thread), str(uuid), exc) == before:
+            if self._committed(shard, int(thread), str(uuid)) == before:
                 raise  # rolled back: the caller retries the changes
         return shard, self._last_gtid(shard, int(thread), str(uuid))
-
-    def _after_commit(self, shard: str, thread: int, uuid: str, why: object) -> str | None:
-        """What `thread` committed last, read once the COMMIT was sent: an error here ends the
-        traffic (a TrafficError, never retried), since the changes may be committed."""
-        try:
-            return self._committed(shard, thread, uuid)
-        except pymysql.err.MySQLError as exc:
-            raise TrafficError(
-                f"a COMMIT on shard {shard} ({why}) may have taken effect, and the shard's "
-                f"record of it cannot be read: {exc}"
-            ) from None
 
     def _committed(self, shard: str, thread: int, uuid: str) -> str | None:
         """The last GTID `thread` committed on `shard`, None if none yet."""
@@ -129,7 +118,7 @@ class VtgateGateway:
             ) from None
 
     def _last_gtid(self, shard: str, thread: int, uuid: str) -> str:
-        found = self._after_commit(shard, thread, uuid, "committed")
+        found = self._committed(shard, thread, uuid)
         if found is None:
             raise TrafficError(
                 f"shard {shard}'s performance_schema holds no committed transaction of thread "
@@ -151,18 +140,13 @@ class VtgateGateway:
 
 
 class _ShardReader:
-    """A connection to one shard's mysqld with the manifest's reader account. When it drops
-    it is opened again to the shard the manifest names then: a Reshard that merges back into
-    a shard's name gives that name a new mysqld."""
+    """A connection to one shard's mysqld with the manifest's reader account, reopened once
+    when it drops."""
 
     def __init__(self, manifest_path: Path, secrets_dir: Path, shard: str) -> None:
-        self.manifest_path, self.secrets_dir, self.shard = manifest_path, secrets_dir, shard
+        self.endpoint = spec.load_keyspace(manifest_path).spec.shard(shard)
+        self.creds = spec.read_credentials(secrets_dir, self.endpoint.credentials_secret)
         self._conn: Connection | None = None
-        self._load()
-
-    def _load(self) -> None:
-        self.endpoint = spec.load_keyspace(self.manifest_path).spec.shard(self.shard)
-        self.creds = spec.read_credentials(self.secrets_dir, self.endpoint.credentials_secret)
 
     def _connect(self) -> Connection:
         return pymysql.connect(
@@ -176,7 +160,7 @@ class _ShardReader:
         )
 
     def query_rows(self, sql: str, args: object = None) -> list[tuple[Any, ...]]:
-        for attempt in (1, 2, 3):
+        for attempt in (1, 2):
             try:
                 if self._conn is None:
                     self._conn = self._connect()
@@ -185,10 +169,8 @@ class _ShardReader:
                     return list(cur.fetchall())
             except pymysql.err.OperationalError:
                 self.close()
-                if attempt == 3:
+                if attempt == 2:
                     raise
-                time.sleep(0.5 * attempt)
-                self._load()
         return []
 
     def close(self) -> None:
