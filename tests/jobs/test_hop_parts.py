@@ -325,6 +325,23 @@ def test_a_retired_shard_read_from_its_copies_slices_groups_at_both_ends() -> No
     assert [r[-1] for r in kept] == ["straddle"] * 6
 
 
+def test_a_replayed_range_that_begins_inside_a_group_keeps_the_group_s_last_rows() -> None:
+    # the batch replayed is (1-1-49, 1-1-52]; its record begins at 49, inside the group 48..51
+    record = RecentTransactions(parse_position("1-1-49")).then(
+        [(parse_position(f"1-1-{n}"), (f"{n - 40:02x}",)) for n in range(50, 53)]
+    )
+    via = Via("-80", parse_position("1-1-49"), parse_position("1-1-52"), record)
+    rows = group_rows(["08", "09", "0a", "0b"], "1-1-47", "1-1-51")  # 48..51
+    kept = list(RowClassifier(DedupFilter({}), via).marked(iter(rows)))
+    assert [r[5] for r in kept] == ["0a", "0b"] and {r[-1] for r in kept} == {None}
+    gtid, index = FIELDS.index("source_gtid"), FIELDS.index("tx_index")
+    assert [(r[gtid], r[index]) for r in kept] == [("1-1-50", 0), ("1-1-51", 0)]
+    # last rows that are not the record's: nothing is dropped on a guess
+    odd = group_rows(["08", "09", "0b", "0a"], "1-1-47", "1-1-51")
+    kept = list(RowClassifier(DedupFilter({}), via).marked(iter(odd)))
+    assert [r[-1] for r in kept] == ["straddle"] * 4
+
+
 def test_a_group_s_rows_get_the_identity_of_the_source_transaction_they_copy() -> None:
     # two changes to one key in 1-1-48, a third in 1-1-49: indexes count within each transaction
     record = RecentTransactions(parse_position("1-1-47")).then(

@@ -69,18 +69,40 @@ def rows_within(
     held = position_intersection(boundary, source.position)
     if position_contains(source.covered_from, held):
         return 0
+    here = KeyRange.parse(shard)
     ids = record.rows_between(source.covered_from, held) if record is not None else None
     if ids is None:
+        after = _rows_after(group, source, held, record, here)
+        if after is not None:
+            return len(group) - after
         reach = f"from {record.base} to {record.position}" if record is not None else "none"
         _inexact(group, source, shard, f"the stream's record of it ({reach}) does not span it")
         return None
-    here = KeyRange.parse(shard)
     ids = [k for k in ids if here.contains(bytes.fromhex(k))]
     first = [row[_KSID] for row in group[: len(ids)]]
     if first != ids:
         _inexact(group, source, shard, f"its first rows {first} are not the record's {ids}")
         return None
     return len(ids)
+
+
+def _rows_after(
+    group: list[EventRow],
+    source: SourceProvenance,
+    held: GTIDPosition,
+    record: RecentTransactions | None,
+    here: KeyRange,
+) -> int | None:
+    """How many of the group's last rows copy the source transactions after `held`, when the
+    record begins inside the group but holds all of those: they are its last rows, in order."""
+    tail = record.rows_between(held, source.position) if record is not None else None
+    if tail is None:
+        return None
+    tail = [k for k in tail if here.contains(bytes.fromhex(k))]
+    if len(tail) > len(group):
+        return None
+    last = [row[_KSID] for row in group[len(group) - len(tail) :]]
+    return len(tail) if last == tail else None
 
 
 def with_origins(
@@ -95,11 +117,17 @@ def with_origins(
     if source.covered_from is None or record is None:
         return group
     held = position_intersection(record.position, source.position)
-    found = record.transactions_between(source.covered_from, held)
-    if not found:
-        return group
     here = KeyRange.parse(shard)
-    rows, at = list(group), 0
+    found = record.transactions_between(source.covered_from, held)
+    at = 0
+    if found is None and position_contains(held, source.position):
+        # the record begins inside the group: it holds the group's last transactions
+        found = record.transactions_between(record.base, held)
+        mine = sum(here.contains(bytes.fromhex(k)) for _, ids in found or () for k in ids)
+        at = len(group) - mine
+    if not found or at < 0:
+        return group
+    rows = list(group)
     for position, ids in found:
         seen: dict[tuple[str, str], int] = {}
         for ksid in ids:
