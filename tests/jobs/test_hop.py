@@ -261,10 +261,12 @@ def resume_and_verify(
     before: list[str] | None = None,
     after: list[str] | None = None,
     progress: bool = True,
+    ledger_times: bool = True,
 ) -> None:
     """Restart the job from its checkpoint (its offsets still name the sources), let it hop,
     and check the sinks: nothing lost, no duplicate and, with `progress`, CDCv2 progress
-    statements that hold (no change written after its second was declared complete: `late` 0)."""
+    statements that hold (no change written after its time was declared complete: `late` 0;
+    with `ledger_times` also not after its commit second in the ledger was)."""
     before, after = before or ["-80", "80-"], after or ["-40", "40-80", "80-"]
     job.start()
     try:
@@ -281,7 +283,8 @@ def resume_and_verify(
     if progress:
         cdcv2 = next(v for k, v in final["sinks"].items() if k.startswith("cdcv2("))
         assert cdcv2["late"] == 0, cdcv2
-    assert_clean(job.verify(ledger), committed_at_least=stats.rows // 2, progress=progress)
+    reports = job.verify(ledger)
+    assert_clean(reports, committed_at_least=stats.rows // 2, progress=progress and ledger_times)
 
 
 def test_a_stream_stopped_before_a_split_resumes_through_the_old_shard_still_running(
@@ -307,7 +310,9 @@ def test_a_stream_stopped_before_a_split_resumes_after_the_old_shard_was_retired
     job = stream_job(cluster, sink_server(request, flavor), tmp_path, "us_hop_retired")
     ledger = tmp_path / "ledger.jsonl"
     traffic = stopped_while_replicating(cluster, job, ledger)
-    resume_and_verify(job, traffic, ledger)
+    # A batch in flight at the stop is replayed from the retired source's copies, each at its
+    # group's source time (docs/sinks.md): CDCv2 holds it true, the ledger's seconds may not.
+    resume_and_verify(job, traffic, ledger, ledger_times=False)
 
 
 def test_a_gap_only_a_retired_shard_held_stops_the_stream_with_a_typed_error(
@@ -346,7 +351,8 @@ def test_a_stream_stopped_before_a_merge_of_three_shards_resumes_after_they_were
             cluster, job, ledger, sources="40-80,80-c0,c0-", targets="40-"
         )
         resume_and_verify(
-            job, traffic, ledger, before=["-40", "40-80", "80-c0", "c0-"], after=["-40", "40-"]
-        )
+            job, traffic, ledger, before=["-40", "40-80", "80-c0", "c0-"], after=["-40", "40-"],
+            ledger_times=False,
+        )  # fmt: skip
     finally:
         cluster.down()
