@@ -144,8 +144,8 @@ class Job:
         self.query: Any = None
         # a sink whose server does not answer gets the same batch again until the job stops
         self.stopping = threading.Event()
-        self.sink_retry = SinkRetry(SinkRetryPolicy(), self.stopping, config.secrets_dir)
-        self.delivery = BatchDelivery(self.sinks, self.tracker, self.sink_retry)
+        retry = SinkRetry(SinkRetryPolicy(), self.stopping, config.secrets_dir)
+        self.delivery = BatchDelivery(self.sinks, self.tracker, retry)
         self._hop_pending = config.hop_started_at is not None
         self.stop_requested = threading.Event()
         self.batch_phases: deque[BatchPhases] = deque(maxlen=KEPT_BATCH_PHASES)

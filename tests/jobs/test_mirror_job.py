@@ -125,7 +125,7 @@ def test_a_mirror_down_past_the_retry_limit_fails_the_job_and_a_restart_catches_
     """The job waits out a short outage (test_sink_outage.py); one longer than its limit (5 s
     here instead of 15 minutes) ends it with the typed error, and a restart catches up."""
     job = make_job(cluster, mirror_db, "mirror_restart", tmp_path)
-    job.sink_retry = SinkRetry(SinkRetryPolicy(0.5, 1.0, 5.0), job.stopping)
+    job.delivery.retry = SinkRetry(SinkRetryPolicy(0.5, 1.0, 5.0), job.stopping)
     job.start(spark)
     try:
         traffic(cluster, tmp_path, 2.0, seed=6)
