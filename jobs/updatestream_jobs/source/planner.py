@@ -215,11 +215,14 @@ class BatchPlanner:
         that the shards' tails hold share one partition that carries their rows."""
         begin, finish = StreamOffset.from_json(start), StreamOffset.from_json(end)
         dedup = finish.dedup if finish.dedup and not finish.dedup.is_empty() else None
-        declared = {s.name for s in hopper.keyspace().spec.shards} if hopper else None
+        keyspace = hopper.keyspace() if hopper else None  # one read for the batch
+        declared = {s.name for s in keyspace.spec.shards} if keyspace else None
         batch = _Batch(begin, finish, declared, dedup, _Announcer(finish.new_hop(begin)))
         planned: list[Planned] = []
         for shard in sorted(finish.tokens):
-            planned += _capped(self._shard_ranges(batch, shard, hopper, tails), hopper)
+            planned += self._shard_ranges(batch, shard, hopper, tails)
+        if keyspace is not None:
+            planned = _capped(planned, keyspace)
         holdback = begin.holdback()
         parts: list[SourcePartition] = []
         held = [(part.with_holdback(holdback), rows) for part, rows in planned if rows is not None]
@@ -315,12 +318,9 @@ class BatchPlanner:
         return pieces
 
 
-def _capped(planned: list[Planned], hopper: Hopper | None) -> list[Planned]:
-    """The ranges, each of a shard that no longer serves with its heartbeat capped at the
-    time it stopped (see `ShardRange`)."""
-    if hopper is None:
-        return planned
-    keyspace = hopper.keyspace()
+def _capped(planned: list[Planned], keyspace: Keyspace) -> list[Planned]:
+    """The ranges, each of a shard that no longer serves in `keyspace` with its heartbeat
+    capped at the time it stopped (see `ShardRange`)."""
     capped: list[Planned] = []
     for part, rows in planned:
         stopped = stopped_serving_at(keyspace, part.shard)
