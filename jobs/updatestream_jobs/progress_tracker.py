@@ -113,6 +113,7 @@ class ProgressTracker:
         self._spark_phases: tuple[int, dict[str, float]] | None = None  # Spark's, last reported
         self._clock = clock
         self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
         self.idle_triggers = 0  # triggers that found nothing new to read
         self.batch_log = BatchLog()  # a line in the driver's log every so many batches
         self._delivered = 0  # rows delivered (changes and snapshot rows) as of the last batch
@@ -374,7 +375,8 @@ class ProgressTracker:
         if self.status_file is None:
             return
         try:
-            self.snapshot().write(self.status_file)
+            with self._write_lock:  # reports leave in the order they were taken
+                self.snapshot().write(self.status_file)
         except OSError as exc:  # progress reporting must not stop the stream
             log.warning("cannot write the status file %s: %s", self.status_file, exc)
 

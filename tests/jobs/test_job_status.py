@@ -4,8 +4,11 @@ progress reader and the verifier read them. No Spark: the tracker alone."""
 from __future__ import annotations
 
 import json
+import logging
+import threading
 from pathlib import Path
 
+import pytest
 from updatestream_cli.verify.inputs import read_duplicates
 from updatestream_jobs.progress_tracker import ProgressTracker
 from updatestream_jobs.sinks import SinkResult
@@ -65,3 +68,36 @@ def test_a_fresh_status_file_says_no_duplicates_yet(tmp_path: Path) -> None:
         "straddle": 0,
         "unknown": 0,
     }
+
+
+def test_threads_writing_the_status_file_at_once_leave_a_whole_report(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # the snapshot's progress thread and the batch thread both write it; one shared temp
+    # file once left a report with the tail of a longer one after it, and a lost rename
+    status = tmp_path / "status.json"
+    tracker = ProgressTracker("s", "-80", status_file=status)
+    failures: list[BaseException] = []
+
+    def write_many(phase: str) -> None:
+        try:
+            for _ in range(200):
+                tracker.set_phase(phase)
+                tracker.write_status()
+        except BaseException as exc:
+            failures.append(exc)
+
+    writers = [threading.Thread(target=write_many, args=(p,)) for p in ("snapshot", "stream")]
+    for writer in writers:
+        writer.start()
+    seen = 0
+    while any(w.is_alive() for w in writers):
+        if status.exists():
+            json.loads(status.read_text())
+            seen += 1
+    for writer in writers:
+        writer.join()
+    assert failures == []
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert json.loads(status.read_text())["stream"] == "s" and seen > 0
+    assert [p.name for p in tmp_path.iterdir()] == ["status.json"]

@@ -40,6 +40,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -217,7 +218,8 @@ class ProgressReport(_Report):
 
     def write(self, path: Path) -> None:
         """Replace `path` atomically (a reader sees the old report or the new, never half)."""
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        # one temp file per writer: two threads of one process must not share it
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp.write_text(self.dumps(), encoding="utf-8")
         tmp.replace(path)
