@@ -26,6 +26,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -104,14 +105,13 @@ def _launch_dir_of(pid: int, directory: Path) -> Path | None:
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, sort_keys=True))
-    tmp.replace(path)
+    _write_atomically(path, json.dumps(data, sort_keys=True))
 
 
 def _write_atomically(path: Path, text: str) -> None:
     """Replace `path` by a whole new file: a reader sees the old content or the new."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    # kopf runs sync handlers on a thread pool: each writer gets its own temp file
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     tmp.write_text(text)
     tmp.replace(path)
 
