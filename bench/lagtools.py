@@ -6,11 +6,14 @@ sink's `write_batch` returned. `event_lags` then gives, for every row change of 
 time its batch's sink write completed minus the commit time the ledger recorded for it.
 `cdcv2_complete_times` gives, for the CDCv2 sink, the time at which each transaction's second
 was declared complete by a progress statement (readers only trust times below the frontier).
+`fast_lane_times` gives when the memcached fast lane applied each transaction's invalidations,
+from the job's `fastLaneLog`.
 """
 
 from __future__ import annotations
 
 import bisect
+import json
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -164,3 +167,18 @@ def cdcv2_complete_times(directory: Path, sink: TimedSink) -> dict[TxKey, float]
             if key not in complete and index < len(frontiers):
                 complete[key] = frontiers[index][1]
     return complete
+
+
+def fast_lane_times(log: Path) -> dict[TxKey, float]:
+    """Transaction -> when a fast lane first applied its invalidations (the source option
+    `fastLaneLog`: one JSON line per transaction; empty when the file is absent)."""
+    applied: dict[TxKey, float] = {}
+    if not log.exists():
+        return applied
+    with log.open(encoding="utf-8") as lines:
+        for line in lines:
+            if line.endswith("\n"):  # a line being written is left for the next read
+                entry = json.loads(line)
+                for gtid in str(entry["gtid"]).split(","):
+                    applied.setdefault((entry["shard"], gtid.strip()), entry["appliedAt"])
+    return applied

@@ -3,7 +3,9 @@
 A one-shard development cluster (`-`) of MariaDB or MySQL 8, a durable Version Stream server of
 the same flavor and one Spark session (`LagRig`); per round and rate, Debezium at its default
 poll interval, Debezium at 10 ms and our job, each warmed up first; lags are joined with the
-traffic generator's ledger.
+traffic generator's ledger. The job writes a console file, the Version Stream and memcached, in
+that order, and its memcached fast lane (on, the default) logs when it applied each transaction
+(`fastLaneLog`): `fastlane` is that time minus the commit, the invalidation's own lag.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.ledger import LedgerEntry, read_ledger
 from updatestream_cli.devcluster.local_server import LocalServer, ServerFlavor
 from updatestream_cli.devcluster.mariadb_server import MariaDBServer
+from updatestream_cli.devcluster.memcached_server import MemcachedServer
 from updatestream_cli.devcluster.mysql_server import MySQLServer
 from updatestream_cli.devcluster.sample_schema import DATABASE
 from updatestream_cli.manifests import update_stream
@@ -26,7 +29,7 @@ from updatestream_jobs.job import Job, spark_session
 
 from bench.debezium_peer import Harness, debezium_properties, harness_command
 from bench.lag_rig import spark_durations
-from bench.lagtools import TimedSink, event_lags, summarize
+from bench.lagtools import TimedSink, event_lags, fast_lane_times, summarize
 from bench.peertools import driver_phases, medians, received_at, sink_phases
 from bench.report import console
 from bench.sinks_bench import DURABLE
@@ -36,7 +39,8 @@ from harness.stream_job import CLI
 from updatestream import spec
 
 SHARD = "-"
-SINK_LABELS = ("console", "versionstream")
+SINK_LABELS = ("console", "versionstream", "memcached")  # the order the job writes them
+FAST_LANE = "fastlane"  # the memcached fast lane's invalidations, ahead of the batches
 VS_SECRET = "bench-versionstream"
 
 
@@ -72,6 +76,8 @@ class LagRig:
         self.stack.callback(self.versionstream.stop)
         self.versionstream.start()
         account_with_secret(self.versionstream, self.cluster.secrets_dir, VS_SECRET, "vs")
+        self.memcached = MemcachedServer(memory_mb=128).start()
+        self.stack.callback(self.memcached.stop)
         self.spark = spark_session("local[2]", "peers-bench-lag")
         self.stack.callback(self.spark.stop)
 
@@ -129,7 +135,9 @@ class LagRig:
                 "mysql": {"host": "127.0.0.1", "port": self.versionstream.port},
                 "credentialsSecret": {"name": VS_SECRET},
             },
+            {"type": "memcached", "servers": [self.memcached.address]},
         ]
+        lane_log = self.root / f"{name}-fast-lane.jsonl"
         start = {"mode": "gtid", "gtid": {SHARD: self.shard.gtid_position()}}
         manifest = update_stream(name, self.cluster.keyspace_name, start, sink_specs, [SHARD])
         stream = spec.parse_update_stream(manifest)
@@ -140,6 +148,7 @@ class LagRig:
             checkpoint=self.root / f"{name}-checkpoint",
             status_file=self.root / f"{name}-status.json",
             trigger_seconds=self.trigger,
+            source_options={"fastLaneLog": str(lane_log)},
         )
         sinks = [TimedSink(sink) for sink in job.sinks]
         job.sinks = list(sinks)
@@ -157,8 +166,11 @@ class LagRig:
         return {
             "committed_rows_per_s": committed_rate(ledger),
             "sinks": {
-                label: summarize(*event_lags(ledger, sink.delivered_at())).as_dict()
-                for label, sink in zip(SINK_LABELS, sinks, strict=True)
+                **{
+                    label: summarize(*event_lags(ledger, sink.delivered_at())).as_dict()
+                    for label, sink in zip(SINK_LABELS, sinks, strict=True)
+                },
+                FAST_LANE: summarize(*event_lags(ledger, fast_lane_times(lane_log))).as_dict(),
             },
             "batch_phases": sink_phases(
                 {label: sink.batches for label, sink in zip(SINK_LABELS, sinks, strict=True)},
@@ -210,7 +222,9 @@ def lag_rounds(
                 f"{at['job'][-1]['sinks']['console']['p50_s']}/"
                 f"{at['job'][-1]['sinks']['console']['p99_s']}, Version Stream "
                 f"{at['job'][-1]['sinks']['versionstream']['p50_s']}/"
-                f"{at['job'][-1]['sinks']['versionstream']['p99_s']}"
+                f"{at['job'][-1]['sinks']['versionstream']['p99_s']}, fast lane "
+                f"{at['job'][-1]['sinks'][FAST_LANE]['p50_s']}/"
+                f"{at['job'][-1]['sinks'][FAST_LANE]['p99_s']}"
             )
     return runs
 
@@ -222,7 +236,7 @@ def lag_medians(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for system in ("debezium_default", "debezium_poll10"):
         out[system] = medians([{k: r[k] for k in keys} for r in runs[system]])
-    for label in SINK_LABELS:
+    for label in (*SINK_LABELS, FAST_LANE):
         out[f"job_{label}"] = medians([{k: r["sinks"][label][k] for k in keys[:3]}
                                        for r in runs["job"]])  # fmt: skip
     out["job_batch_phases"] = medians([flat(r["batch_phases"]) for r in runs["job"]])

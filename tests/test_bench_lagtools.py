@@ -17,6 +17,7 @@ from bench.lagtools import (
     TimedSink,
     cdcv2_complete_times,
     event_lags,
+    fast_lane_times,
     summarize,
     transaction_keys,
 )
@@ -124,3 +125,19 @@ def test_a_cdcv2_change_is_complete_when_a_progress_statement_passes_its_second(
 def test_an_event_is_matched_by_any_gtid_of_its_position(position: str) -> None:
     (event,) = ShardLog("-80", 1).transaction(5, [("insert", "users", None, user(1))])
     assert ("-80", "1-1-9") in transaction_keys(dataclasses.replace(event, gtid=position))
+
+
+def test_the_fast_lane_s_log_gives_each_transaction_s_first_application(tmp_path: Path) -> None:
+    log = tmp_path / "fast-lane.jsonl"
+    assert fast_lane_times(log) == {}  # no lane, no times: every change counts as missing
+    lines = [
+        {"shard": "-80", "gtid": "1-1-7", "appliedAt": 10.5},
+        {"shard": "-80", "gtid": "1-1-7", "appliedAt": 11.0},  # a lane started again
+        {"shard": "80-", "gtid": "0-1-3,2-2-9", "appliedAt": 12.0},
+    ]
+    log.write_text("".join(json.dumps(line) + "\n" for line in lines) + '{"shard": "-80", "gt')
+    assert fast_lane_times(log) == {
+        ("-80", "1-1-7"): 10.5,
+        ("80-", "0-1-3"): 12.0,
+        ("80-", "2-2-9"): 12.0,
+    }

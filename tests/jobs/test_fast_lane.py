@@ -53,7 +53,10 @@ def test_the_fast_lane_invalidates_what_the_tail_holds_as_the_batch_would(
 ) -> None:
     memcached.flush()
     lanes = json.dumps([{"servers": [memcached.address]}])
-    config = config_for(cluster, tail="true", fastLaneSinks=lanes, maxBatchRows="0")
+    lane_log = tmp_path / "fast-lane.jsonl"
+    config = config_for(
+        cluster, tail="true", fastLaneSinks=lanes, maxBatchRows="0", fastLaneLog=str(lane_log)
+    )
     reader = UpdateStreamStreamReader(config)
     sink_spec = spec.MemcachedSink.model_validate(
         {"type": "memcached", "servers": [memcached.address]}
@@ -86,6 +89,11 @@ def test_the_fast_lane_invalidates_what_the_tail_holds_as_the_batch_would(
             key: (token, False, True) for key, token in expected.items()
         }
         assert not held_keys & set(found)  # the hold-back applied: nothing invalidated
+        # the lane's log names each transaction it applied, once (what bench-lag times)
+        logged = [json.loads(line) for line in lane_log.read_text().splitlines()]
+        assert sorted((e["shard"], e["gtid"]) for e in logged) == sorted(
+            {(e.shard, e.gtid) for e in events}
+        )
 
         # the batch applies the same changes afterwards: nothing to write, no duplicate
         batch_sink.open()
@@ -97,6 +105,9 @@ def test_the_fast_lane_invalidates_what_the_tail_holds_as_the_batch_would(
         key, committed = insert_user(cluster)
         seen = wait_for_entry(memcached, key, committed)
         assert seen - committed < 1.0, seen - committed
+        wait_until(lambda: len(lane_log.read_text().splitlines()) == len(logged) + 1, 10)
+        last = json.loads(lane_log.read_text().splitlines()[-1])
+        assert last["shard"] == "80-" and committed - 1 < last["appliedAt"] <= seen, last
     finally:
         batch_sink.close()
         reader.stop()

@@ -19,6 +19,10 @@ nothing, and a change the fast lane could not apply (memcached away, the lane be
 by its batch as before. The memcached sink does not count finding its own change in an entry
 the fast lane wrote as a duplicate delivered (`updatestream.cache.entry.FAST_LANE_FLAG`).
 
+With `fastLaneLog` set, every lane appends one JSON line per transaction it applied (its shard,
+GTID and the time its invalidations were written), which is how the lag benchmarks time the
+lane against the writer's own commit times.
+
 A lane never fails the stream: an error is logged (once a minute at most) and the lane goes on
 with the next transactions. A lane starts with its shard's tail, at the tail's start (the end of
 the batch just planned), and stops with it.
@@ -26,6 +30,7 @@ the batch just planned), and stops with it.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -63,6 +68,7 @@ class FastLane:
         self._lanes: dict[str, _ShardLane] = {}
         self.transactions = 0  # transactions applied (for tests and logs)
         self.failures = 0
+        self._log_lock = threading.Lock()
 
     @property
     def ruled(self) -> bool:
@@ -103,6 +109,19 @@ class FastLane:
     def stop(self) -> None:
         for shard in list(self._lanes):
             self.drop(shard)
+
+    def record(self, events: Sequence[ChangeEvent], applied_at: float) -> None:
+        """Append the applied transactions to `fastLaneLog` (one line each), when it is set."""
+        path = self.config.fast_lane_log
+        if path is None or not events:
+            return
+        seen = dict.fromkeys((e.shard, e.gtid) for e in events if e.op != "heartbeat")
+        lines = "".join(
+            json.dumps({"shard": shard, "gtid": gtid, "appliedAt": applied_at}) + "\n"
+            for shard, gtid in seen
+        )
+        with self._log_lock, open(path, "a", encoding="utf-8") as out:
+            out.write(lines)
 
 
 def _text(shard: str, position: GTIDPosition) -> str:
@@ -165,13 +184,17 @@ class _ShardLane:
             if row[-1] not in DROPPED_VERDICTS
         ]
         self.frontier = end
+        applied = True
         for sink in sinks:
             try:
                 sink.invalidate_ahead(events)
             except Exception as exc:  # the batch applies these changes; the lane goes on
+                applied = False
                 self.lane.failures += 1
                 self._warn(exc)
         self.lane.transactions += len(found)
+        if applied:
+            self.lane.record(events, time.time())
 
     def _warn(self, exc: BaseException) -> None:
         now = time.monotonic()

@@ -261,6 +261,11 @@ class SourceConfig:
         "shard's tail holds each transaction, ahead of its micro-batch (needs `tail`; the job "
         "sets it for its memcached sinks with `fastLane` on)", parse=_memcached_sinks,
     )  # fmt: skip
+    fast_lane_log: str | None = option(
+        "fastLaneLog", None, "a file each fast lane appends a JSON line to per transaction it "
+        "applied (`shard`, `gtid`, `appliedAt` in Unix seconds), to measure its lag beside "
+        "the writer's commit times (`make bench-lag`)",
+    )  # fmt: skip
     # derived from `keyspace` and `keyRange` by parse_options
     keyspace: str = ""
     shards: tuple[ShardEndpoint, ...] = ()  # the shards intersecting the key range
