@@ -12,6 +12,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from pyspark import cloudpickle
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.memcached_server import MemcachedServer
 from updatestream_cli.devcluster.routing import Router
@@ -64,6 +65,7 @@ def test_the_fast_lane_invalidates_what_the_tail_holds_as_the_batch_would(
     batch_sink = MemcachedSink(sink_spec, keyspace=config.keyspace)
     try:
         first = reader.initialOffset()
+        cloudpickle.dumps(reader)  # Spark pickles the reader when it plans a batch
         reader.partitions(first, first)  # starts the tails, and a lane for each
         assert reader.fast_lane is not None
         begin = StreamOffset.from_json(first)

@@ -52,6 +52,9 @@ log = logging.getLogger(__name__)
 # rows a lane takes at once when it is behind (whole transactions; at least one)
 STEP_ROWS = 5000
 _WARN_EVERY = 60.0  # seconds between two warnings of one lane
+# the lanes of one process append to `fastLaneLog` one at a time (a module lock: Spark pickles
+# the reader, and its lanes with it, before they start)
+_LOG_LOCK = threading.Lock()
 
 Rule = tuple[DedupFilter | None, tuple[SnapshotRange, ...] | None]
 
@@ -68,7 +71,6 @@ class FastLane:
         self._lanes: dict[str, _ShardLane] = {}
         self.transactions = 0  # transactions applied (for tests and logs)
         self.failures = 0
-        self._log_lock = threading.Lock()
 
     @property
     def ruled(self) -> bool:
@@ -120,7 +122,7 @@ class FastLane:
             json.dumps({"shard": shard, "gtid": gtid, "appliedAt": applied_at}) + "\n"
             for shard, gtid in seen
         )
-        with self._log_lock, open(path, "a", encoding="utf-8") as out:
+        with _LOG_LOCK, open(path, "a", encoding="utf-8") as out:
             out.write(lines)
 
 
