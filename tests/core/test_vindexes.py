@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import hashlib
 import pickle
+import threading
 from collections.abc import Mapping
 from decimal import Decimal
 
 import pytest
 import xxhash
+from Crypto.Cipher import DES
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from updatestream.core.errors import UpdateStreamError
 from updatestream.core.vindexes import (
@@ -24,6 +28,7 @@ from updatestream.core.vindexes import (
     known_types,
     register,
 )
+from updatestream.core.vindexes.hash import hash_blocks, hash_uint64, unhash_uint64
 
 
 class DictLookupStore:
@@ -260,3 +265,37 @@ def test_functional_vindexes_pickle_for_spark_tasks(type_name: str) -> None:
     restored = pickle.loads(pickle.dumps(vindex))
     assert restored == vindex
     assert restored.map(7) == vindex.map(7)
+
+
+@settings(max_examples=300)
+@given(st.lists(st.integers(min_value=0, max_value=2**64 - 1), min_size=1, max_size=20))
+def test_hash_is_single_des_with_a_zero_key_one_id_at_a_time_or_in_blocks(
+    values: list[int],
+) -> None:
+    oracle = DES.new(bytes(8), DES.MODE_ECB)  # another library's DES, the definition
+    blocks = b"".join(v.to_bytes(8, "big") for v in values)
+    assert hash_blocks(blocks) == oracle.encrypt(blocks)
+    assert [hash_uint64(v) for v in values] == [
+        oracle.encrypt(v.to_bytes(8, "big")) for v in values
+    ]
+    assert [unhash_uint64(hash_uint64(v)) for v in values] == values
+
+
+def test_hash_blocks_refuses_a_partial_block_and_hashes_alike_after() -> None:
+    with pytest.raises(ValueError, match="whole 8-byte blocks, not 12 bytes"):
+        hash_blocks(bytes(12))
+    assert hash_uint64(1).hex() == "166b40b44aba4bd6"
+
+
+def test_each_thread_hashes_with_its_own_cipher() -> None:
+    found: dict[int, str] = {}
+
+    def hash_in_thread(value: int) -> None:
+        found[value] = hash_uint64(value).hex()
+
+    threads = [threading.Thread(target=hash_in_thread, args=(v,)) for v in (1, 2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert found == {1: "166b40b44aba4bd6", 2: "06e7ea22ce92708f"}

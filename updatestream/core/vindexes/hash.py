@@ -6,9 +6,15 @@ The mapping is a bijection on 64-bit integers, so it is reversible by decrypting
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
-from Crypto.Cipher import DES
+from cryptography.hazmat.primitives.ciphers import Cipher, CipherContext, modes
+
+try:  # cryptography >= 43 keeps the old ciphers apart
+    from cryptography.hazmat.decrepit.ciphers.algorithms import TripleDES
+except ImportError:  # pragma: no cover - older releases
+    from cryptography.hazmat.primitives.ciphers.algorithms import TripleDES
 
 from updatestream.core.vindexes.vindex import (
     FunctionalVindex,
@@ -18,24 +24,39 @@ from updatestream.core.vindexes.vindex import (
 
 TYPE_NAME = "hash"
 
-# ECB keeps no state between blocks, so one cipher object serves every call.
-_CIPHER = DES.new(bytes(8), DES.MODE_ECB)
+# Triple DES with its three keys equal is single DES (encrypt, decrypt, encrypt with one key).
+# ECB keeps no state between blocks, so one context per thread serves every call; this library
+# keeps the GIL through a call, so a binlog tail hashing beside busy threads is not made to wait
+# for it again on every row, as it was with a cipher that released it per call.
+_KEY = bytes(24)
+_CONTEXTS = threading.local()
+
+
+def _context(direction: str) -> CipherContext:
+    context: CipherContext | None = getattr(_CONTEXTS, direction, None)
+    if context is None:
+        cipher = Cipher(TripleDES(_KEY), modes.ECB())
+        context = cipher.encryptor() if direction == "encrypt" else cipher.decryptor()
+        setattr(_CONTEXTS, direction, context)
+    return context
 
 
 def hash_uint64(number: int) -> bytes:
     """The 8-byte keyspace id of an unsigned 64-bit integer (no validation)."""
-    return bytes(_CIPHER.encrypt(number.to_bytes(8, "big")))
+    return _context("encrypt").update(number.to_bytes(8, "big"))
 
 
 def hash_blocks(blocks: bytes) -> bytes:
     """The keyspace ids of many big-endian uint64 values laid end to end, in one call (ECB
     encrypts each 8-byte block on its own)."""
-    return bytes(_CIPHER.encrypt(blocks))
+    if len(blocks) % 8:  # the context would keep the rest and shift every later id
+        raise ValueError(f"hash_blocks takes whole 8-byte blocks, not {len(blocks)} bytes")
+    return _context("encrypt").update(blocks)
 
 
 def unhash_uint64(keyspace_id: bytes) -> int:
     """Inverse of :func:`hash_uint64` for an 8-byte keyspace id."""
-    return int.from_bytes(_CIPHER.decrypt(keyspace_id), "big")
+    return int.from_bytes(_context("decrypt").update(keyspace_id), "big")
 
 
 @dataclass(frozen=True)
