@@ -93,9 +93,8 @@ def test_the_fast_lane_invalidates_what_the_tail_holds_as_the_batch_would(
         assert not held_keys & set(found)  # the hold-back applied: nothing invalidated
         # the lane's log names each transaction it applied, once (what bench-lag times)
         logged = [json.loads(line) for line in lane_log.read_text().splitlines()]
-        assert sorted((e["shard"], e["gtid"]) for e in logged) == sorted(
-            {(e.shard, e.gtid) for e in events}
-        )
+        applied = {(e.shard, e.gtid) for e in events if e.op != "heartbeat"}
+        assert sorted((e["shard"], e["gtid"]) for e in logged) == sorted(applied)
 
         # the batch applies the same changes afterwards: nothing to write, no duplicate
         batch_sink.open()
@@ -109,7 +108,8 @@ def test_the_fast_lane_invalidates_what_the_tail_holds_as_the_batch_would(
         assert seen - committed < 1.0, seen - committed
         wait_until(lambda: len(lane_log.read_text().splitlines()) == len(logged) + 1, 10)
         last = json.loads(lane_log.read_text().splitlines()[-1])
-        assert last["shard"] == "80-" and committed - 1 < last["appliedAt"] <= seen, last
+        # logged once the write returned; the poll may see the entry a moment before that
+        assert last["shard"] == "80-" and abs(last["appliedAt"] - seen) < 0.5, (last, seen)
     finally:
         batch_sink.close()
         reader.stop()

@@ -185,7 +185,6 @@ class _ShardLane:
             for row in read_shard_rows(self.lane.config, part, rows)
             if row[-1] not in DROPPED_VERDICTS
         ]
-        self.frontier = end
         applied = True
         for sink in sinks:
             try:
@@ -197,6 +196,7 @@ class _ShardLane:
         self.lane.transactions += len(found)
         if applied:
             self.lane.record(events, time.time())
+        self.frontier = end  # last: who sees the lane there sees its writes and its log
 
     def _warn(self, exc: BaseException) -> None:
         now = time.monotonic()
