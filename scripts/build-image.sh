@@ -95,7 +95,8 @@ load() { # image
   local old
   for old in $(ctr --address "$address" -n k8s.io images ls -q | grep '^localhost/updatestream:dev-' |
     grep -vxF "$1"); do
-    ctr --address "$address" -n k8s.io images rm "$old" >/dev/null
+    # --sync: the old image's layers and snapshots are collected now, not left behind
+    ctr --address "$address" -n k8s.io images rm --sync "$old" >/dev/null
   done
 }
 
