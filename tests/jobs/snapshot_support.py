@@ -169,9 +169,15 @@ def wait_until_caught_up(
     job: Job, cluster: DevCluster, status: Path, timeout: float = 240.0
 ) -> dict[str, Any]:
     """Wait until the job's status shows the snapshot finished and every serving shard at its
-    current position; returns the status."""
+    current position, and then one more batch finished; returns the status.
+
+    A shard's position in the status moves as the batch's events go to the sinks, and the
+    snapshot's progress thread may write the status before that batch's writes are done: only
+    a batch finished after it says the sinks hold them (a job stopped sooner cancels the batch,
+    which a restart would replay, but this test reads the sinks then)."""
     final = {s: cluster.server(s).gtid_position() for s in cluster.serving_map().names}
     deadline = time.monotonic() + timeout
+    reached_at: int | None = None  # finished batches when the positions were first seen
     while True:
         report = json.loads(status.read_text()) if status.exists() else {}
         shards = report.get("shards", {})
@@ -179,7 +185,11 @@ def wait_until_caught_up(
         if snapshot.get("finished") and all(
             shards.get(s, {}).get("position") == p for s, p in final.items()
         ):
-            return report
+            batches = int(report.get("batches") or 0)
+            if reached_at is None:
+                reached_at = batches
+            elif batches > reached_at:
+                return report
         assert job.query is not None and job.query.isActive, job.query and job.query.exception()
         assert time.monotonic() < deadline, f"not caught up with {final}: {report}"
         time.sleep(0.5)
