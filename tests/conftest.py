@@ -120,13 +120,19 @@ class ServerFactory:
 MariaDBServerFactory = MySQLServerFactory = ServerFactory  # the names the test modules use
 
 
-@pytest.fixture(scope="session")
-def mariadb_server_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerFactory]:
-    factory = ServerFactory(tmp_path_factory.mktemp("mariadb"), "mariadb")
+def _servers(
+    tmp_path_factory: pytest.TempPathFactory, flavor: ServerFlavor
+) -> Iterator[ServerFactory]:
+    factory = ServerFactory(tmp_path_factory.mktemp(flavor), flavor)
     try:
         yield factory
     finally:
         factory.stop_all()
+
+
+@pytest.fixture(scope="session")
+def mariadb_server_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerFactory]:
+    yield from _servers(tmp_path_factory, "mariadb")
 
 
 @pytest.fixture(scope="session")
@@ -137,11 +143,7 @@ def mariadb_server(mariadb_server_factory: ServerFactory) -> ServerFixture:
 
 @pytest.fixture(scope="session")
 def mysql_server_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerFactory]:
-    factory = ServerFactory(tmp_path_factory.mktemp("mysql"), "mysql")
-    try:
-        yield factory
-    finally:
-        factory.stop_all()
+    yield from _servers(tmp_path_factory, "mysql")
 
 
 @pytest.fixture(scope="session")

@@ -33,6 +33,22 @@ mysql_json.install()
 _reader_ids = itertools.count(random.randint(10_000, 1_000_000))  # distinct per reader
 
 
+def open_reader(host: str, port: int, creds: Credentials, **options: Any) -> BinLogStreamReader:
+    """A blocking python-mysql-replication reader of the server's binlog, under a replica
+    server id of its own; `options` are the reader's other arguments."""
+    settings = {
+        "host": host,
+        "port": port,
+        "user": creds.username,
+        "password": creds.password,
+        "read_timeout": 60,
+        "ssl_disabled": True,
+    }
+    return BinLogStreamReader(
+        connection_settings=settings, server_id=next(_reader_ids), blocking=True, **options
+    )
+
+
 @dataclass
 class BinlogRow:
     schema: str
@@ -82,17 +98,10 @@ def read_transactions(
         ends = set()
     if not ends:
         return []
-    stream = BinLogStreamReader(
-        connection_settings={
-            "host": host,
-            "port": port,
-            "user": creds.username,
-            "password": creds.password,
-            "read_timeout": 60,
-            "ssl_disabled": True,
-        },
-        server_id=next(_reader_ids),
-        blocking=True,
+    stream = open_reader(
+        host,
+        port,
+        creds,
         is_mariadb=flavor == "mariadb",
         # MySQL: no GTID set is a dump of every binlog file (the library sends no empty set)
         auto_position=None if flavor == "mysql" and not start else start,

@@ -9,22 +9,18 @@ installed as the binlog source installs it), so ledger digests compare.
 
 from __future__ import annotations
 
-import itertools
-import random
 from dataclasses import dataclass, field
 from typing import Any
 
 import pymysql
-from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import GtidEvent, QueryEvent, RotateEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from tests.devcluster.binlog_reader import BinlogRow
+from tests.devcluster.binlog_reader import BinlogRow, open_reader
 from updatestream.binlog import mysql_json
 from updatestream.spec import Credentials
 
 mysql_json.install()
-_reader_ids = itertools.count(random.randint(10_000, 1_000_000))  # distinct per reader
 _ROW_EVENTS = {WriteRowsEvent: "insert", UpdateRowsEvent: "update", DeleteRowsEvent: "delete"}
 
 
@@ -58,16 +54,10 @@ def _binlog_bounds(host: str, port: int, creds: Credentials) -> tuple[str, str, 
 def read_transactions(host: str, port: int, creds: Credentials) -> list[BinlogTransaction]:
     """Every transaction in the server's binlogs, from the first file up to now."""
     first_file, end_file, end_pos = _binlog_bounds(host, port, creds)
-    stream = BinLogStreamReader(
-        connection_settings={
-            "host": host,
-            "port": port,
-            "user": creds.username,
-            "password": creds.password,
-            "read_timeout": 60,
-        },
-        server_id=next(_reader_ids),
-        blocking=True,
+    stream = open_reader(
+        host,
+        port,
+        creds,
         is_mariadb=False,
         log_file=first_file,
         log_pos=4,

@@ -116,6 +116,17 @@ def _write_atomically(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
+def _replace_if_changed(path: Path, text: str) -> bool:
+    """Write `text` to `path` (atomically) unless the file already holds it; True if written."""
+    try:
+        if path.read_text() == text:
+            return False
+    except OSError:
+        pass
+    _write_atomically(path, text)
+    return True
+
+
 class LocalLauncher:
     """Jobs as local processes, tracked in a state directory."""
 
@@ -378,28 +389,15 @@ class LocalLauncher:
         path = self.job_dir(job.namespace, job.job_id) / KEYSPACE_FILE
         if not path.parent.is_dir():
             return  # the job is gone
-        text = keyspace_document(keyspace)
-        try:
-            if path.read_text() == text:
-                return
-        except OSError:
-            pass
-        _write_atomically(path, text)
-        log.info("showed job %s the current Keyspace %s", job.key, keyspace.metadata.name)
+        if _replace_if_changed(path, keyspace_document(keyspace)):
+            log.info("showed job %s the current Keyspace %s", job.key, keyspace.metadata.name)
 
     def publish_snapshot_requests(self, job: JobInfo, text: str) -> None:
         """Rewrite the job's snapshot requests file when the stream's requests differ from it:
         the running job reads it at its next batch."""
         path = self.job_dir(job.namespace, job.job_id) / SNAPSHOT_REQUESTS_FILE
-        if not path.parent.is_dir():
-            return
-        try:
-            if path.read_text() == text:
-                return
-        except OSError:
-            pass
-        _write_atomically(path, text)
-        log.info("showed job %s the stream's snapshot requests", job.key)
+        if path.parent.is_dir() and _replace_if_changed(path, text):
+            log.info("showed job %s the stream's snapshot requests", job.key)
 
     def cleanup(self, namespace: str, stream_uid: str) -> None:
         root = self.state_dir / namespace
