@@ -1,7 +1,9 @@
 """End to end on a real one-node Kubernetes: the chart's operator Pod from the project's image
 launches a Spark job as a driver Pod and an executor Pod, which stream live traffic into the
 Version Stream, memcached and CDCv2 sinks; a live split applied to the Keyspace with kubectl
-is hopped inside the running job; `updatestream verify` checks every sink.
+is hopped inside the running job; `updatestream verify` checks every sink. On the way the
+node loses Pods as a failing node would (deleted at once, no grace): an executor mid-stream, the
+operator in the middle of the hop, and the driver after it; the stream goes on through each.
 
 Real components throughout (tests/cluster/node.py): kubelet runs the Pods with containerd and
 runc, in a namespace enforcing the `restricted` Pod Security Standard. The development
@@ -49,6 +51,7 @@ CLAIM = "updatestream-checkpoints"
 CLAIM_MOUNT = "/var/lib/updatestream/checkpoints"
 CLI = str(Path(sys.executable).with_name("updatestream"))
 STREAM_SELECTOR = f"updatestream.io/stream={STREAM}"
+OPERATOR_SELECTOR = "app.kubernetes.io/component=operator"
 REPORT = REPO_ROOT / ".updatestream" / "node-e2e-report.txt"
 
 
@@ -207,11 +210,67 @@ def _diagnostics(node: Node) -> str:
 def _relaunched(w: World, first: dict[str, Any]) -> bool:
     """A new driver Pod (another uid) of the next launch runs, with an executor."""
     pods = w.pods()
-    drivers = [p for p in pods if p["metadata"]["labels"].get("spark-role") == "driver"]
+    return _replaced(pods, first) and any(
+        p["metadata"]["labels"].get("spark-role") == "executor" for p in pods
+    )
+
+
+def _force_delete(node: Node, pod: dict[str, Any]) -> None:
+    node.kubectl("delete", "pod", pod["metadata"]["name"], "-n", NS, "--force", "--grace-period=0")
+
+
+def _replaced(pods: list[dict[str, Any]], lost: dict[str, Any]) -> bool:
+    """Another Pod (another uid) of the lost one's role runs."""
+    role = lost["metadata"]["labels"].get("spark-role")
     return any(
-        p["metadata"]["uid"] != first["metadata"]["uid"] and p["status"].get("phase") == "Running"
-        for p in drivers
-    ) and any(p["metadata"]["labels"].get("spark-role") == "executor" for p in pods)
+        p["metadata"]["uid"] != lost["metadata"]["uid"]
+        and p["metadata"]["labels"].get("spark-role") == role
+        and p["status"].get("phase") == "Running"
+        for p in pods
+    )
+
+
+def _lose_an_executor(w: World) -> None:
+    """An executor Pod deleted mid-stream: the driver asks for another, the query goes on."""
+    (lost,) = w.node.items(NS, "pods", "spark-role=executor")
+    before = w.versionstream_rows()
+    _force_delete(w.node, lost)
+    try:
+        wait_for(lambda: _replaced(w.pods(), lost), "a new executor running", 300)
+        wait_for(lambda: w.versionstream_rows() > before, "events after the lost executor", 300)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{_diagnostics(w.node)}") from None
+
+
+def _hop_with_the_operator_lost(w: World) -> str:
+    """A live split applied to the Keyspace, and the operator Pod deleted while the job hops:
+    the Deployment's next operator finds the hop where the status left it and completes it.
+    Returns what the lost operator had recorded of the hop when it went."""
+    cluster, node = w.cluster, w.node
+    reshard(cluster, "-80", "-40,40-80", ReshardOptions(min_replicate_seconds=5))
+    for shard in ("-40", "40-80"):
+        w.forwarders[shard] = Forwarder(int(cluster.server(shard).port or 0))
+    node.apply(NS, _keyspace(w))
+
+    def seen() -> str | None:
+        status = w.status()
+        if status.get("hopCount"):
+            return "completed"
+        return "recorded" if (status.get("keyRanges") or [{}])[0].get("hop") else None
+
+    try:
+        recorded = wait_for(seen, "the operator recording the hop", timeout=10)
+    except AssertionError:
+        recorded = "not yet seen"
+    (operator,) = node.items(NS, "pods", OPERATOR_SELECTOR)
+    _force_delete(node, operator)
+    try:
+        wait_for(lambda: _replaced(node.items(NS, "pods", OPERATOR_SELECTOR), operator),
+                 "the next operator Pod running", 300)  # fmt: skip
+        wait_for(lambda: w.condition("Hopping") == ("False", "HopCompleted"), "the hop", 300)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{_diagnostics(node)}") from None
+    return recorded
 
 
 def _verify(w: World, ledger: Path, status_file: Path) -> dict[str, dict[str, Any]]:
@@ -272,23 +331,14 @@ def test_the_operator_pod_runs_a_spark_job_as_pods_that_deliver_every_change(
         )
         assert roles
         pods_wide = node.kubectl("get", "pods", "-n", NS, "-o", "wide")
-        time.sleep(4)
+        _lose_an_executor(w)
         # a live split, applied to the Keyspace as a user would: the job hops in place
-        reshard(cluster, "-80", "-40,40-80", ReshardOptions(min_replicate_seconds=5))
-        for shard in ("-40", "40-80"):
-            w.forwarders[shard] = Forwarder(int(cluster.server(shard).port or 0))
-        node.apply(NS, _keyspace(w))
-        try:
-            wait_for(lambda: w.condition("Hopping") == ("False", "HopCompleted"), "the hop", 300)
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}\n{_diagnostics(node)}") from None
+        recorded = _hop_with_the_operator_lost(w)
         time.sleep(5)  # traffic onto the new shards
         # the driver Pod deleted at once, as a failing node would lose it: the operator
         # relaunches the job, which resumes from its checkpoint on the claim
         (first,) = node.items(NS, "pods", "spark-role=driver")
-        node.kubectl(
-            "delete", "pod", first["metadata"]["name"], "-n", NS, "--force", "--grace-period=0"
-        )
+        _force_delete(node, first)
         try:
             wait_for(lambda: _relaunched(w, first), "the relaunched driver running", 300)
         except AssertionError as exc:
@@ -338,6 +388,7 @@ def test_the_operator_pod_runs_a_spark_job_as_pods_that_deliver_every_change(
         e["reason"] for e in node.items(NS, "events") if e["involvedObject"]["name"] == STREAM
     ]
     assert reasons.count("Launched") == 1 and reasons.count("Relaunched") == 1, reasons
+    assert reasons.count("HopCompleted") == 1, reasons
     status = w.status()
     assert status["hopCount"] == 1
     (hop,) = status["hops"]
@@ -360,6 +411,7 @@ def test_the_operator_pod_runs_a_spark_job_as_pods_that_deliver_every_change(
         f"time from kubectl apply of the UpdateStream to the first event in a sink: "
         f"{first_event:.1f}s\n"
         f"cluster-up {node.timings['cluster-up']:.1f}s, image build and load "
-        f"{node.timings['image']:.1f}s\ncommitted rows {stats.rows}\n\n{pods_wide}\n"
+        f"{node.timings['image']:.1f}s\ncommitted rows {stats.rows}\n"
+        f"the hop when the operator Pod was deleted: {recorded}\n\n{pods_wide}\n"
         + json.dumps(reports, indent=1)
     )
