@@ -34,8 +34,13 @@ from updatestream_cli.devcluster.local_server import Connection, LocalServer, Se
 from updatestream_cli.devcluster.mariadb_server import MariaDBServer
 from updatestream_cli.devcluster.mysql_server import MySQLServer
 
+from harness import threadsafe_ast
 from harness.accounts import write_secret
 from updatestream.spec import Credentials
+
+# Tracebacks are formatted in many threads here (servers, Spark's callbacks, pytest's report):
+# one parse at a time, or CPython 3.11.7 can end the session with an INTERNALERROR.
+threadsafe_ast.install()
 
 _server_ids = itertools.count(100)
 
