@@ -6,6 +6,7 @@ import pickle
 
 import pytest
 
+from updatestream.core import recent_rows
 from updatestream.core.dedup import DedupFilter, DedupVerdict
 from updatestream.core.gtid import Flavor, parse_position
 from updatestream.core.recent_rows import RecentTransactions
@@ -77,3 +78,15 @@ def test_records_stay_within_their_bounds() -> None:
     assert many.position == at(399) and many.base != at(0)
     assert many.rows_between(at(0), at(399)) is None  # dropped from the front: unknown
     assert many.rows_between(at(398), at(399)) == ["aa"] * 10
+
+
+def test_a_record_read_back_again_parses_only_its_new_positions() -> None:
+    """A stream's driver reads each batch's offsets several times, and a batch's record holds
+    the last batch's transactions: each position is parsed once, not at every read."""
+    record = RecentTransactions(at(500)).then([(at(n), ("aa",)) for n in range(501, 757)])
+    assert RecentTransactions.from_json(record.to_json()) == record
+    parsed = recent_rows._parse_entry_position.cache_info().misses
+    grown = record.then([(at(757), ("bb",))])
+    assert RecentTransactions.from_json(grown.to_json()) == grown
+    assert RecentTransactions.from_json(grown.to_json()) == grown
+    assert recent_rows._parse_entry_position.cache_info().misses == parsed + 1

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 
 from updatestream.core.errors import UpdateStreamError
 from updatestream.core.gtid import (
+    Flavor,
     GTIDParseError,
     GTIDPosition,
     parse_position,
@@ -28,6 +30,14 @@ from updatestream.core.gtid import (
 
 MAX_ROWS = 2048  # rows kept per shard (a longer group is counted as unresolved, not guessed)
 MAX_TRANSACTIONS = 256
+
+
+@lru_cache(maxsize=4 * MAX_TRANSACTIONS * 8)
+def _parse_entry_position(text: str, flavor: Flavor) -> GTIDPosition:
+    """A record's position, parsed once: a stream's driver reads its offsets several times a
+    batch, and all but a batch's new transactions were in the record before (positions are
+    immutable, so one parse serves every record that holds it)."""
+    return parse_position(text, flavor)
 
 
 class RecentRowsError(UpdateStreamError):
@@ -98,7 +108,10 @@ class RecentTransactions:
             if not isinstance(raw, list):
                 raise RecentRowsError(f"recent transactions field 'tx' must be a list: {raw!r}")
             entries = tuple(
-                (parse_position(str(position), base.flavor), tuple(filter(None, ids.split(","))))
+                (
+                    _parse_entry_position(str(position), base.flavor),
+                    tuple(filter(None, ids.split(","))),
+                )
                 for position, ids in raw
             )
         except (GTIDParseError, TypeError, ValueError, AttributeError) as exc:
