@@ -68,8 +68,11 @@ def upsert_sql(table: str, columns: Sequence[str], rows: int) -> str:
 
 
 def row_statements(changes: Sequence[RowChange]) -> list[tuple[str, list[Any]]]:
-    """Statements applying row changes in order; consecutive runs of one op on one table are
-    batched into one multi-row statement."""
+    """Statements applying row changes in order; consecutive writes to one table are batched
+    into one multi-row upsert, which logs its rows in the order given. Deletes are one statement
+    each: a `DELETE ... IN` lists its rows in the binlog in key order, not in the source's, and
+    a copy must keep the source's order of rows (the stream tells a group's transactions apart
+    by it)."""
     statements: list[tuple[str, list[Any]]] = []
     start = 0
     while start < len(changes):
@@ -78,6 +81,7 @@ def row_statements(changes: Sequence[RowChange]) -> list[tuple[str, list[Any]]]:
         while (
             end < len(changes)
             and end - start < 500
+            and first.op != "delete"
             and changes[end].table == first.table
             and changes[end].op == first.op
         ):
