@@ -1,14 +1,17 @@
 """Copied transactions, one group at a time: the dedup rule's verdicts and retired-shard reads.
 
 Filtered replication may apply several source transactions as one destination transaction (a
-group; its provenance says where the group began, `covered_from`, and where it ended). Its rows
-come in the source's order, so the rows of the group's first source transactions are its first
-rows. Whenever a boundary position falls inside a group (a hop's watermark, or the ends of a
+group; its provenance says where the group began, `covered_from`, and where it ended). It copies
+the source transactions one after another, so the rows of the group's first source transactions
+are its first rows; within one transaction the order may differ from the source's (a batched
+`DELETE ... WHERE id IN (...)` logs its rows in key order, whatever order the source deleted
+them in). Whenever a boundary position falls inside a group (a hop's watermark, or the ends of a
 retired shard's range), the rows on each side are told apart exactly with the stream's record of
 what it read of the source (`RecentTransactions`): the keyspace ids, in order, of the rows the
 source's transactions had in the stream's key range. `rows_within` counts the group's first rows
-that copy transactions a boundary holds, and checks them against the record; when no record
-reaches back, or the rows do not match it, it says so (None) and nothing is dropped on a guess.
+that copy transactions a boundary holds, and checks that they hold exactly the record's keyspace
+ids for them; when no record reaches back, or the rows do not match it, it says so (None) and
+nothing is dropped on a guess.
 
 * `with_origins` gives the rows of a group that the record attributes to a source transaction
   that transaction's identity (the position after it as their source GTID, their index among the
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -80,7 +84,7 @@ def rows_within(
         return None
     ids = [k for k in ids if here.contains(bytes.fromhex(k))]
     first = [row[_KSID] for row in group[: len(ids)]]
-    if first != ids:
+    if Counter(first) != Counter(ids):  # whole transactions: their rows in any order
         _inexact(group, source, shard, f"its first rows {first} are not the record's {ids}")
         return None
     return len(ids)
@@ -94,7 +98,7 @@ def _rows_after(
     here: KeyRange,
 ) -> int | None:
     """How many of the group's last rows copy the source transactions after `held`, when the
-    record begins inside the group but holds all of those: they are its last rows, in order."""
+    record begins inside the group but holds all of those: they are its last rows."""
     tail = record.rows_between(held, source.position) if record is not None else None
     if tail is None:
         return None
@@ -102,7 +106,7 @@ def _rows_after(
     if len(tail) > len(group):
         return None
     last = [row[_KSID] for row in group[len(group) - len(tail) :]]
-    return len(tail) if last == tail else None
+    return len(tail) if Counter(last) == Counter(tail) else None
 
 
 def with_origins(
@@ -113,7 +117,7 @@ def with_origins(
 ) -> list[EventRow]:
     """The group's rows (read from `shard`), each row the record attributes to a source
     transaction with that transaction's identity (module docstring); the group unchanged when
-    it copies one transaction, or when its rows are not the record's in order."""
+    it copies one transaction, or when the rows of a transaction it copies are not the record's."""
     if source.covered_from is None or record is None:
         return group
     held = position_intersection(record.position, source.position)
@@ -129,13 +133,19 @@ def with_origins(
         return group
     rows = list(group)
     for position, ids in found:
+        ours = [k for k in ids if here.contains(bytes.fromhex(k))]
+        block = rows[at : at + len(ours)]
+        if len(block) < len(ours) or Counter(row[_KSID] for row in block) != Counter(ours):
+            log.warning(
+                "a copy on %s of %s's transactions after %s up to %s (%d rows) does not hold "
+                "the rows the stream read of %s in their place; they keep the copy's identity, "
+                "so a sink that took them from %s may take them again",
+                shard, source.shard, source.covered_from, source.position, len(group), position,
+                source.shard,
+            )  # fmt: skip
+            return group
         seen: dict[tuple[str, str], int] = {}
-        for ksid in ids:
-            if not here.contains(bytes.fromhex(ksid)):
-                continue
-            if at >= len(rows) or rows[at][_KSID] != ksid:
-                return group
-            row = rows[at]
+        for row in block:
             key = (row[_TABLE], row[_PK])
             index = seen.get(key, 0)
             seen[key] = index + 1
