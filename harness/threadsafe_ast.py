@@ -1,13 +1,13 @@
 """One thread at a time in `ast.parse`, for processes that format tracebacks from many threads.
 
-CPython 3.11 up to 3.11.7 keeps the recursion depth of its AST constructor in state shared by
-every thread (python/cpython#106905). When two threads build ASTs at once, e.g. pytest printing
-a failed test's source while a server thread logs a traceback (3.11's tracebacks parse the line
-they underline), one of them raises `SystemError: AST constructor recursion depth mismatch`;
-raised inside pytest's report, it ends the whole session with an INTERNALERROR and no word of
-which test failed. `install()` makes `ast.parse`, which the traceback module, inspect and pytest
-call, take a re-entrant lock first (re-entrant: a finalizer may format a traceback while its
-thread is parsing).
+CPython 3.11.7 keeps the recursion depth of its AST constructor in state shared by every thread
+(the error is the one python/cpython#106905 reports). When two threads build ASTs at once, e.g.
+pytest printing a failed test's source while a server thread logs a traceback (3.11's
+tracebacks parse the line they underline), one of them raises `SystemError: AST constructor
+recursion depth mismatch`; raised inside pytest's report, it ends the whole session with an
+INTERNALERROR and no word of which test failed. `install()` makes `ast.parse`, which the
+traceback module, inspect and pytest call, take a re-entrant lock first (re-entrant: a finalizer
+may format a traceback while its thread is parsing).
 """
 
 from __future__ import annotations
