@@ -32,7 +32,12 @@ MAX_ROWS = 2048  # rows kept per shard (a longer group is counted as unresolved,
 MAX_TRANSACTIONS = 256
 
 
-@lru_cache(maxsize=4 * MAX_TRANSACTIONS * 8)
+# the positions of the records of a few offsets (a batch's start and end, the next end) for up
+# to 8 shards; older ones fall out
+_PARSED_POSITIONS = 4 * MAX_TRANSACTIONS * 8
+
+
+@lru_cache(maxsize=_PARSED_POSITIONS)
 def _parse_entry_position(text: str, flavor: Flavor) -> GTIDPosition:
     """A record's position, parsed once: a stream's driver reads its offsets several times a
     batch, and all but a batch's new transactions were in the record before (positions are

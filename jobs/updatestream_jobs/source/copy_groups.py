@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from updatestream.binlog.events import HOP_MARKER
@@ -55,6 +55,11 @@ _KSID = FIELDS.index("keyspace_id")
 _TABLE, _PK = FIELDS.index("table"), FIELDS.index("pk")
 _SOURCE_GTID, _INDEX = FIELDS.index("source_gtid"), FIELDS.index("tx_index")
 log = logging.getLogger(__name__)
+
+
+def _within(ids: Iterable[str], here: KeyRange) -> list[str]:
+    """The keyspace ids (hex) of a record's rows that fall in `here`, the shard read, in order."""
+    return [k for k in ids if here.contains(bytes.fromhex(k))]
 
 
 def rows_within(
@@ -82,7 +87,7 @@ def rows_within(
         reach = f"from {record.base} to {record.position}" if record is not None else "none"
         _inexact(group, source, shard, f"the stream's record of it ({reach}) does not span it")
         return None
-    ids = [k for k in ids if here.contains(bytes.fromhex(k))]
+    ids = _within(ids, here)
     first = [row[_KSID] for row in group[: len(ids)]]
     if Counter(first) != Counter(ids):  # whole transactions: their rows in any order
         _inexact(group, source, shard, f"its first rows {first} are not the record's {ids}")
@@ -102,7 +107,7 @@ def _rows_after(
     tail = record.rows_between(held, source.position) if record is not None else None
     if tail is None:
         return None
-    tail = [k for k in tail if here.contains(bytes.fromhex(k))]
+    tail = _within(tail, here)
     if len(tail) > len(group):
         return None
     last = [row[_KSID] for row in group[len(group) - len(tail) :]]
@@ -127,13 +132,13 @@ def with_origins(
     if found is None and position_contains(held, source.position):
         # the record begins inside the group: it holds the group's last transactions
         found = record.transactions_between(record.base, held)
-        mine = sum(here.contains(bytes.fromhex(k)) for _, ids in found or () for k in ids)
+        mine = sum(len(_within(ids, here)) for _, ids in found or ())
         at = len(group) - mine
     if not found or at < 0:
         return group
     rows = list(group)
     for position, ids in found:
-        ours = [k for k in ids if here.contains(bytes.fromhex(k))]
+        ours = _within(ids, here)
         block = rows[at : at + len(ours)]
         if len(block) < len(ours) or Counter(row[_KSID] for row in block) != Counter(ours):
             log.warning(
