@@ -13,6 +13,7 @@ from updatestream.core.recent_rows import RecentTransactions
 from updatestream.core.token import EventToken, SourceProvenance
 
 UUID = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+OTHER = "5f0c2a10-71ca-11e1-9e33-c80aa9429562"  # the server of an earlier shard of that name
 
 
 def at(n: int) -> object:
@@ -62,6 +63,19 @@ def test_reverse_copies_of_a_shard_not_read_yet_are_dropped() -> None:
     read = DedupFilter({"-40": at(3)})
     assert read.classify(copy(2, 3, reverse=True, source="-40")) is DedupVerdict.DUPLICATE_HOP
     assert read.classify(copy(4, 4, reverse=True, source="-40")) is DedupVerdict.DELIVER
+
+
+def test_a_watermark_of_an_earlier_shard_of_that_name_says_nothing_of_its_copies() -> None:
+    """-40 was merged away and split off again: the watermark the first hop left is of the
+    first -40 (another server's GTIDs). The second -40's reverse copies into the shard the
+    stream still reads are dropped, its forward copies delivered."""
+    earlier = DedupFilter({"-40": parse_position(f"{OTHER}:1-900", Flavor.MYSQL)})
+    reverse, forward = copy(2, 3, reverse=True, source="-40"), copy(2, 3, source="-40")
+    assert earlier.classify(reverse) is DedupVerdict.DUPLICATE_REVERSE
+    assert earlier.classify(forward) is DedupVerdict.DELIVER
+    # a watermark of that server holding some of its transactions still decides
+    both = DedupFilter({"-40": parse_position(f"{OTHER}:1-900,{UUID}:1-2", Flavor.MYSQL)})
+    assert both.classify(reverse) is DedupVerdict.STRADDLE
 
 
 def test_the_filter_keeps_its_records_through_json_and_pickle() -> None:

@@ -19,7 +19,9 @@ delivered. A :class:`DedupFilter` holds what it takes to tell, per event:
   a record that reaches back, the group is delivered and counted).
 * A copy made by reverse replication (after a switch, from the new shards back into the old
   ones) of a shard the stream has not read yet is dropped (`DUPLICATE_REVERSE`): the stream
-  reads that shard itself once it hops there.
+  reads that shard itself once it hops there. A watermark that has no transaction in common
+  with the copy's source position is of an earlier shard of the same name (a shard name comes
+  back when a split is merged and split again): it counts as no watermark.
 
 The filter is a small immutable value: it pickles and has a JSON form, because it is stored in
 Spark offsets and in the UpdateStream status.
@@ -148,14 +150,19 @@ class DedupFilter:
         return DedupVerdict.DELIVER
 
     def _classify_copy(self, source: SourceProvenance) -> DedupVerdict:
+        unread = DedupVerdict.DUPLICATE_REVERSE if source.reverse else DedupVerdict.DELIVER
         watermark = self._watermarks.get(canonical_shard_name(source.shard))
         if watermark is None:
-            return DedupVerdict.DUPLICATE_REVERSE if source.reverse else DedupVerdict.DELIVER
+            return unread
         if position_contains(watermark, source.position):
             return DedupVerdict.DUPLICATE_HOP
+        delivered = position_intersection(watermark, source.position)
+        if delivered.is_empty():
+            # Not one transaction in common: the watermark is of an earlier shard of that name
+            # (another server's GTIDs, a reshard ago); of this one the stream read nothing.
+            return unread
         if source.covered_from is None:
             return DedupVerdict.DELIVER
-        delivered = position_intersection(watermark, source.position)
         if position_contains(source.covered_from, delivered):
             return DedupVerdict.DELIVER
         return DedupVerdict.STRADDLE
