@@ -36,6 +36,9 @@ from tests.vitess.vreplication_rows import (
 )
 from tests.vitess.vtgate_writer import VtgateWriter
 from updatestream import spec
+from updatestream.binlog.config import ReaderConfig, ShardEndpoint
+from updatestream.binlog.copy_starts import scan_copy_starts
+from updatestream.binlog.session import ShardSession
 from updatestream.core.keyrange import KeyRange
 
 WORKFLOW = "facts_split"
@@ -204,6 +207,52 @@ def test_copy_phase_writes_rows_with_copy_state_and_no_position(split: SplitRun)
               for r in data_rows(tx) if r.table == "users" and r.after}  # fmt: skip
     before = {i for i in split.writer.ids[: split.preloaded] if _in_source(i)}
     assert before and before <= copied  # every row of -80 written before the copy
+
+
+def _gno(gtid: str) -> tuple[str, int]:
+    uuid, _, number = gtid.partition(":")
+    return uuid, int(number)
+
+
+def _session(cluster: VitessCluster, shard: str) -> ShardSession:
+    keyspace = spec.load_keyspace(cluster.manifest_path)
+    declared = {s.name: s for s in keyspace.spec.shards}[shard]
+    endpoint = ShardEndpoint(
+        cluster.keyspace, shard, "127.0.0.1", cluster.tablet(shard).mysql_port,
+        declared.credentials_secret.name, flavor="mysql",
+    )  # fmt: skip
+    reader = ReaderConfig(cluster.keyspace, "{}", secrets_dir=str(cluster.secrets_dir))
+    return ShardSession(endpoint, reader)
+
+
+def test_the_scan_finds_where_each_target_holds_every_later_source_transaction(
+    split: SplitRun, vitess_cluster: VitessCluster
+) -> None:
+    """`scan_copy_starts` on a target: every source transaction after the position it finds
+    that wrote rows of the target's range is in one of the target's copies, and no copy
+    repeats one at or before it (the copy phase's rows hold those)."""
+    source = by_gtid(split.binlogs["-80"])
+    own = {g for g, tx in source.items() if marker(tx) is None}  # not a reverse copy
+    for shard in ("-40", "40-80"):
+        with _session(vitess_cluster, shard) as session:
+            starts = scan_copy_starts(session)
+        assert set(starts) == {"-80"}, starts
+        start = gtids(str(starts["-80"].source))
+        assert start, starts
+        # the target's own position there: past every copy-phase batch, before every copy
+        target = starts["-80"].target
+        phase = [
+            tx.gtid for tx in split.binlogs[shard] if any(r.table == "copy_state" for r in tx.rows)
+        ]
+        assert phase and all(target.contains_gtid(*_gno(g)) for g in phase)
+        assert not any(target.contains_gtid(*_gno(tx.gtid)) for tx in split.copies(shard))
+        gained = {g for tx in split.copies(shard) for g in covered(tx)}
+        wanted = {
+            g for g in own - start
+            if any(in_range(r, shard) for r in data_rows(source[g]))
+        }  # fmt: skip
+        assert wanted and wanted <= gained, sorted(wanted - gained)[:5]
+        assert not gained & start
 
 
 def test_reverse_replication_marks_its_copies_into_the_old_shard(split: SplitRun) -> None:

@@ -17,10 +17,12 @@ The stream moves through the Keyspace's shard map history one map at a time, so 
 was stopped during two reshards reads the intermediate shards while they still exist.
 
 Coverage: a destination's binlog holds a source's transactions only from the position its
-filtered replication started at (`_vt.vreplication.start_pos` on the destination, when
-recorded). If a source's watermark is older than that, the changes in between exist only in the
-source's binlog: while the source is still declared, the hop waits and the stream keeps reading
-the source; once it is retired, `HopGapError` says what is missing instead of losing it.
+filtered replication started at (`_vt.vreplication.start_pos` on the destination when the
+development cluster records it; on real Vitess, read from the destination's binlog by
+`scan_copy_starts`). If a source's watermark is older than that, the changes in between exist
+only in the source's binlog: while the source is still declared, the hop waits and the stream
+keeps reading the source; once it is retired, `HopGapError` says what is missing instead of
+losing it.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from updatestream.binlog.copy_starts import CopyStart, floor, scan_copy_starts
 from updatestream.binlog.errors import HopGapError, SourceOptionsError
 from updatestream.binlog.session import ShardSession, connection_settings
 from updatestream.binlog.start_positions import find_start_by_timestamp
@@ -136,6 +139,7 @@ class Hopper:
         self._clock = clock
         self._waiting: str | None = None
         self.journals = Journals(session)
+        self._scanned: dict[str, dict[str, CopyStart]] = {}  # endpoint -> its copy starts
 
     def keyspace(self) -> Keyspace:
         return self.watch.current()
@@ -219,7 +223,8 @@ class Hopper:
             if covered is None or not position_contains(start.position, covered):
                 gap = Gap(name, shard, start.position, covered or start.position)
                 raise _gap_error([gap], keyspace, known=covered is not None)
-            found.append((name, *self._read_range(name, start.timestamp - self.lookback)))
+            first, last = self._read_range(name, start.timestamp - self.lookback)
+            found.append((name, self._floored(first, {shard: start.position}), last))
         return found
 
     def _read_range(self, shard: str, target: int) -> tuple[EventToken, EventToken]:
@@ -239,13 +244,41 @@ class Hopper:
         no entry when the shard does not record it."""
         session = self._session(shard)
         if not session.query(_COVERAGE_COLUMN)[0][0]:
-            return {}
+            return self._scanned_coverage(shard, session)
         found: dict[str, str] = {}
         for source, start_pos in session.query(_COVERAGE):
             name = canonical_shard_name(source_fields(_text(source))[1])
             position = decode_position(start_pos, session.flavor) if start_pos else None
             found[name] = str(position) if position is not None else ""  # the newest row wins
         return found
+
+    def _scanned_coverage(self, shard: str, session: ShardSession) -> dict[str, str]:
+        """Real Vitess keeps no copy start in a table: it is read from the shard's binlog."""
+        return {name: str(start.source) for name, start in self._copy_starts(session).items()}
+
+    def _copy_starts(self, session: ShardSession) -> dict[str, CopyStart]:
+        """`scan_copy_starts` of the shard, read once: a found answer cannot change."""
+        endpoint = session.endpoint.describe()
+        known = self._scanned.get(endpoint)
+        if known is None:
+            known = scan_copy_starts(session)
+            text = {name: str(start.source) for name, start in known.items()}
+            log.info("%s holds copies from: %s", endpoint, text or "nowhere")
+            if known:
+                self._scanned[endpoint] = known
+        return known
+
+    def _floored(self, start: EventToken, delivered: dict[str, GTIDPosition]) -> EventToken:
+        """`start` on a real Vitess target moved past the copy-phase rows (no marker) of the
+        sources the stream delivered beyond them (`copy_starts.floor`)."""
+        session = self._session(start.shard)
+        if session.query(_COVERAGE_COLUMN)[0][0]:
+            return start  # the development cluster's copy writes no rows into the binlog
+        after = floor(self._copy_starts(session), delivered)
+        if after is None or position_contains(start.position, after):
+            return start
+        log.info("%s: reading from %s, after its copy phase", start.shard, after)
+        return EventToken(start.timestamp, start.shard, after)
 
     def _hop_offset(
         self,
@@ -266,7 +299,9 @@ class Hopper:
                 starts[name] = EventToken(second, name, journaled[name])
                 tokens[name] = EventToken(max(now, second), name, current)
             else:
-                starts[name], tokens[name] = self._read_range(name, target)
+                first, tokens[name] = self._read_range(name, target)
+                delivered = {source: plan.watermarks[source] for source in destination.sources}
+                starts[name] = self._floored(first, delivered)
         dedup = DedupFilter.from_plan(plan, offset.recent)
         if offset.dedup is not None:
             dedup = offset.dedup.merged(dedup)
