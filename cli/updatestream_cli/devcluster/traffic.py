@@ -217,8 +217,9 @@ class TrafficGenerator:
             self.commit(changes)
             made += size
 
-    def adopt_existing_rows(self) -> int:
-        """Learn the rows already on the serving shards, so updates and deletes reach them."""
+    def adopt_existing_rows(self, keep: Callable[[str, str], bool] | None = None) -> int:
+        """Learn the rows already on the serving shards, so updates and deletes reach them;
+        with `keep`, only the rows (table, primary key JSON) it accepts."""
         adopted = 0
         for shard in self.router.shard_map.names:
             conn = self._connection(shard)
@@ -226,8 +227,10 @@ class TrafficGenerator:
                 with conn.cursor(pymysql.cursors.SSDictCursor) as cur:
                     cur.execute(f"SELECT * FROM `{table}`")
                     for row in cur:
-                        self.tables[table].put(pk_json(table, row), binlog_image(table, row))
-                        adopted += 1
+                        key = pk_json(table, row)
+                        if keep is None or keep(table, key):
+                            self.tables[table].put(key, binlog_image(table, row))
+                            adopted += 1
             conn.rollback()
         return adopted
 
