@@ -14,6 +14,7 @@ from rich.table import Column, Table
 
 from updatestream.clickopts import json_option, seconds_option
 from updatestream.core.errors import UpdateStreamError
+from updatestream_cli.demo.engines import ENGINES, Engine
 from updatestream_cli.devcluster.local_server import FLAVORS, ServerFlavor
 from updatestream_cli.tool_options import directory_option
 
@@ -113,6 +114,18 @@ def _print_result(console: Console, result: Any, directory: Path) -> None:
         )
 
 
+def _shard_flavor(engine: Engine, flavor: ServerFlavor | None) -> ServerFlavor:
+    if engine != "vitess":
+        return flavor or "mariadb"
+    if flavor == "mariadb":
+        raise click.BadParameter(
+            "Vitess v24 serves its shards on MySQL 8 only: drop --flavor or give --flavor mysql "
+            "(the Version Stream's server can still be MariaDB: --sink-flavor mariadb)",
+            param_hint="--flavor",
+        )
+    return "mysql"
+
+
 @click.command("demo")
 @directory_option(
     DEFAULT_DIR, "Where the demo keeps its servers, job, ledger and sink files (emptied first)."
@@ -131,8 +144,14 @@ def _print_result(console: Console, result: Any, directory: Path) -> None:
 )  # fmt: skip
 @click.option("--seed", type=int, default=None, help="Seed of the traffic generator.")
 @click.option(
-    "--flavor", type=click.Choice(FLAVORS), default="mariadb", show_default=True,
-    help="The shards' server: MariaDB 10.11 or MySQL 8.0.",
+    "--engine", type=click.Choice(ENGINES), default="devcluster", show_default=True,
+    help="The keyspace: the development cluster, or a real local Vitess v24 (needs `make "
+    "vitess-tools`; traffic through vtgate, split by Vitess's Reshard).",
+)  # fmt: skip
+@click.option(
+    "--flavor", type=click.Choice(FLAVORS), default=None,
+    help="The shards' server: MariaDB 10.11 or MySQL 8.0 [default: mariadb; with --engine "
+    "vitess, mysql only].",
 )  # fmt: skip
 @click.option(
     "--sink-flavor", type=click.Choice(FLAVORS), default=None,
@@ -147,15 +166,17 @@ def demo(
     seconds: float,
     split_after: float,
     seed: int | None,
-    flavor: ServerFlavor,
+    engine: Engine,
+    flavor: ServerFlavor | None,
     sink_flavor: ServerFlavor | None,
     keep: bool,
     as_json: bool,
     down: bool,
 ) -> None:
-    """Local MariaDB or MySQL 8 shards, memcached and a Version Stream server; live traffic
-    with a ledger; one UpdateStream into all four sinks, launched by the operator's local launcher;
-    a live split of -80 and the hop inside the running job; then the verifier on every sink.
+    """Local MariaDB or MySQL 8 shards (or a local Vitess), memcached and a Version Stream
+    server; live traffic with a ledger; one UpdateStream into all four sinks, launched by the
+    operator's local launcher; a live split of -80 and the hop inside the running job; then the
+    verifier on every sink.
 
     Exits 1 when a verifier finds a lost change, a delivered duplicate or a stale cache entry.
     """
@@ -169,7 +190,7 @@ def demo(
         return
     options = DemoOptions(
         directory=directory, rate=rate, seconds=seconds, split_after=split_after, keep=keep,
-        seed=seed, flavor=flavor, sink_flavor=sink_flavor,
+        seed=seed, flavor=_shard_flavor(engine, flavor), sink_flavor=sink_flavor, engine=engine,
     )  # fmt: skip
     columns = (
         SpinnerColumn(finished_text="[green]✓[/]"),

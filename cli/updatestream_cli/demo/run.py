@@ -1,13 +1,15 @@
 """The demo's steps, from an empty directory to a verdict per sink.
 
-1. a development cluster (`-80`, `80-`) of MariaDB or MySQL 8 shards (`flavor`), a memcached
-   and a server for the Version Stream and the mirror (`sink_flavor`, by default the shards');
+1. a keyspace of two shards (`-80`, `80-`): a development cluster of MariaDB or MySQL 8 shards
+   (`flavor`), or a real local Vitess on MySQL 8 (`engine`); a memcached and a server for the
+   Version Stream and the mirror (`sink_flavor`, by default the shards');
 2. one UpdateStream into the four sinks, launched by the operator's service and local
    launcher (`driver.OperatorDriver`), until its job delivers;
-3. live traffic with a ledger; after `split_after` seconds a live split of `-80` into
-   `-40,40-80` (filtered replication runs a few seconds before the cut-over, so the new shards
-   hold copies of changes the stream already delivered); the job hops inside its query and the
-   operator records the hop; traffic runs on until `seconds` (and a few seconds past the hop);
+3. live traffic with a ledger (through vtgate on Vitess); after `split_after` seconds a live
+   split of `-80` into `-40,40-80` (the development cluster's, or Vitess's `Reshard` up to
+   `complete`); the new shards hold copies of changes the stream already delivered; the job hops
+   inside its query and the operator records the hop; traffic runs on until `seconds` (and a
+   few seconds past the hop);
 4. traffic stops, the stream catches up, and `updatestream verify` checks each sink against the
    ledger, and the mirror against the shards' rows.
 
@@ -29,6 +31,7 @@ from typing import Any, Protocol
 
 from updatestream_operator.reconciler.models import JobPhase, Note, StreamRef
 
+from updatestream import spec
 from updatestream_cli.demo import servers as srv
 from updatestream_cli.demo.driver import (
     OperatorDriver,
@@ -36,14 +39,9 @@ from updatestream_cli.demo.driver import (
     delivered_events,
     stream_manifest,
 )
+from updatestream_cli.demo.engines import Engine
 from updatestream_cli.demo.errors import DemoError
 from updatestream_cli.devcluster.local_server import ServerFlavor
-from updatestream_cli.devcluster.reshard import (
-    QuietReporter,
-    ReshardOptions,
-    ReshardWorkflow,
-    plan_reshard,
-)
 from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 
 STREAM = "demo-feed"
@@ -70,9 +68,9 @@ class DemoOptions:
     split_after: float = 8.0  # seconds of traffic before the split starts
     keep: bool = False
     seed: int | None = None
-    min_replicate_seconds: float = 5.0  # filtered replication before the cut-over
     timeout: float = 300.0  # for each wait
     flavor: ServerFlavor = "mariadb"  # the shards: MariaDB or MySQL 8
+    engine: Engine = "devcluster"  # or a real local Vitess (MySQL 8 tablets)
     sink_flavor: ServerFlavor | None = None  # the Version Stream's and mirror's (default: same)
 
 
@@ -94,16 +92,6 @@ class DemoResult:
         return {name: getattr(self, name) for name in ("sinks", "hops", "events", "elapsed_s")}
 
 
-class _SplitPhases(QuietReporter):
-    """The reshard workflow's reporter: keeps its current phase, shown with the live figures."""
-
-    def __init__(self) -> None:
-        self.text = "starting"
-
-    def phase(self, name: str, detail: str = "") -> None:
-        self.text = f"{name} {detail}".strip()
-
-
 class Demo:
     def __init__(self, options: DemoOptions, reporter: Reporter) -> None:
         self.options = options
@@ -111,8 +99,9 @@ class Demo:
         self.directory = options.directory.absolute()
         self.ledger = self.directory / "ledger.jsonl"  # the traffic's
         self.cdc = self.directory / "cdc"  # the CDCv2 sink's files
+        shard_flavor: ServerFlavor = "mysql" if options.engine == "vitess" else options.flavor
         self.servers = srv.DemoServers(
-            self.directory, options.flavor, options.sink_flavor or options.flavor
+            self.directory, shard_flavor, options.sink_flavor or shard_flavor, options.engine
         )
         self.driver: OperatorDriver | None = None
         self.traffic: TrafficGenerator | None = None
@@ -149,11 +138,10 @@ class Demo:
 
     def _set_up(self) -> None:
         report = self.reporter
-        report.begin(f"starting a development cluster in {self.directory}")
+        what = "a local Vitess" if self.options.engine == "vitess" else "a development cluster"
+        report.begin(f"starting {what} in {self.directory}")
         srv.purge(self.directory)
-        cluster = self.servers.start_cluster("-80,80-")
-        shards = ", ".join(f"{s.name} ({s.mysql.port})" for s in cluster.keyspace().spec.shards)
-        report.end(f"development cluster: shards {shards}")
+        report.end(self.servers.start_keyspace("-80,80-"))
         report.begin("starting memcached and the Version Stream's server")
         cache = self.servers.start_memcached()
         sink = self.servers.start_sink()
@@ -166,17 +154,16 @@ class Demo:
             self.reporter.line(f"operator Event {note.reason}: {note.message}")
 
     def _launch(self) -> None:
-        report, cluster = self.reporter, self.servers.cluster
+        report, keyspace = self.reporter, self.servers.keyspace
         assert self.servers.memcached is not None and self.servers.sink is not None
         report.begin("launching the UpdateStream through the operator's local launcher")
         self.driver = OperatorDriver(
             srv.operator_dir(self.directory),
-            {cluster.keyspace_name: cluster.manifest_path},
-            cluster.secrets_dir,
+            {keyspace.keyspace_name: keyspace.manifest_path},
+            keyspace.secrets_dir,
             on_event=self._on_event,
         )
-        keyspace = cluster.keyspace()
-        start = {s: cluster.server(s).gtid_position() for s in keyspace.spec.serving_shards}
+        start = keyspace.positions()
         sinks: list[dict[str, Any]] = [
             {"type": "memcached", "servers": [self.servers.memcached.address]},
             {
@@ -193,7 +180,7 @@ class Demo:
                 "credentialsSecret": {"name": srv.SINK_SECRET},
             },
         ]
-        self._driver.apply(stream_manifest(STREAM, cluster.keyspace_name, start, sinks))
+        self._driver.apply(stream_manifest(STREAM, keyspace.keyspace_name, start, sinks))
         self._driver.start()
         record = self._wait("the operator to launch the job", self._driver.job_record)
         self.servers.record(job=self._driver.job_key, jobPid=record.get("pid"))
@@ -223,13 +210,10 @@ class Demo:
         )
 
     def _traffic_and_split(self) -> int:
-        options, report, cluster = self.options, self.reporter, self.servers.cluster
+        options, report = self.options, self.reporter
         report.begin(f"live traffic at {options.rate:g} row changes/s, ledger {self.ledger}")
-        self.traffic = TrafficGenerator(
-            cluster.manifest_path,
-            cluster.secrets_dir,
-            self.ledger,
-            TrafficOptions(rate=options.rate, seed=options.seed),
+        self.traffic = self.servers.keyspace.traffic(
+            self.ledger, TrafficOptions(rate=options.rate, seed=options.seed)
         ).start()
         began = time.monotonic()
         self._sleep_until(began + options.split_after)
@@ -247,18 +231,14 @@ class Demo:
 
     def _split(self) -> None:
         """The live split, in a thread of its own while the traffic runs; its phases are shown."""
-        options, report, cluster = self.options, self.reporter, self.servers.cluster
+        report, keyspace = self.reporter, self.servers.keyspace
         report.begin(f"live split {SPLIT_FROM} -> {SPLIT_TO}")
         split_error: list[BaseException] = []
-        phases = _SplitPhases()
+        phase = ["starting"]
 
         def split() -> None:
             try:
-                plan = plan_reshard(cluster, SPLIT_FROM, SPLIT_TO)
-                workflow_options = ReshardOptions(
-                    min_replicate_seconds=options.min_replicate_seconds
-                )
-                ReshardWorkflow(cluster, plan, workflow_options, phases).run()
+                keyspace.reshard(SPLIT_FROM, SPLIT_TO, lambda text: phase.__setitem__(0, text))
             except BaseException as exc:
                 split_error.append(exc)
 
@@ -267,11 +247,11 @@ class Demo:
         self._wait(
             "the split",
             lambda: not worker.is_alive(),
-            live=lambda: f"split {SPLIT_FROM} -> {SPLIT_TO}: {phases.text} · ",
+            live=lambda: f"split {SPLIT_FROM} -> {SPLIT_TO}: {phase[0]} · ",
         )
         if split_error:
             raise DemoError(f"the split failed: {split_error[0]}")
-        serving = ",".join(cluster.keyspace().spec.serving_shards)
+        serving = ",".join(spec.load_keyspace(keyspace.manifest_path).spec.serving_shards)
         report.end(f"live split done: serving {serving}")
 
     def _await_hop(self) -> None:
@@ -293,10 +273,9 @@ class Demo:
     # -- 4. catch up and verify ---------------------------------------------------------------
 
     def _catch_up(self) -> None:
-        report, cluster = self.reporter, self.servers.cluster
+        report = self.reporter
         report.begin("letting the stream catch up")
-        serving = cluster.keyspace().spec.serving_shards
-        positions = {s: cluster.server(s).gtid_position() for s in serving}
+        positions = self.servers.keyspace.positions()
         after = time.time() + 3
         self._wait(
             "the stream to catch up",
@@ -308,29 +287,29 @@ class Demo:
         report.end(f"caught up: {delivered_events(self._driver.report()):,} events delivered")
 
     def _verify_command(self, sink: str) -> list[str]:
-        cluster = self.servers.cluster
+        keyspace = self.servers.keyspace
         assert self.servers.memcached is not None and self.servers.sink is not None
         status_file = self._driver.status_file()
         common = ["--ledger", str(self.ledger), "--status-file", str(status_file), "--json"]
         options = {
             "memcached": [
                 "--servers", self.servers.memcached.address,
-                "--keyspace-manifest", str(cluster.manifest_path),
-                "--secrets-dir", str(cluster.secrets_dir),
+                "--keyspace-manifest", str(keyspace.manifest_path),
+                "--secrets-dir", str(keyspace.secrets_dir),
             ],
             "versionstream": [
                 "--mysql", self.servers.sink.address,
-                "--secrets-dir", str(cluster.secrets_dir),
+                "--secrets-dir", str(keyspace.secrets_dir),
                 "--secret", srv.SINK_SECRET,
                 "--database", srv.SINK_DATABASE,
             ],
             "cdcv2": ["--path", str(self.cdc)],
             "mirror": [
                 "--mysql", self.servers.sink.address,
-                "--secrets-dir", str(cluster.secrets_dir),
+                "--secrets-dir", str(keyspace.secrets_dir),
                 "--secret", srv.SINK_SECRET,
                 "--database", srv.MIRROR_DATABASE,
-                "--keyspace-manifest", str(cluster.manifest_path),
+                "--keyspace-manifest", str(keyspace.manifest_path),
             ],
         }[sink]  # fmt: skip
         return [

@@ -1,9 +1,11 @@
-"""The servers a demo runs: a development cluster (MariaDB or MySQL 8 shards), a server for the
-Version Stream sink and the mirror (MariaDB or MySQL 8, chosen apart from the shards) and a
-memcached, recorded in `<dir>/demo.json` so that `updatestream demo --down` (or the next demo
-in the same directory) stops exactly what a kept demo left running, by pid.
+"""The servers a demo runs: its keyspace (a development cluster of MariaDB or MySQL 8 shards, or
+a real local Vitess; see `engines`), a server for the Version Stream sink and the mirror
+(MariaDB or MySQL 8, chosen apart from the shards) and a memcached, recorded in
+`<dir>/demo.json` so that `updatestream demo --down` (or the next demo in the same directory)
+stops exactly what a kept demo left running, by pid.
 
-    <dir>/cluster/        the development cluster (shards, Keyspace manifest, Secrets)
+    <dir>/cluster/        the development cluster (shards, Keyspace manifest, Secrets), or
+    <dir>/vitess/         the Vitess cluster (etcd, vtctld, vtgate, tablets, manifest, Secrets)
     <dir>/versionstream/  the server of the Version Stream and of the mirror's database
     <dir>/memcached.log   memcached's output
     <dir>/operator/       the operator's objects and the local launcher's job directories
@@ -19,8 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from updatestream_cli.demo.engines import DemoKeyspace, Engine, demo_keyspace
 from updatestream_cli.demo.errors import DemoError
-from updatestream_cli.devcluster.cluster import DevCluster, atomic_write
+from updatestream_cli.devcluster.cluster import atomic_write
 from updatestream_cli.devcluster.local_server import LocalServer, ServerFlavor, pid_cmdline
 from updatestream_cli.devcluster.mariadb_server import MariaDBServer
 from updatestream_cli.devcluster.memcached_server import MemcachedServer
@@ -43,15 +46,16 @@ class DemoServers:
     """Everything the demo starts besides the streaming job; `stop()` stops all of it."""
 
     directory: Path
-    flavor: ServerFlavor = "mariadb"  # the shards'
+    flavor: ServerFlavor = "mariadb"  # the shards' (a Vitess keyspace's are MySQL 8)
     sink_flavor: ServerFlavor = "mariadb"  # the Version Stream's and the mirror's server
-    cluster: DevCluster = field(init=False)
+    engine: Engine = "devcluster"
+    keyspace: DemoKeyspace = field(init=False)
     sink: LocalServer | None = None
     memcached: MemcachedServer | None = None
 
     def __post_init__(self) -> None:
         self.directory = self.directory.absolute()
-        self.cluster = DevCluster(self.directory / "cluster", flavor=self.flavor)
+        self.keyspace = demo_keyspace(self.directory, self.engine, self.flavor)
 
     @property
     def state_path(self) -> Path:
@@ -70,6 +74,7 @@ class DemoServers:
             }
         if self.memcached is not None and self.memcached.pid is not None:
             state["memcached"] = {"pid": self.memcached.pid, "port": self.memcached.port}
+        state["engine"] = self.engine
         state.update(more)
         atomic_write(self.state_path, json.dumps(state, indent=2, sort_keys=True) + "\n")
 
@@ -82,11 +87,11 @@ class DemoServers:
 
     # -- starting -------------------------------------------------------------------------------
 
-    def start_cluster(self, shards: str = "-80,80-") -> DevCluster:
+    def start_keyspace(self, shards: str = "-80,80-") -> str:
+        """Start the keyspace's servers; returns what runs, in words."""
         self.directory.mkdir(parents=True, exist_ok=True)
         self.record()
-        self.cluster.up(shards)
-        return self.cluster
+        return self.keyspace.start(shards)
 
     def start_sink(self) -> LocalServer:
         """A server of its own for the Version Stream, with an account limited to its
@@ -103,7 +108,7 @@ class DemoServers:
                 f"GRANT ALL PRIVILEGES ON `{MIRROR_DATABASE}`.* TO {{user}}",
             ],
         )
-        folder = self.cluster.secrets_dir / SINK_SECRET
+        folder = self.keyspace.secrets_dir / SINK_SECRET
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         atomic_write(folder / "username", SINK_USER, mode=0o600)
         atomic_write(folder / "password", password, mode=0o600)
@@ -117,12 +122,12 @@ class DemoServers:
     # -- stopping -------------------------------------------------------------------------------
 
     def stop(self) -> None:
-        """Stop the memcached, the sink's server and the cluster's shards (by pid)."""
+        """Stop the memcached, the sink's server and the keyspace's servers (by pid)."""
         if self.memcached is not None:
             self.memcached.stop()
         if self.sink is not None:
             self.sink.stop()
-        self.cluster.down()
+        self.keyspace.down()
         self.record(stopped=True)
 
 
@@ -151,8 +156,9 @@ def stop_recorded(directory: Path) -> list[str]:
     from updatestream_operator.launchers.local import LocalLauncher
 
     directory = directory.absolute()
-    servers = DemoServers(directory)
-    state = servers.read_state()
+    state = DemoServers(directory).read_state()
+    engine: Engine = "vitess" if state.get("engine") == "vitess" else "devcluster"
+    servers = DemoServers(directory, engine=engine)
     stopped: list[str] = []
     jobs = operator_dir(directory) / "jobs"
     if jobs.is_dir():
@@ -179,8 +185,8 @@ def stop_recorded(directory: Path) -> list[str]:
         if database.is_running() and str(database.datadir) in pid_cmdline(int(sink["pid"])):
             database.stop()
             stopped.append(f"Version Stream {database.program} on {database.address}")
-    if servers.cluster.exists():
-        stopped += [f"shard {name}" for name in servers.cluster.down()]
+    if servers.keyspace.exists():
+        stopped += servers.keyspace.down()
     if state:
         servers.record(stopped=True)
     return stopped
