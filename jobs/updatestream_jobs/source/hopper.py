@@ -257,15 +257,14 @@ class Hopper:
         return {name: str(start.source) for name, start in self._copy_starts(session).items()}
 
     def _copy_starts(self, session: ShardSession) -> dict[str, CopyStart]:
-        """`scan_copy_starts` of the shard, read once: a found answer cannot change."""
+        """`scan_copy_starts` of the shard, read once: it is asked only about the targets of
+        a serving map change, whose copy phases ended before the switch."""
         endpoint = session.endpoint.describe()
         known = self._scanned.get(endpoint)
         if known is None:
-            known = scan_copy_starts(session)
+            known = self._scanned[endpoint] = scan_copy_starts(session)
             text = {name: str(start.source) for name, start in known.items()}
             log.info("%s holds copies from: %s", endpoint, text or "nowhere")
-            if known:
-                self._scanned[endpoint] = known
         return known
 
     def _floored(self, start: EventToken, delivered: dict[str, GTIDPosition]) -> EventToken:
@@ -273,7 +272,7 @@ class Hopper:
         sources the stream delivered beyond them (`copy_starts.floor`)."""
         session = self._session(start.shard)
         if session.query(_COVERAGE_COLUMN)[0][0]:
-            return start  # the development cluster's copy writes no rows into the binlog
+            return start  # the development cluster's: `coverage` reads where its copies start
         after = floor(self._copy_starts(session), delivered)
         if after is None or position_contains(start.position, after):
             return start
