@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pymysql
 import pytest
 from updatestream_cli.devcluster.memcached_server import MemcachedServer
 from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
@@ -32,7 +31,7 @@ from updatestream_cli.vitess.reshard import VitessReshard, plan_reshard
 
 from harness.stream_job import SinkServer, StreamJob, completed_hops, sink_secret
 from tests.conftest import MariaDBFixture
-from tests.vitess.conftest import credentials, reachable_dir
+from tests.vitess.conftest import reachable_dir
 
 RATE = 120  # row changes per second through vtgate
 _workflows = itertools.count(1)
@@ -46,19 +45,13 @@ def _position(cluster: VitessCluster, shard: str) -> str:
 
 
 def _empty_keyspace(cluster: VitessCluster) -> None:
-    """Delete the rows other modules left, through vtgate, before the stream starts: it takes
-    no snapshot, so the mirror would lack them."""
-    app = credentials(cluster, "app")
-    conn = pymysql.connect(
-        host="127.0.0.1", port=cluster.vtgate.mysql_port, user=app.username,
-        password=app.password, database=cluster.keyspace, autocommit=True,
-    )  # fmt: skip
-    try:
-        with conn.cursor() as cur:
+    """Delete the rows other modules left, on each serving shard's primary, before the stream
+    starts: it takes no snapshot, so the mirror would lack them."""
+    for shard in cluster.serving_shards_recorded():
+        tablet = cluster.tablet(shard)
+        with tablet.dba_connect(cluster.env(), cluster.keyspace) as conn, conn.cursor() as cur:
             for table in ("orders", "events", "users"):
                 cur.execute(f"DELETE FROM `{table}`")
-    finally:
-        conn.close()
 
 
 def _ledger_keys(ledger: Path) -> set[tuple[str, str]]:
