@@ -296,6 +296,9 @@ class Demo:
                 "--servers", self.servers.memcached.address,
                 "--keyspace-manifest", str(keyspace.manifest_path),
                 "--secrets-dir", str(keyspace.secrets_dir),
+                # the shards' rows now, with the shards' own account (a Vitess keyspace's
+                # application account lives in vtgate, not in the tablets' mysqld)
+                "--secret", self._shard_secret(),
             ],
             "versionstream": [
                 "--mysql", self.servers.sink.address,
@@ -322,6 +325,10 @@ class Demo:
             *options,
             *common,
         ]
+
+    def _shard_secret(self) -> str:
+        keyspace = spec.load_keyspace(self.servers.keyspace.manifest_path)
+        return keyspace.spec.shards[0].credentials_secret.name
 
     def _verify(self) -> tuple[dict[str, int], dict[str, dict[str, Any]]]:
         codes: dict[str, int] = {}

@@ -90,6 +90,8 @@ class DemoServers:
     def start_keyspace(self, shards: str = "-80,80-") -> str:
         """Start the keyspace's servers; returns what runs, in words."""
         self.directory.mkdir(parents=True, exist_ok=True)
+        # read its state again: the directory may have been purged since this object was made
+        self.keyspace = demo_keyspace(self.directory, self.engine, self.flavor)
         self.record()
         return self.keyspace.start(shards)
 
