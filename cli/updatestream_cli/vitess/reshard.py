@@ -127,12 +127,14 @@ class VitessReshard:
         *,
         max_lag_seconds: float = 10.0,
         catch_up_timeout: float = 900.0,
+        error_grace_seconds: float = 60.0,
     ) -> None:
         self.cluster = cluster
         self.plan = plan
         self.reporter = reporter or QuietReshardReporter()
         self.max_lag_seconds = max_lag_seconds
         self.catch_up_timeout = catch_up_timeout
+        self.error_grace_seconds = error_grace_seconds
         self.vtctl = cluster.vtctl()
         self.timings: dict[str, float] = {}
 
@@ -205,11 +207,18 @@ class VitessReshard:
         if self.writes_switched():
             return
         deadline = time.monotonic() + self.catch_up_timeout
+        failing_since: float | None = None
         while True:
             streams = self.status()
             self.reporter.streams(streams)
             errors = [s for s in streams if s.state == "Error"]
-            if errors:
+            # VReplication retries a failed stream itself every few seconds (a copy's LOCK
+            # TABLES that timed out, a lost connection): only an error that lasts is one
+            failing_since = (failing_since or time.monotonic()) if errors else None
+            lasting = failing_since is not None and (
+                time.monotonic() - failing_since > self.error_grace_seconds
+            )
+            if lasting:
                 raise ReshardError(
                     f"VReplication stopped with an error: {errors[0].describe()}; fix the cause "
                     f"and run `vtctldclient Workflow --keyspace {self.cluster.keyspace} start "
