@@ -37,13 +37,6 @@ RATE = 120  # row changes per second through vtgate
 _workflows = itertools.count(1)
 
 
-def _position(cluster: VitessCluster, shard: str) -> str:
-    with cluster.tablet(shard).dba_connect(cluster.env()) as conn, conn.cursor() as cur:
-        cur.execute("SELECT @@global.gtid_executed")
-        row = cur.fetchone()
-        return str(row[0] if row else "").replace("\n", "")
-
-
 def _empty_keyspace(cluster: VitessCluster) -> None:
     """Delete the rows other modules left, on each serving shard's primary, before the stream
     starts: it takes no snapshot, so the mirror would lack them."""
@@ -162,7 +155,7 @@ def run(
         name="vitess-feed",
         memcached=memcached.address,
         mirror_database="us_vitess_mirror",
-        position=lambda shard: _position(cluster, shard),
+        position=cluster.gtid_executed,
     )
     _empty_keyspace(cluster)
     job.write_stream_from_now()

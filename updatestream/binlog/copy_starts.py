@@ -40,6 +40,7 @@ from updatestream.binlog.session import (
 from updatestream.binlog.vreplication import (
     VREPLICATION_TABLE,
     VT_SCHEMA,
+    column_text,
     decode_position,
     source_fields,
 )
@@ -80,16 +81,15 @@ def floor(
     return last.target
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes | bytearray) else str(value or "")
-
-
 def scan_copy_starts(session: ShardSession) -> dict[str, CopyStart]:
     """Source shard -> its `CopyStart` on this shard (the first `Running` state of each
     workflow copying from it; a later workflow from the same source wins). Empty when the
     binlog's first file was purged or nothing copied here."""
     files = session.binlog_files()
-    if not files or not session.file_start(files[0][0]).is_empty():
+    if not files:
+        return {}
+    first = session.file_start(files[0][0])
+    if not first.is_empty():
         return {}
     stream = BinLogStreamReader(
         connection_settings=connection_settings(session.endpoint, session.config),
@@ -105,13 +105,15 @@ def scan_copy_starts(session: ShardSession) -> dict[str, CopyStart]:
         enable_logging=False,
     )
     try:
-        return _starts(stream, session)
+        return _starts(stream, first, session)
     finally:
         stream.close()
 
 
-def _starts(events: Iterable[Any], session: ShardSession) -> dict[str, CopyStart]:
-    position = session.file_start(session.binlog_files()[0][0])
+def _starts(
+    events: Iterable[Any], position: GTIDPosition, session: ShardSession
+) -> dict[str, CopyStart]:
+    """`scan_copy_starts` over `events`, read from the binlog's start at `position`."""
     found: dict[str, CopyStart] = {}
     copied: dict[str, GTIDPosition] = {}  # source -> the last position copied of it
     started: set[tuple[str, str]] = set()  # (source shard, workflow) seen running
@@ -123,12 +125,12 @@ def _starts(events: Iterable[Any], session: ShardSession) -> dict[str, CopyStart
             before, after = row["before_values"], row["after_values"]
             if not after.get("pos"):
                 continue
-            source = KeyRange.parse(source_fields(_text(after.get("source")))[1]).name
+            source = KeyRange.parse(source_fields(column_text(after.get("source")))[1]).name
             copied[source] = decode_position(after["pos"], session.flavor)
-            running = _text(after.get("state")) == RUNNING
-            if not running or _text(before.get("state")) == RUNNING:
+            running = column_text(after.get("state")) == RUNNING
+            if not running or column_text(before.get("state")) == RUNNING:
                 continue
-            workflow = _text(after.get("workflow"))
+            workflow = column_text(after.get("workflow"))
             if (source, workflow) not in started:
                 started.add((source, workflow))
                 found[source] = CopyStart(copied[source], position, dict(copied))

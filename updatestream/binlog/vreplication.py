@@ -63,7 +63,8 @@ class MarkerError(UpdateStreamError):
     """A `_vt.vreplication` row or journal that cannot be read as what Vitess writes."""
 
 
-def _text(value: Any) -> str:
+def column_text(value: Any) -> str:
+    """A `_vt` column's value as text (bytes decoded, a COMPRESS()ed value uncompressed)."""
     if isinstance(value, bytes | bytearray | memoryview):
         raw = bytes(value)
         return _uncompress(raw) if _looks_compressed(raw) else raw.decode("utf-8")
@@ -90,7 +91,7 @@ def _uncompress(raw: bytes) -> str:
 
 def decode_position(value: Any, flavor: Flavor | None = None) -> GTIDPosition:
     """A Vitess-encoded position (`MySQL56/...`, `MariaDB/...`, possibly compressed)."""
-    text = _text(value).strip()
+    text = column_text(value).strip()
     prefix, slash, rest = text.partition("/")
     if not slash:
         if flavor is None:
@@ -168,10 +169,10 @@ def read_marker(
         covered = decode_position(before["pos"], flavor)
         if covered == position:
             return None
-    keyspace, shard = source_fields(_text(after.get("source")))
+    keyspace, shard = source_fields(column_text(after.get("source")))
     stamp = after.get("transaction_timestamp")
     return CopyMarker(
-        workflow=_text(after.get("workflow")),
+        workflow=column_text(after.get("workflow")),
         source_keyspace=keyspace,
         source_shard=KeyRange.parse(shard).name,
         position=position,
@@ -188,7 +189,7 @@ _SHARD_GTID = re.compile(
 
 def journal_positions(value: Any, flavor: Flavor) -> dict[str, GTIDPosition]:
     """Target shard -> its position at the switch, from a `_vt.resharding_journal` value."""
-    text = _text(value)
+    text = column_text(value)
     found = {
         KeyRange.parse(shard).name: decode_position(gtid, flavor)
         for _, shard, gtid in _SHARD_GTID.findall(text)

@@ -118,14 +118,8 @@ class VitessKeyspace:
         return f"Vitess: vtgate MySQL port {self.cluster.vtgate.mysql_port}, tablets {tablets}"
 
     def positions(self) -> dict[str, str]:
-        env = self.cluster.env()
-        positions: dict[str, str] = {}
-        for shard in spec.load_keyspace(self.manifest_path).spec.serving_shards:
-            with self.cluster.tablet(shard).dba_connect(env) as conn, conn.cursor() as cur:
-                cur.execute("SELECT @@global.gtid_executed")
-                row = cur.fetchone()
-            positions[shard] = str(row[0] if row else "").replace("\n", "")
-        return positions
+        serving = spec.load_keyspace(self.manifest_path).spec.serving_shards
+        return {shard: self.cluster.gtid_executed(shard) for shard in serving}
 
     def traffic(self, ledger: Path, options: TrafficOptions) -> TrafficGenerator:
         from updatestream_cli.vitess.gateway import VtgateGateway

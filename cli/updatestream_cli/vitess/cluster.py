@@ -103,6 +103,13 @@ class VitessCluster(ClusterDirectory):
             f"{', '.join(t.shard for t in self.tablets()) or 'none'})"
         )
 
+    def gtid_executed(self, shard: str) -> str:
+        """The executed GTID set of `shard`'s primary mysqld now (one line)."""
+        with self.tablet(shard).dba_connect(self.env()) as conn, conn.cursor() as cur:
+            cur.execute("SELECT @@global.gtid_executed")
+            row = cur.fetchone()
+        return str(row[0] if row else "").replace("\n", "")
+
     def env(self) -> ClusterEnv:
         """The shared environment; stages the programs into the directory the first time."""
         if self._env is None:
