@@ -12,27 +12,24 @@ the same layout Kubernetes gives a Secret volume, and the development cluster wr
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal, TypeVar
 
 import yaml
 from pydantic import (
-    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
-    PlainSerializer,
-    PlainValidator,
     ValidationError,
-    WithJsonSchema,
     field_validator,
+    model_validator,
 )
 
-from updatestream.core.dedup import DedupFilter, DedupFilterError
 from updatestream.core.errors import UpdateStreamError
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.shardmap import ShardMap
+from updatestream.spec_values import CanonicalKeyRange, KeyRangeName
 
 API_GROUP = "updatestream.io"
 API_VERSION: Final = "updatestream.io/v1alpha1"
@@ -40,99 +37,6 @@ API_VERSION: Final = "updatestream.io/v1alpha1"
 
 class SpecError(UpdateStreamError):
     """A Keyspace or UpdateStream spec is malformed."""
-
-
-def _canonical_key_range(value: Any) -> KeyRange:
-    """A key range written the one canonical way; a ValueError lets pydantic name the field.
-
-    `00-80`, `0000-8000` and `-80` are one range, but a spec must write it one way (`-80`, as
-    `KeyRange.name` does): shard names are compared as text by the API server's own rules,
-    in status and in positions, and two spellings of one shard would not match.
-    """
-    if isinstance(value, KeyRange):
-        return value
-    if not isinstance(value, str):
-        raise ValueError(f"must be a key range such as -80, 40-80 or 80-, got {value!r}")
-    try:
-        parsed = KeyRange.parse(value)
-    except UpdateStreamError as exc:
-        raise ValueError(str(exc)) from None
-    if parsed.name != value:
-        raise ValueError(
-            f"key range {value!r} is not written canonically; write {value} as {parsed.name}"
-        )
-    return parsed
-
-
-_Parsed = TypeVar("_Parsed", KeyRange, ShardMap)
-
-
-def _from_text(
-    kind: type[_Parsed], parse: Callable[[str], _Parsed], such_as: str, failure: str = "{}"
-) -> Callable[[Any], _Parsed]:
-    """A validator taking a `kind` as it is or its text form, read with `parse`; `failure`
-    formats the parse error's text."""
-
-    def validate(value: Any) -> _Parsed:
-        if isinstance(value, kind):
-            return value
-        if not isinstance(value, str):
-            raise ValueError(f"must be {such_as}, got {value!r}")
-        try:
-            return parse(value)
-        except UpdateStreamError as exc:
-            raise ValueError(failure.format(exc)) from None
-
-    return validate
-
-
-# A key range in any spelling (`0000-8000` is `-80`): what a program wrote, read back.
-_any_key_range = _from_text(KeyRange, KeyRange.parse, "a key range such as -80, 40-80 or 80-")
-_shard_map = _from_text(
-    ShardMap, ShardMap.parse, "a shard map such as '-80,80-'", "not a shard map: {}"
-)
-
-
-def _dedup_filter(value: Any) -> DedupFilter:
-    if isinstance(value, DedupFilter):
-        return value
-    try:
-        return DedupFilter.from_json(value)
-    except DedupFilterError as exc:
-        raise ValueError(str(exc)) from None
-
-
-def _key_range_name(text: str) -> str:
-    return _canonical_key_range(text).name
-
-
-_AS_TEXT = WithJsonSchema({"type": "string"})
-
-# A key range as a value (`KeyRange`), written as its canonical name (`-80`): a spec must
-# spell it that way.
-CanonicalKeyRange = Annotated[
-    KeyRange, PlainValidator(_canonical_key_range), PlainSerializer(str, return_type=str), _AS_TEXT
-]
-# A key range as a value, read in any spelling and written as its canonical name: what the
-# operator and the job write for each other (status, progress reports, job configurations).
-KeyRangeValue = Annotated[
-    KeyRange, PlainValidator(_any_key_range), PlainSerializer(str, return_type=str), _AS_TEXT
-]
-# A shard map as a value (`ShardMap`), written as its shard names (`-80,80-`).
-ShardMapValue = Annotated[
-    ShardMap, PlainValidator(_shard_map), PlainSerializer(str, return_type=str), _AS_TEXT
-]
-# A hop's dedup rule (`DedupFilter`), written as its JSON object (watermarks, overlap_until).
-DedupValue = Annotated[
-    DedupFilter,
-    PlainValidator(_dedup_filter),
-    PlainSerializer(lambda dedup: dedup.to_json(), return_type=dict),
-    WithJsonSchema({"type": "object"}),
-]
-# A shard's name: a key range written canonically, kept as text. Shard names are keys (of
-# positions, Secrets' folders, status entries) and a Keyspace must parse even when its serving
-# shards do not form a shard map, so that its status can say what is wrong.
-KeyRangeName = Annotated[str, AfterValidator(_key_range_name)]
 
 
 class _Model(BaseModel):
@@ -173,13 +77,55 @@ class ShardMapHistoryEntry(_Model):
         return ShardMap(KeyRange.parse(name) for name in self.shards)
 
 
+class VitessSource(_Model):
+    """A Keyspace read from a Vitess cluster: the operator takes its shards (primary tablets'
+    MySQL endpoints), serving shards and VSchema from vtctld and keeps them in step."""
+
+    vtctld: str  # vtctld's gRPC address, host:port
+    cell: str = Field("zone1", min_length=1)
+    keyspace: str | None = Field(None, min_length=1)  # Vitess's name; the resource's by default
+    # the account the job reads every shard's binlog with
+    credentials_secret: SecretRef = Field(alias="credentialsSecret")
+    sync_seconds: float = Field(5.0, ge=1.0, le=3600.0, alias="syncSeconds")
+
+    @field_validator("vtctld")
+    @classmethod
+    def _address(cls, value: str) -> str:
+        host, _, port = value.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"{value!r} is not vtctld's gRPC address; write it as host:port")
+        return value
+
+
 class KeyspaceSpec(_Model):
-    shards: list[ShardSpec] = Field(min_length=1)
-    vschema: dict[str, Any]
-    serving_shards: list[str] = Field(alias="servingShards", min_length=1)
+    # With `vitess`, the operator fills in shards, VSchema and serving shards from Vitess.
+    vitess: VitessSource | None = None
+    shards: list[ShardSpec] = Field(default_factory=list)
+    vschema: dict[str, Any] = Field(default_factory=dict)
+    serving_shards: list[str] = Field(default_factory=list, alias="servingShards")
     shard_map_history: list[ShardMapHistoryEntry] = Field(
         default_factory=list, alias="shardMapHistory"
     )
+
+    @model_validator(mode="after")
+    def _declared_or_read(self) -> KeyspaceSpec:
+        if self.vitess is None:
+            absent = [
+                name
+                for name, field in (("shards", "shards"), ("servingShards", "serving_shards"))
+                if not getattr(self, field)
+            ] + ([] if "vschema" in self.model_fields_set else ["vschema"])
+            if absent:
+                raise ValueError(
+                    f"{', '.join(absent)} missing: declare the shards, VSchema and serving "
+                    "shards, or name a Vitess cluster to read them from (spec.vitess)"
+                )
+        return self
+
+    @property
+    def awaiting_vitess(self) -> bool:
+        """Named a Vitess cluster whose shards the operator has not read yet."""
+        return self.vitess is not None and not self.serving_shards
 
     @property
     def serving_map(self) -> ShardMap:

@@ -65,6 +65,10 @@ def describe(problems: Sequence[SpecProblem]) -> str:
 def keyspace_problems(keyspace: Keyspace) -> list[SpecProblem]:
     """What keeps a Keyspace from serving streams (empty when nothing)."""
     spec = keyspace.spec
+    if spec.vitess is not None and spec.awaiting_vitess:
+        where = f"keyspace {spec.vitess.keyspace or keyspace.metadata.name} at {spec.vitess.vtctld}"
+        message = f"its shards have not been read from Vitess ({where}) yet"
+        return [SpecProblem("spec.servingShards", "VitessNotRead", message)]
     problems: list[SpecProblem] = []
     try:
         vschema: VSchema | None = VSchema.from_dict(spec.vschema, keyspace=keyspace.metadata.name)

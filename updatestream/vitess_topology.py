@@ -70,17 +70,19 @@ class VitessTopology:
         self.program = program or vtctldclient_program()
 
     def _json(self, *args: str) -> Any:
-        argv = [self.program, "--server", self.vtctld, *args]
+        # without --action-timeout, a vtctld that does not answer holds the call for an hour
+        wait = f"{max(1, round(self.timeout))}s"
+        argv = [self.program, "--server", self.vtctld, "--action-timeout", wait, *args]
         try:
             done = subprocess.run(
-                argv, capture_output=True, text=True, timeout=self.timeout, check=False
+                argv, capture_output=True, text=True, timeout=self.timeout + 10, check=False
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise TopologyError(f"vtctld {self.vtctld}: `{' '.join(args)}` failed: {exc}") from None
         if done.returncode != 0:
             raise TopologyError(
                 f"vtctld {self.vtctld}: `{' '.join(args)}` failed: "
-                f"{(done.stderr or done.stdout).strip()[-500:]}; check that vtctld is up and "
+                f"{_last_error(done.stderr or done.stdout)}; check that vtctld is up and "
                 "the keyspace and cell exist"
             )
         try:
@@ -109,6 +111,16 @@ class VitessTopology:
             )
         vschema = self._json("GetVSchema", keyspace)
         return TopologyView(keyspace, serving, primaries, vschema)
+
+
+def _last_error(output: str) -> str:
+    """vtctldclient's last log line: its `msg` when it logs JSON, else the text's end."""
+    lines = output.strip().splitlines() or [""]
+    try:
+        record = json.loads(lines[-1])
+    except json.JSONDecodeError:
+        return output.strip()[-500:]
+    return str(record.get("msg", lines[-1]))[-500:] if isinstance(record, dict) else lines[-1]
 
 
 def _primary_partition(srv: dict[str, Any], keyspace: str, cell: str) -> tuple[str, ...]:
@@ -145,7 +157,8 @@ def resolved_keyspace(
             **entry, "flavor": "mysql", "mysql": mysql, "credentialsSecret": {"name": secret}
         }  # fmt: skip
     history = [e.model_dump(by_alias=True) for e in current.spec.shard_map_history]
-    if sorted(current.spec.serving_shards) != sorted(view.serving):
+    # a first read (nothing serving yet) records no change: the shards served before it too
+    if current.spec.serving_shards and sorted(current.spec.serving_shards) != sorted(view.serving):
         history.append({"at": at if at is not None else time.time(), "shards": list(view.serving)})
     data = current.model_dump(by_alias=True, exclude_none=True)
     data["spec"] = {

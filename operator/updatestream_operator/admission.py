@@ -35,9 +35,12 @@ STREAM_WEBHOOK = "validate-updatestream"
 
 
 def keyspace_refusal(data: Mapping[str, Any], source: str) -> str | None:
-    """Why a Keyspace must be refused, or None to admit it."""
+    """Why a Keyspace must be refused, or None to admit it. One naming a Vitess cluster whose
+    shards the operator has not read yet is admitted: the operator fills them in."""
     try:
-        check_keyspace(parse_keyspace(_spec_part(data), source=source), source=source)
+        keyspace = parse_keyspace(_spec_part(data), source=source)
+        if not keyspace.spec.awaiting_vitess:
+            check_keyspace(keyspace, source=source)
     except SpecError as exc:
         return str(exc)
     return None

@@ -18,14 +18,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from updatestream.core.keyrange import KeyRange
 from updatestream.spec import (
-    DedupValue,
-    KeyRangeValue,
     Keyspace,
     SpecError,
     UpdateStream,
     describe_validation_error,
     load_manifest,
 )
+from updatestream.spec_values import DedupValue, KeyRangeValue
 
 JOB_FILE = "job.yaml"
 SNAPSHOT_REQUESTS_FILE = "snapshot-requests.jsonl"  # beside it: the requests the job polls

@@ -56,12 +56,8 @@ from pydantic import (
 
 from updatestream.core.errors import UpdateStreamError
 from updatestream.core.token import EventToken, TokenError
-from updatestream.spec import (
-    DedupValue,
-    KeyRangeValue,
-    ShardMapValue,
-    describe_validation_error,
-)
+from updatestream.spec import describe_validation_error
+from updatestream.spec_values import DedupValue, KeyRangeValue, ShardMapValue
 
 # the phase of a job whose sink's server does not answer: it writes the same batch again
 WAITING = "waiting"

@@ -19,14 +19,8 @@ from updatestream.contract.progress_report import SnapshotReport
 from updatestream.core.dedup import DedupFilter
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.token import EventToken
-from updatestream.spec import (
-    DedupValue,
-    KeyRangeValue,
-    Keyspace,
-    ShardMapValue,
-    SparkSpec,
-    UpdateStreamSpec,
-)
+from updatestream.spec import Keyspace, SparkSpec, UpdateStreamSpec
+from updatestream.spec_values import DedupValue, KeyRangeValue, ShardMapValue
 
 # the operator's own records, checked like the spec: key ranges and shard maps are values
 _TYPED = ConfigDict(arbitrary_types_allowed=True)
