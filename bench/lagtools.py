@@ -41,9 +41,23 @@ class BatchRecord:
     written: int = 0  # events the wrapped sink reported written (`SinkResult.written`)
 
 
+def gtid_candidates(position: str) -> list[str]:
+    """The GTIDs a position may name its transaction by: MariaDB's position holds one GTID per
+    domain (`domain-server-seq`), one of them the transaction's; MySQL's is the executed GTID
+    set (`uuid:1-N`), whose transaction is the end of one source's last interval (`uuid:N`)."""
+    found = []
+    for part in (p.strip() for p in position.split(",")):
+        if ":" in part:  # MySQL: uuid:interval[:interval...]
+            uuid, _, intervals = part.partition(":")
+            part = f"{uuid}:{intervals.rsplit(':', 1)[-1].rsplit('-', 1)[-1]}"
+        if part:
+            found.append(part)
+    return found
+
+
 def transaction_keys(event: ChangeEvent) -> list[TxKey]:
-    """The GTIDs an event's position may name its transaction by (one per domain)."""
-    return [(event.shard, part.strip()) for part in event.gtid.split(",") if part.strip()]
+    """The GTIDs an event's position may name its transaction by (one per domain or source)."""
+    return [(event.shard, gtid) for gtid in gtid_candidates(event.gtid)]
 
 
 @dataclass
@@ -179,6 +193,6 @@ def fast_lane_times(log: Path) -> dict[TxKey, float]:
         for line in lines:
             if line.endswith("\n"):  # a line being written is left for the next read
                 entry = json.loads(line)
-                for gtid in str(entry["gtid"]).split(","):
-                    applied.setdefault((entry["shard"], gtid.strip()), entry["appliedAt"])
+                for gtid in gtid_candidates(str(entry["gtid"])):
+                    applied.setdefault((entry["shard"], gtid), entry["appliedAt"])
     return applied

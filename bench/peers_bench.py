@@ -85,7 +85,7 @@ def timed_rate(count: Callable[[], int], expected: int, label: str) -> float:
 def catch_up_rounds(
     build_dir: Path, root: Path, rows: int, rounds: int, flavor: ServerFlavor = "mariadb"
 ) -> list[dict[str, float | None]]:
-    server, options, _start, _end = source_bench.prepare(root, rows, flavor)
+    server, options, start, _end = source_bench.prepare(root, rows, flavor)
     password = (root / "secrets" / source_bench.READER_SECRET / "password").read_text()
     out: list[dict[str, float | None]] = []
     try:
@@ -98,7 +98,7 @@ def catch_up_rounds(
                 raise SystemExit(f"source (Spark): counted {counted}, expected {rows}")
             for number in range(1, rounds + 1):
                 dbz = debezium_catch_up(build_dir, server, "dbz", dbz_password, rows,
-                                        root / "debezium.log")  # fmt: skip
+                                        root / "debezium.log", start)  # fmt: skip
                 figures: dict[str, float | None] = {
                     "debezium_first_to_last_rows_per_s": dbz.first_to_last_rows_per_s,
                     "debezium_with_engine_start_rows_per_s": dbz.with_engine_start_rows_per_s,

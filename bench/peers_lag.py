@@ -94,8 +94,14 @@ class LagRig:
             "--rate", f"{rate:.0f}", "--duration", str(duration), "--ledger", str(ledger),
             "--seed", str(self.seq), "--max-tx-rows", "1",
         ]  # fmt: skip
-        with (self.root / "traffic.log").open("ab") as log:
-            subprocess.run(command, check=True, stdout=log, stderr=log, timeout=duration + 600)
+        log_path = self.root / "traffic.log"
+        with log_path.open("ab") as log:
+            done = subprocess.run(command, stdout=log, stderr=log, timeout=duration + 600)
+        if done.returncode != 0:
+            tail = log_path.read_text(errors="replace").splitlines()[-15:]
+            raise RuntimeError(
+                f"the traffic generator exited with {done.returncode}:\n" + "\n".join(tail)
+            )
         return list(read_ledger(ledger))
 
     def debezium(

@@ -18,6 +18,7 @@ from bench.lagtools import (
     cdcv2_complete_times,
     event_lags,
     fast_lane_times,
+    gtid_candidates,
     summarize,
     transaction_keys,
 )
@@ -141,3 +142,14 @@ def test_the_fast_lane_s_log_gives_each_transaction_s_first_application(tmp_path
         ("80-", "0-1-3"): 12.0,
         ("80-", "2-2-9"): 12.0,
     }
+
+
+def test_a_positions_transaction_is_named_by_each_domain_or_source() -> None:
+    # MariaDB: one GTID per domain, the transaction's among them
+    assert gtid_candidates("0-1-5,1-2-9") == ["0-1-5", "1-2-9"]
+    # MySQL: the executed set; the transaction ends one source's last interval
+    assert gtid_candidates("7af9f258-e9e4-11f1-bbe8-02fc00000001:1-10207") == [
+        "7af9f258-e9e4-11f1-bbe8-02fc00000001:10207"
+    ]
+    assert gtid_candidates("a:1-5:7-9, b:1-3") == ["a:9", "b:3"]
+    assert gtid_candidates("a:7") == ["a:7"]

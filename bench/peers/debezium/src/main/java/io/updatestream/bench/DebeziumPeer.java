@@ -23,8 +23,8 @@ import org.apache.kafka.connect.source.SourceRecord;
  * Runs Debezium's embedded engine against one server and reports, as one JSON object per line
  * on standard output, when row changes reached the application.
  *
- * <p>Usage: {@code DebeziumPeer [--expect N] key=value...}; every {@code key=value} is a
- * Debezium or connector property. With {@code --expect N} (catch-up) the harness prints no line
+ * <p>Usage: {@code DebeziumPeer [--expect N] [--seed-offset JSON] key=value...}; every
+ * {@code key=value} is a Debezium or connector property. With {@code --expect N} (catch-up) the harness prints no line
  * per change, only the first and last receive times once N row changes arrived, and then stops.
  * Without it, it prints one {@code change} line per row change (receive time, GTID, binlog
  * file and position) until standard input closes.
@@ -136,10 +136,13 @@ public final class DebeziumPeer {
         double mainAt = now();
         double jvmAt = ManagementFactory.getRuntimeMXBean().getStartTime() / 1000.0;
         long expect = 0;
+        String seedOffset = null;
         Properties props = new Properties();
         for (int i = 0; i < args.length; i++) {
             if (args[i].equals("--expect")) {
                 expect = Long.parseLong(args[++i]);
+            } else if (args[i].equals("--seed-offset")) {
+                seedOffset = args[++i];
             } else {
                 int eq = args[i].indexOf('=');
                 if (eq <= 0) {
@@ -150,6 +153,9 @@ public final class DebeziumPeer {
         }
         emit("{\"type\":\"jvm\",\"jvm_start\":" + jvmAt + ",\"main\":" + mainAt + "}");
         flush();
+        if (seedOffset != null) {
+            seedOffsets(props, seedOffset);
+        }
 
         CountDownLatch finished = new CountDownLatch(1);
         Consumer consumer = new Consumer(expect, finished);
@@ -191,11 +197,37 @@ public final class DebeziumPeer {
             stdin.start();
         }
         finished.await();
-        engine.close();
+        int status = 0;
+        try {
+            engine.close();
+        } catch (IllegalStateException alreadyStopped) {
+            status = 1; // the engine failed (its error line is out): the JVM must still exit
+        }
         executor.shutdown();
         executor.awaitTermination(60, TimeUnit.SECONDS);
         emit("{\"type\":\"stopped\",\"t\":" + now() + ",\"count\":" + consumer.count + "}");
         flush();
-        System.exit(0);
+        System.exit(status);
+    }
+
+    /**
+     * Writes the engine's file offset store before it starts, holding one source offset (a JSON
+     * object such as {@code {"file":"binlog.000001","pos":4}}) for the connector's partition
+     * {@code {"server": topic.prefix}}: with {@code snapshot.mode=recovery} a MySQL connector
+     * then reads the binlog from there, as {@code never} did before Debezium 3.
+     */
+    static void seedOffsets(Properties props, String offset) throws Exception {
+        String file = props.getProperty("offset.storage.file.filename");
+        if (file == null) {
+            throw new IllegalArgumentException("--seed-offset needs offset.storage.file.filename");
+        }
+        String key = "[" + quoted(props.getProperty("name")) + ",{\"server\":"
+                + quoted(props.getProperty("topic.prefix")) + "}]";
+        java.util.HashMap<byte[], byte[]> offsets = new java.util.HashMap<>();
+        offsets.put(key.getBytes(StandardCharsets.UTF_8), offset.getBytes(StandardCharsets.UTF_8));
+        try (java.io.ObjectOutputStream out = new java.io.ObjectOutputStream(
+                new java.io.FileOutputStream(file))) {
+            out.writeObject(offsets);
+        }
     }
 }
