@@ -20,9 +20,11 @@ from updatestream.spec import API_GROUP, SpecError, parse_keyspace, parse_update
 from updatestream_operator import config, metrics_book, scrub
 from updatestream_operator.admission import KEYSPACES, STREAMS, no_webhook_server
 from updatestream_operator.kopfext import ScrubbingProgressStorage, connection_info
+from updatestream_operator.reconciler.models import StreamRef
 from updatestream_operator.reconciler.spec_checks import keyspace_status, not_ready_status
 from updatestream_operator.service import StreamService
 from updatestream_operator.storage import KubeStore
+from updatestream_operator.vitess_sync import VitessSync
 
 FINALIZER = f"{API_GROUP}/finalizer"
 TICK_SECONDS = 2.0  # the timer's tick; each stream is folded every config.timer_interval
@@ -79,6 +81,7 @@ def startup(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
     )
     memo.interval = cfg.timer_interval
     memo.last_fold = {}
+    memo.vitess = VitessSync(store)
     memo.stop_metrics = (
         metrics_book.serve(book, cfg.metrics_port, cfg.metrics_address)
         if (cfg.metrics_port)
@@ -204,3 +207,25 @@ def keyspace_changed(
             failures.append(f"{stream}: {exc}")
     if failures:
         raise _failed(memo, UpdateStreamError("; ".join(failures)))
+
+
+def _names_vitess(spec: kopf.Spec, **_: Any) -> bool:
+    return bool(spec.get("vitess"))
+
+
+@kopf.timer(*KEYSPACES, interval=TICK_SECONDS, initial_delay=0.0, when=_names_vitess)
+def follow_vitess(
+    body: kopf.Body, name: str, namespace: str | None, uid: str, memo: Any, **_: Any
+) -> None:
+    """A Keyspace naming a Vitess cluster takes its shards, serving shards and VSchema from
+    it, read every `spec.vitess.syncSeconds` (`vitess_sync.py`, which posts the Events)."""
+    namespace = namespace or "default"
+    try:
+        keyspace = parse_keyspace(dict(body), source=f"Keyspace {namespace}/{name}")
+    except SpecError:
+        return  # keyspace_changed reports it in the status
+    version = str(body.get("metadata", {}).get("resourceVersion", ""))
+    try:
+        memo.vitess.follow(StreamRef(namespace, name, uid), keyspace, version)
+    except UpdateStreamError:
+        memo.service.metrics.count_error()  # the Warning Event says what failed

@@ -200,15 +200,37 @@ class KubeStore:
                 API_GROUP, VERSION, namespace, "updatestreams", name, body
             )
 
+    def replace_keyspace_spec(
+        self, namespace: str, name: str, spec: dict[str, Any], resource_version: str
+    ) -> bool:
+        """Replace a Keyspace's spec if the object is still at `resource_version`; False
+        when it changed since (nothing written: read it again)."""
+        body = [
+            {"op": "replace", "path": "/metadata/resourceVersion", "value": resource_version},
+            {"op": "replace", "path": "/spec", "value": spec},
+        ]
+        try:
+            with _calling(f"writing the spec of Keyspace {namespace}/{name}"):
+                self.custom.patch_namespaced_custom_object(
+                    API_GROUP, VERSION, namespace, "keyspaces", name, body,
+                    _content_type="application/json-patch+json",
+                )  # fmt: skip
+        except KubeError as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
     # -- Events -----------------------------------------------------------------------------
 
-    def post_event(self, ref: StreamRef, note: Note) -> None:
+    def post_event(self, ref: StreamRef, note: Note, *, kind: str = "UpdateStream") -> None:
+        """Post `note` as an Event on the object `ref` names (an UpdateStream, or a Keyspace)."""
         now = dt.datetime.now(dt.UTC)
         event = client.CoreV1Event(
             metadata=client.V1ObjectMeta(generate_name=f"{ref.name}.", namespace=ref.namespace),
             involved_object=client.V1ObjectReference(
                 api_version=f"{API_GROUP}/{VERSION}",
-                kind="UpdateStream",
+                kind=kind,
                 name=ref.name,
                 namespace=ref.namespace,
                 uid=ref.uid,
@@ -224,7 +246,7 @@ class KubeStore:
             count=1,
         )
         try:
-            with _calling(f"posting Event {note.reason} on UpdateStream {ref.name}"):
+            with _calling(f"posting Event {note.reason} on {kind} {ref.name}"):
                 self.core.create_namespaced_event(ref.namespace, event)
         except KubeError as exc:  # Events are best effort; the status says the same
             log.warning("%s", exc)
