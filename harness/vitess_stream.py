@@ -25,7 +25,7 @@ from updatestream_cli.vitess.cluster import VitessCluster
 from updatestream_cli.vitess.gateway import VtgateGateway
 from updatestream_cli.vitess.reshard import VitessReshard, plan_reshard
 
-from harness.stream_job import SinkServer, StreamJob, completed_hops, sink_secret
+from harness.stream_job import StreamJob, completed_hops, job_from_now
 
 _workflows = itertools.count(1)
 
@@ -55,28 +55,15 @@ def ledger_keys(ledger: Path) -> set[tuple[str, str]]:
         return {(entry["table"], entry["pk"]) for entry in map(json.loads, lines)}
 
 
-def vitess_stream_job(
-    cluster: VitessCluster,
-    workdir: Path,
-    sink: tuple[str, int],
-    account: tuple[str, str],
-    memcached: str,
-    name: str = "vitess-feed",
-) -> StreamJob:
+def vitess_stream_job(cluster: VitessCluster, workdir: Path, sink: tuple[str, int],
+                      account: tuple[str, str], memcached: str) -> StreamJob:  # fmt: skip
     """A job of every serving shard from its current position into memcached, a Version
     Stream, CDCv2 files and a mirror (the last two on `sink`, host and port, with `account`)."""
-    secret = sink_secret(cluster, f"{name}-sink", *account)
-    job = StreamJob(
-        cluster,
-        workdir,
-        SinkServer(*sink, secret, f"us_{name.replace('-', '_')}_versions"),
-        name=name,
-        memcached=memcached,
-        mirror_database=f"us_{name.replace('-', '_')}_mirror",
+    return job_from_now(
+        cluster, workdir, sink, account, "us_vitess_versions", secret="vitess-stream-sink",
+        name="vitess-feed", memcached=memcached, mirror_database="us_vitess_mirror",
         position=cluster.gtid_executed,
-    )
-    job.write_stream_from_now()
-    return job
+    )  # fmt: skip
 
 
 @dataclass
