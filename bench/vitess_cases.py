@@ -29,7 +29,7 @@ CASES = {
     "c": "stopped, SwitchTraffic, Reshard complete, started",
 }
 SPLIT_AND_MERGE = (("-80", "-40,40-80"), ("-40,40-80", "-80"))
-SETTLE_SECONDS = 30.0  # a peer that delivered nothing new for this long has caught up or stalled
+SETTLE_SECONDS = 45.0  # a peer that delivered nothing new for this long has caught up or stalled
 OURS = "updatestream"
 
 
@@ -93,7 +93,9 @@ class Cases:
         case.ended = time.time()
         case.entries = read_ledger(self.run.ledger)[before:]
         self._settle(case)
-        self._verify_ours()
+        self._verify_ours()  # also lets a peer that is still retrying come to its end
+        for peer in self.peers:
+            case.starts[peer.name] = self._peer_outcomes(peer, case)
         self.done.append(case)
         return case
 
@@ -141,8 +143,6 @@ class Cases:
             if not waiting:
                 break
             time.sleep(2)
-        for peer in self.peers:
-            case.starts[peer.name] = self._peer_outcomes(peer, case)
 
     def _matched(self, peer: Peer) -> Matched:
         return match(read_ledger(self.run.ledger), peer.deliveries())
@@ -153,7 +153,17 @@ class Cases:
             return [f"failed: {peer.failed}"] if peer.failed else ["ran through"]
         starts = getattr(peer, "starts", [])
         mine = [s for s in starts if case.began <= s.at <= case.ended]
-        return ["resumed" if s.error is None else f"failed: {s.error}" for s in mine]
+        ends = [s.at for s in mine[1:]] + [float("inf")]
+        times = [d.at for d in peer.deliveries()]
+        outcomes = []
+        for start, end in zip(mine, ends, strict=True):
+            if start.error is not None:
+                outcomes.append(f"failed: {start.error}")
+            elif any(start.at <= at < end for at in times):
+                outcomes.append("resumed")
+            else:
+                outcomes.append("no error, and nothing delivered after it")
+        return outcomes
 
     def results(self) -> dict[str, Any]:
         """Per case: the starts' outcomes and, per reader, lost and duplicates."""
@@ -175,7 +185,11 @@ class Cases:
         keys = ("committed", "delivered", "lost", "duplicates_delivered", "duplicates_dropped")
 
         def delta(sink: str) -> dict[str, int]:
-            return {k: int(now[sink].get(k, 0)) - int(before[sink].get(k, 0)) for k in keys}
+            counts = {k: int(now[sink].get(k) or 0) - int(before[sink].get(k) or 0) for k in keys}
+            # states, not counts: as they are after the case
+            states = {k: now[sink][k] for k in ("stale_keys", "progress_violations")
+                      if k in now[sink]}  # fmt: skip
+            return {**counts, **states}
 
         sinks = {sink: delta(sink) for sink in now}
         mirror = self.mirrors[number]

@@ -22,10 +22,10 @@ from updatestream_cli.vitess.cluster import VitessCluster
 from updatestream_jobs.job import Job, spark_session
 
 from bench.lag_rig import spark_durations
-from bench.lagtools import TimedSink, event_lags, summarize
+from bench.lagtools import TimedSink, summarize
 from bench.report import console
 from bench.vitess_cases import Peer, wait_until
-from bench.vitess_ledger import match
+from bench.vitess_ledger import first_holding, match
 from harness.stream_job import CLI
 from updatestream import spec
 from updatestream.contract.job_config import JobConfig
@@ -71,8 +71,12 @@ def delivered_all(entries: list[LedgerEntry], peer: Peer) -> bool:
     return match(entries, peer.deliveries()).first_delivered().keys() >= {e.order for e in entries}
 
 
-def ours_delivered(entries: list[LedgerEntry], sink: TimedSink) -> bool:
-    return {(e.shard, e.gtid) for e in entries} <= sink.delivered_at().keys()
+def ours_delivered_at(entries: list[LedgerEntry], sink: TimedSink) -> dict[int, float]:
+    """Ledger change -> when our console sink's write of it returned (events name the shard's
+    position after their transaction, not the transaction's own GTID)."""
+    done = [(b.completed_at, shard, position) for b in list(sink.batches)
+            for shard, position in b.transactions]  # fmt: skip
+    return first_holding(done, entries)
 
 
 def measure(cluster: VitessCluster, root: Path, peers: list[Peer], rate: float, seconds: float,
@@ -87,12 +91,12 @@ def measure(cluster: VitessCluster, root: Path, peers: list[Peer], rate: float, 
         warm = traffic(cluster, root, 20, 5, seed=90)
         for peer in peers:
             wait_until(f"{peer.name} warm-up", lambda p=peer: delivered_all(warm, p), 300)
-        wait_until("our warm-up", lambda: ours_delivered(warm, sink), 300)
+        wait_until("our warm-up", lambda: len(ours_delivered_at(warm, sink)) == len(warm), 300)
         ledger = traffic(cluster, root, rate, seconds, seed=91)
         console.print(f"lag traffic: {len(ledger)} row changes committed")
         for peer in peers:
             wait_until(f"{peer.name} changes", lambda p=peer: delivered_all(ledger, p), 300)
-        wait_until("our changes", lambda: ours_delivered(ledger, sink), 300)
+        wait_until("our changes", lambda: len(ours_delivered_at(ledger, sink)) == len(ledger), 300)
         first, last = min(e.commit_time for e in ledger), max(e.commit_time for e in ledger)
         parts = spark_durations(job.query, first, last)
     finally:
@@ -100,12 +104,12 @@ def measure(cluster: VitessCluster, root: Path, peers: list[Peer], rate: float, 
             peer.stop()
         job.stop()
         spark.stop()
-    readers: dict[str, Any] = {"updatestream": summarize(*event_lags(ledger, sink.delivered_at()))
-                               .as_dict()}  # fmt: skip
-    for peer in peers:
-        times = match(ledger, peer.deliveries()).first_delivered()
+    firsts = {"updatestream": ours_delivered_at(ledger, sink)}
+    firsts.update({p.name: match(ledger, p.deliveries()).first_delivered() for p in peers})
+    readers: dict[str, Any] = {}
+    for name, times in firsts.items():
         lags = [times[e.order] - e.commit_time for e in ledger if e.order in times]
-        readers[peer.name] = summarize(lags, len(ledger) - len(lags)).as_dict()
+        readers[name] = summarize(lags, len(ledger) - len(lags)).as_dict()
     return {
         "rate_rows_per_s": rate,
         "seconds": seconds,

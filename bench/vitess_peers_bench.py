@@ -95,12 +95,18 @@ def play_cases(
     run = ReshardRun(cluster, job, root / "ledger.jsonl", args.rate)
     peers = peers_for(cluster, root / "peers", args.debezium_dir)
     cases = Cases(run, peers)
+    error = None
     try:
         start_all(run, peers)
         cases.baseline()
         for seed, name in enumerate(CASES, start=31):
             console.print(f"case {name}: {CASES[name]}")
-            cases.play(name, seed)
+            try:
+                cases.play(name, seed)
+            except Exception as exc:  # the cases before it still count; this one is reported
+                console.print_exception()
+                error = f"case {name} did not finish: {exc}"
+                break
             print_case(name, cases.results()[name])
     finally:
         if run.traffic is not None:
@@ -109,7 +115,7 @@ def play_cases(
         for peer in peers:
             peer.stop()
         run.restore()
-    return cases.results()
+    return {"cases": cases.results(), "error": error}
 
 
 def print_case(name: str, case: dict[str, Any]) -> None:
@@ -144,7 +150,7 @@ def bench(root: Path, args: argparse.Namespace) -> dict[str, Any]:
         memcached = MemcachedServer(memory_mb=64).start()
         stack.callback(memcached.stop)
         sink = ("127.0.0.1", int(sinks.port or 0))
-        cases = play_cases(cluster, root, args, sink, account, memcached.address)
+        played = play_cases(cluster, root, args, sink, account, memcached.address)
         loads = [load_average()]
         lag = None
         if not args.skip_lag:
@@ -152,7 +158,7 @@ def bench(root: Path, args: argparse.Namespace) -> dict[str, Any]:
             lag = vitess_lag.measure(cluster, root, peers, args.lag_rate, args.lag_seconds,
                                      args.trigger_seconds)  # fmt: skip
             print_lag(lag)
-    return {"cases": cases, "lag": lag, "load_average_between": loads[0]}
+    return {**played, "lag": lag, "load_average_between": loads[0]}
 
 
 def main(argv: list[str] | None = None) -> None:

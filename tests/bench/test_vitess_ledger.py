@@ -10,6 +10,7 @@ from updatestream_cli.devcluster.ledger import LedgerEntry, LedgerOp
 from bench.vitess_ledger import (
     Delivery,
     debezium_deliveries,
+    first_holding,
     match,
     shard_position,
     tally,
@@ -123,3 +124,17 @@ def test_debezium_change_lines_give_key_op_shard_and_position() -> None:
     got = debezium_deliveries(changes)
     assert got == [Delivery("users", ("8",), "insert", "-40", f"{NEW}:1-6", 12.5)]
     assert match(LEDGER, got).times == {5: [12.5]}
+
+
+def test_our_deliveries_are_placed_at_the_first_position_that_holds_each_gtid() -> None:
+    # (when, shard, the shard's position after a transaction), in delivery order; our job's
+    # position is the whole GTID set, with the template's own transactions beside
+    template = "11111111-2222-3333-4444-555555555555:1-40"
+    delivered = [
+        (10.0, "-80", f"{template},{OLD}:1-10"),
+        (11.0, "-80", f"{template},{OLD}:1-11"),
+        (11.0, "-80", f"{template},{OLD}:1-12"),
+        (12.0, "-40", f"{template},{NEW}:1-5"),
+    ]
+    assert first_holding(delivered, LEDGER) == {1: 10.0, 2: 11.0, 3: 11.0, 4: 12.0}
+    assert first_holding(delivered[:1], LEDGER) == {1: 10.0}
