@@ -111,11 +111,14 @@ class Cases:
             runner.complete()
         else:
             time.sleep(2)
+        restarted = time.time()
         if case.name != "a":
             self.run.job.start()
             for peer in self.peers:
                 peer.start()
         case.starts[OURS].append(self._our_hop("ran through" if case.name == "a" else "resumed"))
+        if case.name == "b":  # the old shards stay until every reader is past them
+            self._wait_resumed(restarted)
         if case.name != "c":
             runner.complete()
         self.run.pending = None
@@ -126,6 +129,15 @@ class Cases:
         except AssertionError as exc:
             return f"failed: {str(exc)[-500:]}"
         return outcome
+
+    def _wait_resumed(self, since: float, timeout: float = 120) -> None:
+        """Until each peer delivered a change after `since`, or ended."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(not p.running() or any(d.at >= since for d in p.deliveries())
+                   for p in self.peers):  # fmt: skip
+                return
+            time.sleep(1)
 
     def _settle(self, case: Case) -> None:
         """Until each peer delivered every change of the case, ended, or stalled."""
