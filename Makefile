@@ -132,8 +132,10 @@ DEBEZIUM_SRC := bench/peers/debezium
 DEBEZIUM_KEY := $(shell cat $(DEBEZIUM_SRC)/pom.xml $$(find $(DEBEZIUM_SRC)/src -type f | sort) | sha256sum | cut -c1-16)
 DEBEZIUM_DIR := $(CACHE_DIR)/debezium/$(DEBEZIUM_KEY)-mariadb
 DEBEZIUM_MYSQL_DIR := $(CACHE_DIR)/debezium/$(DEBEZIUM_KEY)-mysql
+DEBEZIUM_VITESS_DIR := $(CACHE_DIR)/debezium/$(DEBEZIUM_KEY)-vitess
 DEBEZIUM_MARIADB_CONNECTOR := -Ddebezium.connector=debezium-connector-mariadb -Ddebezium.version=3.5.0.Final
 DEBEZIUM_MYSQL_CONNECTOR := -Ddebezium.connector=debezium-connector-mysql -Ddebezium.version=3.6.1.Final
+DEBEZIUM_VITESS_CONNECTOR := -Ddebezium.connector=debezium-connector-vitess -Ddebezium.version=3.5.0.Final
 
 .PHONY: debezium-peer
 debezium-peer: ## build the Debezium embedded-engine harness for bench-peers, MariaDB and MySQL connectors (cached by input hash)
@@ -141,9 +143,20 @@ debezium-peer: ## build the Debezium embedded-engine harness for bench-peers, Ma
 	@test -f $(DEBEZIUM_DIR)/.built || { mvn -q -B -f $(DEBEZIUM_SRC)/pom.xml $(DEBEZIUM_MARIADB_CONNECTOR) -Dpeer.build.dir=$(DEBEZIUM_DIR) package && touch $(DEBEZIUM_DIR)/.built; }
 	@test -f $(DEBEZIUM_MYSQL_DIR)/.built || { mvn -q -B -f $(DEBEZIUM_SRC)/pom.xml $(DEBEZIUM_MYSQL_CONNECTOR) -Dpeer.build.dir=$(DEBEZIUM_MYSQL_DIR) package && touch $(DEBEZIUM_MYSQL_DIR)/.built; }
 
+.PHONY: debezium-vitess-peer
+debezium-vitess-peer: ## build the same harness with Debezium's Vitess connector 3.5.0.Final, for bench-vitess-peers (cached by input hash)
+	@command -v mvn >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends maven
+	@test -f $(DEBEZIUM_VITESS_DIR)/.built || { mvn -q -B -f $(DEBEZIUM_SRC)/pom.xml $(DEBEZIUM_VITESS_CONNECTOR) -Dpeer.build.dir=$(DEBEZIUM_VITESS_DIR) package && touch $(DEBEZIUM_VITESS_DIR)/.built; }
+
 .PHONY: bench-peers
 bench-peers: system-deps mysql $(STAMP) debezium-peer ## catch-up rows/s and lag at fixed rates: our source and job vs Debezium, on MariaDB and MySQL shards, into bench/results
 	$(BIN)/python -m bench.peers_bench --debezium-dir $(DEBEZIUM_DIR) --debezium-mysql-dir $(DEBEZIUM_MYSQL_DIR) $(PEERS_ARGS)
+
+# Real Vitess v24: our stream, a plain VStream client and Debezium's Vitess connector through the
+# same split and merge in three ways, counted against the traffic's ledger, then lag at one rate.
+.PHONY: bench-vitess-peers
+bench-vitess-peers: system-deps mysql vitess-tools $(STAMP) debezium-vitess-peer ## our stream, the VStream client and Debezium's Vitess connector through real Reshards (lost, duplicates) and lag through vtgate, into bench/results
+	$(BIN)/python -m bench.vitess_peers_bench --debezium-dir $(DEBEZIUM_VITESS_DIR) $(VITESS_PEERS_ARGS)
 
 .PHONY: bench-scaling
 bench-scaling: $(STAMP) ## source rows/s with 1, 2 and 4 shards, into bench/results

@@ -253,6 +253,57 @@ def snapshot(r: Result) -> str:
     return head + "\n\n" + table(["reader", "rows/s (median)", "rounds"], rows)
 
 
+def outcomes(starts: Sequence[str], width: int = 140) -> str:
+    """A reader's starts in a case, each shortened to `width` characters."""
+    short = [s if len(s) <= width else s[: width - 1] + "…" for s in starts]
+    return "; ".join(text.replace("|", "\\|") for text in short) or "—"
+
+
+def vitess_peers(r: Result) -> str:
+    """Per case and reader: starts, lost and duplicates; then the lag through vtgate."""
+    rows = [
+        [case, reader, outcomes(f["starts"]), f["committed"], f["lost"], f["duplicates"],
+         f.get("unmatched", "—")]
+        for case, data in r["cases"].items() for reader, f in data["readers"].items()
+    ]  # fmt: skip
+    seen = [r["load_average_before"], r["load_average_between"], r["load_average_after"]]
+    head = (f"{shown(r['rate_rows_per_s'])} row changes/s through vtgate during the cases; load "
+            f"average (1 min) {loads(seen)} (start, after the cases, end). Debezium "
+            f"{r['readers']['debezium']}.")  # fmt: skip
+    header = ["case", "reader", "starts", "committed", "lost", "duplicates delivered",
+              "unmatched"]  # fmt: skip
+    parts = [head, table(header, rows)]
+    lag = r.get("lag")
+    if lag:
+        lags = [[reader, f["events"], f["missing"], f["p50_s"], f["p99_s"], f["max_s"]]
+                for reader, f in lag["readers"].items()]  # fmt: skip
+        goal = lag["goal"]
+        parts += [
+            f"Lag at {shown(lag['rate_rows_per_s'])} row changes/s through vtgate "
+            f"({shown(lag['committed_rows_per_s'])} committed/s), {shown(lag['seconds'])} s, all "
+            f"three at once; our trigger {shown(lag['trigger_seconds'])} s, micro-batch cycle "
+            f"(median `triggerExecution`) {shown(goal['cycle_s'])} s.",
+            table(["reader", "changes", "missing", "p50 (s)", "p99 (s)", "max (s)"], lags),
+            f"Goal, our p99 ≤ the VStream client's p99 + our micro-batch cycle: "
+            f"{shown(goal['ours_p99_s'])} s against {shown(goal['bound_s'])} s, "
+            f"{'**met**' if goal['met'] else 'missed'}.",
+        ]  # fmt: skip
+    return "\n\n".join(parts)
+
+
+def vitess_peers_line(r: Result) -> str:
+    """docs/vitess.md's one line: case (c) per reader, and the lag p99s."""
+    case = r["cases"].get("c", {}).get("readers", {})
+    said = [f"{reader} {outcomes(f['starts'], 90)}, lost {shown(f['lost'])}, duplicates "
+            f"{shown(f['duplicates'])}" for reader, f in case.items()]  # fmt: skip
+    line = "Stopped until `Reshard complete`, then started: " + "; ".join(said) + "."
+    lag = r.get("lag")
+    if lag:
+        p99 = ", ".join(f"{reader} {shown(f['p99_s'])} s" for reader, f in lag["readers"].items())
+        line += f" Lag p99 at {shown(lag['rate_rows_per_s'])} row changes/s through vtgate: {p99}."
+    return line
+
+
 def history(benchmark: str, entries: list[dict[str, Any]]) -> str:
     """Every recorded run of `benchmark`, oldest first."""
     runs = [entry for entry in entries if entry["benchmark"] == benchmark]
@@ -268,4 +319,5 @@ def history(benchmark: str, entries: list[dict[str, Any]]) -> str:
 RENDERERS: dict[str, Callable[[Result], str]] = {
     "source": source, "sinks": sinks, "mirror": mirror, "lag": lag, "peers": peers,
     "footprint": footprint, "scaling": scaling, "hop": hop, "snapshot": snapshot,
+    "vitess_peers": vitess_peers, "vitess_peers:line": vitess_peers_line,
 }  # fmt: skip

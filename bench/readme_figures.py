@@ -3,8 +3,8 @@
 Each generated block sits between ``<!-- figures:NAME -->`` and ``<!-- /figures -->``:
 ``readme`` (the README's short table, from `summary.json`), ``summary`` (every figure and
 goal), one block per benchmark from its result file (``lag``, ``hop``, ...) and
-``history:<benchmark>`` (its runs, from `history.json`). Text outside the markers is not
-touched.
+``history:<benchmark>`` (its runs, from `history.json`), and ``vitess_peers:line`` in
+docs/vitess.md (one line of `vitess_peers.json`). Text outside the markers is not touched.
 
     python -m bench.readme_figures --write    # render every block again
     python -m bench.readme_figures --check    # exit 1 if a block differs (make lint runs it)
@@ -24,7 +24,7 @@ from bench.figures import BENCHMARKS, FIGURES, goals_of, shown, with_unit
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
-DOCUMENTS = ("README.md", "docs/benchmarks.md")
+DOCUMENTS = ("README.md", "docs/benchmarks.md", "docs/vitess.md")
 BLOCK = re.compile(r"(<!-- figures:(?P<name>[\w:-]+) -->\n)(?P<body>.*?)(<!-- /figures -->)", re.S)
 WRITE = "python -m bench.readme_figures --write"
 
@@ -67,7 +67,10 @@ def render(name: str, results: Path = RESULTS) -> str:
         entries = json.loads((results / "history.json").read_text(encoding="utf-8"))
         return history(name.split(":", 1)[1], entries)
     if name in RENDERERS:
-        return RENDERERS[name](read(name, results))
+        source = name.split(":", 1)[0]  # `vitess_peers:line` renders vitess_peers.json
+        if not (results / f"{source}.json").exists():
+            return f"Not measured yet: `bench/results/{source}.json` is written by its benchmark."
+        return RENDERERS[name](read(source, results))
     raise SystemExit(f"unknown figures block {name!r}: known are readme, summary, "
                      f"history:<benchmark> and {', '.join(RENDERERS)}")  # fmt: skip
 

@@ -288,7 +288,7 @@ def sink_secret(cluster: StreamCluster, name: str, username: str, password: str)
 
 
 def job_from_now(
-    cluster: DevCluster,
+    cluster: StreamCluster,
     workdir: Path,
     sink: tuple[str, int],
     account: tuple[str, str],

@@ -7,25 +7,15 @@ fixture fails with the command to run. Tests that reshard it leave it serving `-
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from updatestream_cli.devcluster import sample_schema
 from updatestream_cli.vitess.cluster import VitessCluster
 
+from harness.vitess_stream import reachable_dir
 from tests.jobs.conftest import memcached  # noqa: F401  (the session's memcached server)
 from updatestream import spec
-
-
-def reachable_dir(prefix: str) -> Path:
-    """A fresh directory the cluster's unprivileged user can reach (pytest's tmp_path is
-    inside a 0700 directory)."""
-    path = Path(tempfile.mkdtemp(prefix=prefix, dir=tempfile.gettempdir()))
-    os.chmod(path, 0o755)
-    return path
 
 
 def credentials(cluster: VitessCluster, role: sample_schema.Role) -> spec.Credentials:

@@ -32,8 +32,8 @@ from harness.operator import (
     stream_manifest,
     wait_for,
 )
+from harness.vitess_stream import reachable_dir
 from tests.operator.conftest import kube_api  # noqa: F401  (the session's API server)
-from tests.vitess.conftest import reachable_dir
 
 NS = "us-vitess"
 STAND_IN = Path(__file__).parents[1] / "operator" / "standin_job.py"

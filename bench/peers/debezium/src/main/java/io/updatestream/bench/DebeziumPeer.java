@@ -27,7 +27,8 @@ import org.apache.kafka.connect.source.SourceRecord;
  * {@code key=value} is a Debezium or connector property. With {@code --expect N} (catch-up) the harness prints no line
  * per change, only the first and last receive times once N row changes arrived, and then stops.
  * Without it, it prints one {@code change} line per row change (receive time, GTID, binlog
- * file and position) until standard input closes.
+ * file and position; on Vitess the shard and VGTID; the record key's fields) until standard
+ * input closes.
  *
  * <p>Lines: {@code jvm} (the JVM's start and main's start), {@code started} (the connector
  * task runs), {@code change}, {@code done}, {@code stopped}, {@code error}. Times are unix
@@ -68,6 +69,23 @@ public final class DebeziumPeer {
             }
         }
         return out.append('"').toString();
+    }
+
+    /** A record key's fields as a JSON object: numbers as numbers, anything else as text. */
+    static String structJson(Object key) {
+        if (!(key instanceof Struct struct)) {
+            return "null";
+        }
+        StringBuilder out = new StringBuilder("{");
+        for (org.apache.kafka.connect.data.Field field : struct.schema().fields()) {
+            Object value = struct.get(field);
+            if (out.length() > 1) {
+                out.append(',');
+            }
+            out.append(quoted(field.name())).append(':');
+            out.append(value instanceof Number ? value.toString() : quoted(value));
+        }
+        return out.append('}').toString();
     }
 
     static Object sourceField(Struct source, String name) {
@@ -115,7 +133,10 @@ public final class DebeziumPeer {
                                 + ",\"file\":" + quoted(sourceField(source, "file"))
                                 + ",\"pos\":" + sourceField(source, "pos")
                                 + ",\"row\":" + sourceField(source, "row")
-                                + ",\"ts_ms\":" + sourceField(source, "ts_ms") + "}");
+                                + ",\"ts_ms\":" + sourceField(source, "ts_ms")
+                                + ",\"shard\":" + quoted(sourceField(source, "shard"))
+                                + ",\"vgtid\":" + quoted(sourceField(source, "vgtid"))
+                                + ",\"key\":" + structJson(record.key()) + "}");
                     }
                 }
                 committer.markProcessed(event);

@@ -1,0 +1,137 @@
+"""`bench-vitess-peers`' lag part: the three readers side by side on one traffic through vtgate.
+
+The cluster serves `-80,80-`. All three start at the current position and run at once: our
+job in this process (Spark local mode, the given trigger, its console sink wrapped in
+`bench.lagtools.TimedSink`: delivered when the sink's write returned), the VStream client
+(delivered when it received the transaction's events) and Debezium's Vitess connector
+(delivered when the engine handed the change to the harness). The traffic is
+`updatestream vitess traffic` in its own process at one fixed rate, with its ledger's commit
+times (the writer's clock, taken when COMMIT returned). A light warm-up each reader must
+deliver comes first. Lag per change: delivered minus committed; p50, p99 and max per reader.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from updatestream_cli.devcluster.ledger import LedgerEntry, read_ledger
+from updatestream_cli.manifests import update_stream
+from updatestream_cli.vitess.cluster import VitessCluster
+from updatestream_jobs.job import Job, spark_session
+
+from bench.lag_rig import spark_durations
+from bench.lagtools import TimedSink, summarize
+from bench.report import console
+from bench.vitess_cases import Peer, wait_until
+from bench.vitess_ledger import first_holding, match
+from harness.stream_job import CLI
+from updatestream import spec
+from updatestream.contract.job_config import JobConfig
+
+
+def traffic(cluster: VitessCluster, root: Path, rate: float, seconds: float, seed: int
+            ) -> list[LedgerEntry]:  # fmt: skip
+    """`updatestream vitess traffic` for `seconds`; its ledger."""
+    ledger = root / f"lag-ledger-{seed}.jsonl"
+    command = [
+        CLI, "vitess", "traffic", "--dir", str(cluster.dir), "--rate", f"{rate:g}",
+        "--duration", f"{seconds:g}", "--ledger", str(ledger), "--seed", str(seed),
+    ]  # fmt: skip
+    with (root / "lag-traffic.log").open("ab") as log:
+        subprocess.run(command, check=True, stdout=log, stderr=log, timeout=seconds + 600)
+    return read_ledger(ledger)
+
+
+def our_job(cluster: VitessCluster, root: Path, trigger: float) -> tuple[Job, TimedSink]:
+    """Our job of every serving shard from its current position into a console file."""
+    serving = spec.load_keyspace(cluster.manifest_path).spec.serving_shards
+    start = {"mode": "gtid", "gtid": {s: cluster.gtid_executed(s) for s in serving}}
+    sinks = [{"type": "console", "path": str(root / "lag-console.jsonl")}]
+    stream = spec.parse_update_stream(
+        update_stream("vitess-lag", cluster.keyspace, start, sinks, ["-"])
+    )
+    job = Job(
+        JobConfig(
+            stream=stream,
+            keyspace=spec.load_keyspace(cluster.manifest_path),
+            secrets_dir=cluster.secrets_dir,
+            checkpoint=root / "lag-checkpoint",
+            status_file=root / "lag-status.json",
+            trigger_seconds=trigger,
+        )
+    )
+    timed = TimedSink(job.sinks[0])
+    job.sinks = list([timed])
+    return job, timed
+
+
+def delivered_all(entries: list[LedgerEntry], peer: Peer) -> bool:
+    return match(entries, peer.deliveries()).first_delivered().keys() >= {e.order for e in entries}
+
+
+def ours_delivered_at(entries: list[LedgerEntry], sink: TimedSink) -> dict[int, float]:
+    """Ledger change -> when our console sink's write of it returned (events name the shard's
+    position after their transaction, not the transaction's own GTID)."""
+    done = [(b.completed_at, shard, position) for b in list(sink.batches)
+            for shard, position in b.transactions]  # fmt: skip
+    return first_holding(done, entries)
+
+
+def measure(cluster: VitessCluster, root: Path, peers: list[Peer], rate: float, seconds: float,
+            trigger: float) -> dict[str, Any]:  # fmt: skip
+    """Lag per reader at `rate` row changes/s for `seconds`, all three reading at once."""
+    spark = spark_session("local[2]", "vitess-peers-lag")
+    job, sink = our_job(cluster, root, trigger)
+    try:
+        job.start(spark)
+        for peer in peers:
+            peer.start()
+        warm = traffic(cluster, root, 20, 5, seed=90)
+        for peer in peers:
+            wait_until(f"{peer.name} warm-up", lambda p=peer: delivered_all(warm, p), 300)
+        wait_until("our warm-up", lambda: len(ours_delivered_at(warm, sink)) == len(warm), 300)
+        ledger = traffic(cluster, root, rate, seconds, seed=91)
+        console.print(f"lag traffic: {len(ledger)} row changes committed")
+        for peer in peers:
+            wait_until(f"{peer.name} changes", lambda p=peer: delivered_all(ledger, p), 300)
+        wait_until("our changes", lambda: len(ours_delivered_at(ledger, sink)) == len(ledger), 300)
+        first, last = min(e.commit_time for e in ledger), max(e.commit_time for e in ledger)
+        parts = spark_durations(job.query, first, last)
+    finally:
+        for peer in peers:
+            peer.stop()
+        job.stop()
+        spark.stop()
+    firsts = {"updatestream": ours_delivered_at(ledger, sink)}
+    firsts.update({p.name: match(ledger, p.deliveries()).first_delivered() for p in peers})
+    readers: dict[str, Any] = {}
+    for name, times in firsts.items():
+        lags = [times[e.order] - e.commit_time for e in ledger if e.order in times]
+        readers[name] = summarize(lags, len(ledger) - len(lags)).as_dict()
+    return {
+        "rate_rows_per_s": rate,
+        "seconds": seconds,
+        "committed": len(ledger),
+        "committed_rows_per_s": round(len(ledger) / max(last - first, 1e-9)),
+        "trigger_seconds": trigger,
+        "readers": readers,
+        "spark_batch_parts_s": parts,
+        "goal": lag_goal(readers, parts),
+    }
+
+
+def lag_goal(readers: dict[str, Any], parts: dict[str, float]) -> dict[str, Any]:
+    """Our p99 at most the VStream client's p99 plus our micro-batch cycle (the median of
+    Spark's `triggerExecution` over the batches that read the traffic)."""
+    ours, plain = readers["updatestream"]["p99_s"], readers.get("vstream", {}).get("p99_s")
+    cycle = parts.get("triggerExecution")
+    bound = None if plain is None or cycle is None else round(plain + cycle, 3)
+    return {
+        "ours_p99_s": ours,
+        "vstream_p99_s": plain,
+        "cycle_s": cycle,
+        "bound_s": bound,
+        "met": None if bound is None or ours is None else ours <= bound,
+    }
