@@ -91,6 +91,7 @@ def play_cases(
     memcached: str,
 ) -> dict[str, Any]:
     empty_keyspace(cluster)
+    (root / "ours").mkdir()
     job = vitess_stream_job(cluster, root / "ours", sink, account, memcached)
     run = ReshardRun(cluster, job, root / "ledger.jsonl", args.rate)
     peers = peers_for(cluster, root / "peers", args.debezium_dir)
