@@ -273,6 +273,8 @@ def vitess_peers(r: Result) -> str:
     header = ["case", "reader", "starts", "committed", "lost", "duplicates delivered",
               "unmatched"]  # fmt: skip
     parts = [head, table(header, rows)]
+    if r.get("error"):
+        parts.append(f"The run ended early: {r['error']}")
     lag = r.get("lag")
     if lag:
         lags = [[reader, f["events"], f["missing"], f["p50_s"], f["p99_s"], f["max_s"]]

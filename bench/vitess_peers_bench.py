@@ -91,6 +91,7 @@ def play_cases(
     memcached: str,
 ) -> dict[str, Any]:
     empty_keyspace(cluster)
+    (root / "ours").mkdir()
     job = vitess_stream_job(cluster, root / "ours", sink, account, memcached)
     run = ReshardRun(cluster, job, root / "ledger.jsonl", args.rate)
     peers = peers_for(cluster, root / "peers", args.debezium_dir)
@@ -114,7 +115,8 @@ def play_cases(
         job.stop()
         for peer in peers:
             peer.stop()
-        run.restore()
+        if error is None:
+            run.restore()  # the lag run reads `-80,80-`; after a failure the cluster is dropped
     return {"cases": cases.results(), "error": error}
 
 
@@ -153,7 +155,7 @@ def bench(root: Path, args: argparse.Namespace) -> dict[str, Any]:
         played = play_cases(cluster, root, args, sink, account, memcached.address)
         loads = [load_average()]
         lag = None
-        if not args.skip_lag:
+        if not args.skip_lag and played["error"] is None:
             peers = peers_for(cluster, root / "lag-peers", args.debezium_dir)
             lag = vitess_lag.measure(cluster, root, peers, args.lag_rate, args.lag_seconds,
                                      args.trigger_seconds)  # fmt: skip
