@@ -60,7 +60,7 @@ class JobPhase(enum.StrEnum):
 
 @dataclass(frozen=True)
 class StreamRef:
-    """The identity of one UpdateStream object."""
+    """The identity of one UpdateStream object (and of a Keyspace, for the Events on it)."""
 
     namespace: str
     name: str
