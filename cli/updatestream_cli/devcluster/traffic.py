@@ -166,11 +166,17 @@ class TrafficGenerator:
         self._thread.start()
         return self
 
-    def stop(self, timeout: float = 60.0) -> TrafficStats:
-        """Stop after the current transaction; re-raise an error the thread hit."""
+    def stop(self, timeout: float = 180.0) -> TrafficStats:
+        """Stop after the current transaction, which may be retrying its commit for up to its
+        retry window (a reshard's switch); re-raise an error the thread hit."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
+            if self._thread.is_alive() and self.error is None:
+                self.error = TrafficError(
+                    f"the traffic thread did not stop within {timeout:.0f} s: its current "
+                    "transaction is still being retried"
+                )
         self.close()
         if self.error is not None:
             raise self.error
@@ -235,10 +241,11 @@ class TrafficGenerator:
         return adopted
 
     def close(self) -> None:
-        for conn in self._conns.values():
+        # a thread that outlived stop() may still open a connection: close a snapshot
+        conns, self._conns = list(self._conns.values()), {}
+        for conn in conns:
             with contextlib.suppress(Exception):
                 conn.close()
-        self._conns.clear()
         self.ledger.close()
 
     # -- generating -----------------------------------------------------------------------------
