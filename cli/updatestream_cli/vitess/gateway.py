@@ -141,19 +141,22 @@ class VtgateGateway:
 
 class _ShardReader:
     """A connection to one shard's mysqld with the manifest's reader account, reopened once
-    when it drops."""
+    when it drops. Each opening reads the shard's endpoint from the manifest again: a Reshard
+    that merges back into a shard's name (-40,40-80 -> -80) gives that name a new mysqld on
+    another port, and the old one is gone once the Reshard completes."""
 
     def __init__(self, manifest_path: Path, secrets_dir: Path, shard: str) -> None:
-        self.endpoint = spec.load_keyspace(manifest_path).spec.shard(shard)
-        self.creds = spec.read_credentials(secrets_dir, self.endpoint.credentials_secret)
+        self.manifest_path, self.secrets_dir, self.shard = manifest_path, secrets_dir, shard
         self._conn: Connection | None = None
 
     def _connect(self) -> Connection:
+        endpoint = spec.load_keyspace(self.manifest_path).spec.shard(self.shard)
+        creds = spec.read_credentials(self.secrets_dir, endpoint.credentials_secret)
         return pymysql.connect(
-            host=self.endpoint.mysql.host,
-            port=self.endpoint.mysql.port,
-            user=self.creds.username,
-            password=self.creds.password,
+            host=endpoint.mysql.host,
+            port=endpoint.mysql.port,
+            user=creds.username,
+            password=creds.password,
             ssl_disabled=True,
             connect_timeout=10,
             autocommit=True,
