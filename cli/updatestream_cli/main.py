@@ -20,7 +20,7 @@ _COMMANDS: tuple[tuple[str, str], ...] = (
     ("updatestream_cli.keyspace_id_commands", "keyspace_id"),
     ("updatestream_cli.keyspace_id_commands", "shard_for"),
     ("updatestream_cli.demo.cli", "demo"),
-    ("updatestream_cli.devcluster.cli", "devcluster"),
+    ("updatestream_cli.engine_commands", "devcluster"),
     ("updatestream_cli.snapshot_request", "snapshot_request"),
     ("updatestream_cli.verify.cli", "verify"),
     ("updatestream_cli.vitess.cli", "vitess"),

@@ -40,6 +40,16 @@ DEFAULT_CELL = "zone1"
 _FIRST_UID = 100
 
 
+def holds_vitess_cluster(directory: Path) -> bool:
+    """Whether `directory` holds the state a Vitess cluster's `up` wrote (its cell and tablets),
+    as against a development cluster's."""
+    try:
+        state = json.loads((Path(directory) / "state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(state, dict) and "cell" in state and "tablets" in state
+
+
 class VitessCluster(ClusterDirectory):
     """The processes, manifest and Secrets of one cluster directory."""
 
