@@ -11,8 +11,8 @@ is not in the set yet, and one committed on another shard's mysqld has another s
 `match` gives, for every ledger change, when each delivery of it arrived, and the deliveries
 that are no ledger change at all (`unmatched`: a copy VReplication made, or a row printed
 without its transaction's VGTID); `tally` counts lost (never delivered) and duplicates
-(delivered more than once) over a slice of the ledger. `first_holding` places our job's
-deliveries, which name the shard's position after each transaction. Everything here is pure.
+(delivered more than once) over a slice of the ledger. `first_named` places our job's
+deliveries, which name each transaction by its shard and GTID. Everything here is pure.
 """
 
 from __future__ import annotations
@@ -142,33 +142,22 @@ def match(ledger: Sequence[LedgerEntry], deliveries: Iterable[Delivery]) -> Matc
     return out
 
 
-def first_holding(
+def first_named(
     delivered: Iterable[tuple[float, str, str]], entries: Iterable[LedgerEntry]
 ) -> dict[int, float]:
-    """Ledger change (by `order`) -> when the first delivery whose shard position holds its GTID
-    arrived. `delivered` is (when, shard, GTID set after a transaction) in delivery order, as
-    our job's events name their transactions: a shard's positions only grow, so the first that
-    holds a GTID is the delivery of its transaction (found by bisection per server UUID)."""
-    by_server: dict[tuple[str, str], list[tuple[float, str]]] = {}
-    for at, shard, position in delivered:
-        for part in position.split(","):
-            if part.strip():
-                uuid = part.strip().split(":", 1)[0]
-                by_server.setdefault((shard, uuid), []).append((at, part.strip()))
-    out: dict[int, float] = {}
-    for entry in entries:
-        seen = by_server.get((entry.shard, entry.gtid.split(":", 1)[0]), [])
-        wanted = _position(entry.gtid)
-        low, high = 0, len(seen)
-        while low < high:
-            middle = (low + high) // 2
-            if position_contains(_position(seen[middle][1]), wanted):
-                high = middle
-            else:
-                low = middle + 1
-        if low < len(seen):
-            out[entry.order] = seen[low][0]
-    return out
+    """Ledger change (by `order`) -> when the first delivery naming its shard and GTID arrived.
+    `delivered` is (when, shard, GTID) per transaction our job delivered, the GTID as
+    `bench.lagtools.transaction_keys` names it (`uuid:N`; one candidate per server UUID of the
+    shard's position, one of them the transaction's own)."""
+    first: dict[tuple[str, str], float] = {}
+    for at, shard, gtid in delivered:
+        if (shard, gtid) not in first or at < first[(shard, gtid)]:
+            first[(shard, gtid)] = at
+    return {
+        entry.order: first[(entry.shard, entry.gtid)]
+        for entry in entries
+        if (entry.shard, entry.gtid) in first
+    }
 
 
 @dataclass(frozen=True)

@@ -157,9 +157,14 @@ def bench(root: Path, args: argparse.Namespace) -> dict[str, Any]:
         lag = None
         if not args.skip_lag and played["error"] is None:
             peers = peers_for(cluster, root / "lag-peers", args.debezium_dir)
-            lag = vitess_lag.measure(cluster, root, peers, args.lag_rate, args.lag_seconds,
-                                     args.trigger_seconds)  # fmt: skip
-            print_lag(lag)
+            try:
+                lag = vitess_lag.measure(cluster, root, peers, args.lag_rate, args.lag_seconds,
+                                         args.trigger_seconds)  # fmt: skip
+            except (Exception, SystemExit) as exc:  # the cases' figures are kept and written
+                console.print_exception()
+                played["error"] = f"the lag run did not finish: {exc}"
+            else:
+                print_lag(lag)
     return {**played, "lag": lag, "load_average_between": loads[0]}
 
 

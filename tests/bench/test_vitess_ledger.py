@@ -10,7 +10,7 @@ from updatestream_cli.devcluster.ledger import LedgerEntry, LedgerOp
 from bench.vitess_ledger import (
     Delivery,
     debezium_deliveries,
-    first_holding,
+    first_named,
     match,
     shard_position,
     tally,
@@ -126,15 +126,18 @@ def test_debezium_change_lines_give_key_op_shard_and_position() -> None:
     assert match(LEDGER, got).times == {5: [12.5]}
 
 
-def test_our_deliveries_are_placed_at_the_first_position_that_holds_each_gtid() -> None:
-    # (when, shard, the shard's position after a transaction), in delivery order; our job's
-    # position is the whole GTID set, with the template's own transactions beside
-    template = "11111111-2222-3333-4444-555555555555:1-40"
+def test_our_deliveries_are_placed_at_the_first_batch_that_names_each_transaction() -> None:
+    # (when, shard, GTID) per delivered transaction, as the lag rig's sink names them from the
+    # shard's position after it: one candidate per server UUID (the tablet template's own
+    # transactions beside), one of them the transaction's
+    template = "11111111-2222-3333-4444-555555555555:40"
     delivered = [
-        (10.0, "-80", f"{template},{OLD}:1-10"),
-        (11.0, "-80", f"{template},{OLD}:1-11"),
-        (11.0, "-80", f"{template},{OLD}:1-12"),
-        (12.0, "-40", f"{template},{NEW}:1-5"),
-    ]
-    assert first_holding(delivered, LEDGER) == {1: 10.0, 2: 11.0, 3: 11.0, 4: 12.0}
-    assert first_holding(delivered[:1], LEDGER) == {1: 10.0}
+        (10.0, "-80", template), (10.0, "-80", f"{OLD}:10"),
+        (11.0, "-80", template), (11.0, "-80", f"{OLD}:11"),
+        (11.0, "-80", f"{OLD}:12"),
+        (12.0, "-40", f"{NEW}:5"),
+        (13.0, "-80", f"{OLD}:10"),  # delivered again later: the first delivery counts
+        (14.0, "80-", f"{NEW}:5"),  # the same GTID on another shard is not the -40's change
+    ]  # fmt: skip
+    assert first_named(delivered, LEDGER) == {1: 10.0, 2: 11.0, 3: 11.0, 4: 12.0}
+    assert first_named(delivered[:2], LEDGER) == {1: 10.0}

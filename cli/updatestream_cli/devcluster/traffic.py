@@ -57,15 +57,15 @@ class Change:
 class Gateway(Protocol):
     """One endpoint that routes every row itself (Vitess's vtgate), in place of the shards.
 
-    `commit` COMMITs the open transaction and returns the shard that committed it and that
-    shard's GTID of it, for the ledger; `retryable` says whether an error left the transaction
-    rolled back and worth retrying (a primary moving during a Reshard)."""
+    `commit` COMMITs the open transaction and returns, for the ledger, the shard that
+    committed it, its GTID there and when the COMMIT returned (the GTID's lookup comes after);
+    `retryable`: did an error roll the transaction back, worth a retry (a Reshard's switch)."""
 
     address: tuple[str, int]
 
     def connect(self, creds: spec.Credentials) -> Connection: ...
 
-    def commit(self, cur: Any, changes: Sequence[Change]) -> tuple[str, str]: ...
+    def commit(self, cur: Any, changes: Sequence[Change]) -> tuple[str, str, float]: ...
 
     def retryable(self, exc: pymysql.err.MySQLError) -> bool: ...
 
@@ -356,10 +356,10 @@ class TrafficGenerator:
                 # autocommit is off: the first statement opens the transaction.
                 self._apply(cur, changes)
                 if self.gateway is not None:  # the gateway knows where the rows went
-                    shard, gtid = self.gateway.commit(cur, changes)
+                    shard, gtid, committed_at = self.gateway.commit(cur, changes)
                 else:
                     gtid = committed_gtid.commit(conn, cur, self.router.flavors[shard])
-                committed_at = time.time()
+                    committed_at = time.time()
         except pymysql.err.MySQLError as exc:
             code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
             if conn is not None:

@@ -74,8 +74,9 @@ class VtgateGateway:
     def retryable(self, exc: pymysql.err.MySQLError) -> bool:
         return bool(exc.args) and exc.args[0] in _RETRY
 
-    def commit(self, cur: Any, changes: Sequence[Change]) -> tuple[str, str]:
-        """COMMIT the open transaction; (shard, GTID) of the mysqld that committed it."""
+    def commit(self, cur: Any, changes: Sequence[Change]) -> tuple[str, str, float]:
+        """COMMIT the open transaction; (shard, GTID) of the mysqld that committed it, and the
+        time the COMMIT returned (before the GTID's lookup)."""
         first = changes[0]
         column = _vindex_column(first.table)
         cur.execute(
@@ -88,15 +89,17 @@ class VtgateGateway:
         before = self._committed(shard, int(thread), str(uuid))
         try:
             cur.execute("COMMIT")
+            committed_at = time.time()
         except pymysql.err.MySQLError as exc:
             # vtgate can answer a COMMIT that reached the tablet with an error while
             # SwitchTraffic moves the primaries: retried, the changes would apply twice.
             if not self.retryable(exc):
                 raise
+            committed_at = time.time()  # at the latest: the COMMIT's answer was an error
             time.sleep(_COMMIT_SETTLE)
             if self._committed(shard, int(thread), str(uuid)) == before:
                 raise  # rolled back: the caller retries the changes
-        return shard, self._last_gtid(shard, int(thread), str(uuid))
+        return shard, self._last_gtid(shard, int(thread), str(uuid)), committed_at
 
     def _committed(self, shard: str, thread: int, uuid: str) -> str | None:
         """The last GTID `thread` committed on `shard`, None if none yet."""
