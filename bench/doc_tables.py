@@ -254,8 +254,11 @@ def snapshot(r: Result) -> str:
 
 
 def outcomes(starts: Sequence[str], width: int = 140) -> str:
-    """A reader's starts in a case, each shortened to `width` characters."""
-    short = [s if len(s) <= width else s[: width - 1] + "…" for s in starts]
+    """A reader's starts in a case, each shortened to `width` characters from the middle: an
+    error says what it is first and why last."""
+    head = width // 3
+    short = [s if len(s) <= width else f"{s[:head]} … {s[len(s) - (width - head - 3):]}"
+             for s in starts]  # fmt: skip
     return "; ".join(text.replace("|", "\\|") for text in short) or "—"
 
 

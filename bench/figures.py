@@ -84,7 +84,8 @@ def shown(value: Any) -> str:
         return "—"
     if isinstance(value, bool) or not isinstance(value, int | float):
         return str(value)
-    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+    text = f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+    return "0" if text == "-0" else text  # a lag a hair under zero (clocks read apart)
 
 
 FIGURES: tuple[Figure, ...] = (
