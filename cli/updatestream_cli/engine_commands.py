@@ -95,6 +95,24 @@ def _dispatching(name: str, own: click.Command, vitess: click.Command) -> click.
     return click.Command(name, callback=callback, params=params, help="\n\n".join(helps))
 
 
+def _own_only(name: str, own: click.Command) -> click.Command:
+    """`own` as it is, refusing a cluster directory that holds a Vitess cluster by name."""
+    assert own.callback is not None
+    run = own.callback
+
+    def callback(**values: Any) -> Any:
+        directory = values.get("directory")
+        if directory is not None and holds_vitess_cluster(directory):
+            raise click.UsageError(
+                f"`devcluster {name}` works on the development cluster's own shards, and "
+                f"{directory} holds a Vitess cluster (`devcluster reshard` there completes a "
+                "Reshard and removes the old shards itself)"
+            )
+        return click.get_current_context().invoke(run, **values)
+
+    return click.Command(name, callback=callback, params=own.params, help=own.help)
+
+
 def _group() -> click.Group:
     own, vitess = own_cli.devcluster, vitess_cli.vitess
     group = click.Group(
@@ -105,6 +123,8 @@ def _group() -> click.Group:
     for name, command in own.commands.items():
         if name in _SHARED:
             command = _dispatching(name, command, vitess.commands[name])
+        else:
+            command = _own_only(name, command)
         group.add_command(command, name)
     return group
 

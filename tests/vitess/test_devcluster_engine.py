@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from updatestream_cli.vitess.cluster import VitessCluster
 
@@ -49,4 +50,18 @@ def test_an_option_of_the_other_engine_is_refused_by_name(vitess_cluster: Vitess
     )
     assert batch.returncode == 2
     assert "--copy-batch-size does not apply to --engine vitess" in batch.stderr
+    assert sorted(vitess_cluster.serving_shards_recorded()) == ["-80", "80-"]
+
+
+def test_a_command_of_the_development_cluster_alone_refuses_a_vitess_directory(
+    vitess_cluster: VitessCluster, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "ledger.jsonl"
+    ledger.write_text("")
+    check = _devcluster("check", "--ledger", str(ledger), "--dir", str(vitess_cluster.dir))
+    assert check.returncode == 2
+    assert "`devcluster check` works on the development cluster's own shards" in check.stderr
+    retire = _devcluster("retire", "--shards", "-80", "--dir", str(vitess_cluster.dir))
+    assert retire.returncode == 2
+    assert "holds a Vitess cluster" in retire.stderr
     assert sorted(vitess_cluster.serving_shards_recorded()) == ["-80", "80-"]
