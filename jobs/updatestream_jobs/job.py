@@ -111,10 +111,31 @@ def spark_session(master: str | None, app_name: str) -> Any:
     )
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
+    quiet_accumulator_server(session.sparkContext)
     from updatestream_jobs.source.data_source import register
 
     register(session)
     return session
+
+
+def quiet_accumulator_server(context: Any) -> None:
+    """PySpark's accumulator server (a socketserver thread in this process) prints a traceback
+    when the JVM closes its connection in the middle of a read, as it does when SIGTERM reaches
+    the whole process group and the JVM exits first. That is the stop the job asked for, not an
+    error: it is logged at debug level; any other error of the server is printed as before."""
+    server = getattr(context, "_accumulatorServer", None)
+    if server is None:
+        return
+    printed = server.handle_error
+
+    def handle_error(request: Any, client_address: Any) -> None:
+        error = sys.exc_info()[1]
+        if isinstance(error, EOFError | ConnectionError):
+            log.debug("the JVM closed Spark's accumulator connection: %r", error)
+            return
+        printed(request, client_address)
+
+    server.handle_error = handle_error
 
 
 class Job:
