@@ -20,6 +20,7 @@ from click.core import ParameterSource
 from updatestream.clickopts import DIRECTORY
 from updatestream_cli.devcluster import cli as own_cli
 from updatestream_cli.devcluster.cluster import DEFAULT_DIR as OWN_DIR
+from updatestream_cli.devcluster.cluster_directory import ClusterDirectory
 from updatestream_cli.vitess import cli as vitess_cli
 from updatestream_cli.vitess.cluster import DEFAULT_DIR as VITESS_DIR
 from updatestream_cli.vitess.cluster import holds_vitess_cluster
@@ -51,7 +52,7 @@ def _engine(chosen: str | None, directory: Path | None) -> str:
     if chosen is not None:
         return chosen
     if directory is None:
-        alone = not (OWN_DIR / "state.json").exists() and holds_vitess_cluster(VITESS_DIR)
+        alone = not ClusterDirectory(OWN_DIR).exists() and holds_vitess_cluster(VITESS_DIR)
         return "vitess" if alone else "devcluster"
     return "vitess" if holds_vitess_cluster(directory) else "devcluster"
 

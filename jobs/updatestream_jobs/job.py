@@ -124,8 +124,9 @@ def quiet_accumulator_server(context: Any) -> None:
     the whole process group and the JVM exits first. That is the stop the job asked for, not an
     error: it is logged at debug level; any other error of the server is printed as before."""
     server = getattr(context, "_accumulatorServer", None)
-    if server is None:
-        return
+    if server is None or getattr(server, "updatestream_quiet", False):
+        return  # no server, or a session made again (getOrCreate) already quieted it
+    server.updatestream_quiet = True
     printed = server.handle_error
 
     def handle_error(request: Any, client_address: Any) -> None:

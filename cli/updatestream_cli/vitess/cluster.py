@@ -44,7 +44,7 @@ def holds_vitess_cluster(directory: Path) -> bool:
     """Whether `directory` holds the state a Vitess cluster's `up` wrote (its cell and tablets),
     as against a development cluster's."""
     try:
-        state = json.loads((Path(directory) / "state.json").read_text(encoding="utf-8"))
+        state = json.loads(ClusterDirectory(directory).state_path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
     return isinstance(state, dict) and "cell" in state and "tablets" in state
