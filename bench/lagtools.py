@@ -183,9 +183,10 @@ def cdcv2_complete_times(directory: Path, sink: TimedSink) -> dict[TxKey, float]
     return complete
 
 
-def fast_lane_times(log: Path) -> dict[TxKey, float]:
+def fast_lane_times(log: Path, moment: str = "appliedAt") -> dict[TxKey, float]:
     """Transaction -> when a fast lane first applied its invalidations (the source option
-    `fastLaneLog`: one JSON line per transaction; empty when the file is absent)."""
+    `fastLaneLog`: one JSON line per transaction; empty when the file is absent). `moment`
+    "tailedAt": when the shard's binlog tail had read the transaction's end instead."""
     applied: dict[TxKey, float] = {}
     if not log.exists():
         return applied
@@ -193,6 +194,8 @@ def fast_lane_times(log: Path) -> dict[TxKey, float]:
         for line in lines:
             if line.endswith("\n"):  # a line being written is left for the next read
                 entry = json.loads(line)
+                if entry.get(moment) is None:
+                    continue
                 for gtid in gtid_candidates(str(entry["gtid"])):
-                    applied.setdefault((entry["shard"], gtid), entry["appliedAt"])
+                    applied.setdefault((entry["shard"], gtid), entry[moment])
     return applied

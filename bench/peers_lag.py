@@ -5,7 +5,9 @@ the same flavor and one Spark session (`LagRig`); per round and rate, Debezium a
 poll interval, Debezium at 10 ms and our job, each warmed up first; lags are joined with the
 traffic generator's ledger. The job writes a console file, the Version Stream and memcached, in
 that order, and its memcached fast lane (on, the default) logs when it applied each transaction
-(`fastLaneLog`): `fastlane` is that time minus the commit, the invalidation's own lag.
+(`fastLaneLog`): `fastlane` is that time minus the commit, the invalidation's own lag, and
+`tailed` the time the shard's binlog tail read the transaction's commit event minus the commit
+(the delivery of the binlog to the driver; `fastlane` minus `tailed` is the lane's own work).
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ from updatestream import spec
 SHARD = "-"
 SINK_LABELS = ("console", "versionstream", "memcached")  # the order the job writes them
 FAST_LANE = "fastlane"  # the memcached fast lane's invalidations, ahead of the batches
+# the fast lane's first phase: the binlog tail has read the transaction's commit event
+TAILED = "tailed"
 VS_SECRET = "bench-versionstream"
 
 
@@ -177,6 +181,9 @@ class LagRig:
                     for label, sink in zip(SINK_LABELS, sinks, strict=True)
                 },
                 FAST_LANE: summarize(*event_lags(ledger, fast_lane_times(lane_log))).as_dict(),
+                TAILED: summarize(
+                    *event_lags(ledger, fast_lane_times(lane_log, "tailedAt"))
+                ).as_dict(),
             },
             "batch_phases": sink_phases(
                 {label: sink.batches for label, sink in zip(SINK_LABELS, sinks, strict=True)},
@@ -230,7 +237,9 @@ def lag_rounds(
                 f"{at['job'][-1]['sinks']['versionstream']['p50_s']}/"
                 f"{at['job'][-1]['sinks']['versionstream']['p99_s']}, fast lane "
                 f"{at['job'][-1]['sinks'][FAST_LANE]['p50_s']}/"
-                f"{at['job'][-1]['sinks'][FAST_LANE]['p99_s']}"
+                f"{at['job'][-1]['sinks'][FAST_LANE]['p99_s']} (tailed "
+                f"{at['job'][-1]['sinks'][TAILED]['p50_s']}/"
+                f"{at['job'][-1]['sinks'][TAILED]['p99_s']})"
             )
     return runs
 
@@ -242,7 +251,7 @@ def lag_medians(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for system in ("debezium_default", "debezium_poll10"):
         out[system] = medians([{k: r[k] for k in keys} for r in runs[system]])
-    for label in (*SINK_LABELS, FAST_LANE):
+    for label in (*SINK_LABELS, FAST_LANE, TAILED):
         out[f"job_{label}"] = medians([{k: r["sinks"][label][k] for k in keys[:3]}
                                        for r in runs["job"]])  # fmt: skip
     out["job_batch_phases"] = medians([flat(r["batch_phases"]) for r in runs["job"]])

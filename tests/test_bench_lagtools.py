@@ -132,15 +132,22 @@ def test_the_fast_lane_s_log_gives_each_transaction_s_first_application(tmp_path
     log = tmp_path / "fast-lane.jsonl"
     assert fast_lane_times(log) == {}  # no lane, no times: every change counts as missing
     lines = [
-        {"shard": "-80", "gtid": "1-1-7", "appliedAt": 10.5},
-        {"shard": "-80", "gtid": "1-1-7", "appliedAt": 11.0},  # a lane started again
-        {"shard": "80-", "gtid": "0-1-3,2-2-9", "appliedAt": 12.0},
+        {"shard": "-80", "gtid": "1-1-7", "tailedAt": 10.25, "appliedAt": 10.5},
+        {"shard": "-80", "gtid": "1-1-7", "tailedAt": 10.9, "appliedAt": 11.0},  # started again
+        {"shard": "80-", "gtid": "0-1-3,2-2-9", "tailedAt": 11.5, "appliedAt": 12.0},
+        {"shard": "80-", "gtid": "0-1-4", "tailedAt": None, "appliedAt": 12.5},  # trimmed first
     ]
     log.write_text("".join(json.dumps(line) + "\n" for line in lines) + '{"shard": "-80", "gt')
     assert fast_lane_times(log) == {
         ("-80", "1-1-7"): 10.5,
         ("80-", "0-1-3"): 12.0,
         ("80-", "2-2-9"): 12.0,
+        ("80-", "0-1-4"): 12.5,
+    }
+    assert fast_lane_times(log, "tailedAt") == {
+        ("-80", "1-1-7"): 10.25,
+        ("80-", "0-1-3"): 11.5,
+        ("80-", "2-2-9"): 11.5,
     }
 
 

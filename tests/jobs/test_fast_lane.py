@@ -110,6 +110,8 @@ def test_the_fast_lane_invalidates_what_the_tail_holds_as_the_batch_would(
         last = json.loads(lane_log.read_text().splitlines()[-1])
         # logged once the write returned; the poll may see the entry a moment before that
         assert last["shard"] == "80-" and abs(last["appliedAt"] - seen) < 0.5, (last, seen)
+        # the tail read the commit after the writer's COMMIT returned, and before the lane wrote
+        assert committed - 0.05 <= last["tailedAt"] <= last["appliedAt"], (last, committed)
     finally:
         batch_sink.close()
         reader.stop()

@@ -43,6 +43,15 @@ class _Kept(NamedTuple):
     rows: list[EventRow]
     total: int  # rows of every transaction kept since the buffer began, this one included
     size: int  # bytes of this transaction's rows (row_bytes)
+    finished_at: float  # Unix time the tail read the transaction's end
+
+
+class TailTransaction(NamedTuple):
+    """One transaction a tail holds, as `TailBuffer.transactions_between` hands it out."""
+
+    position: GTIDPosition  # the shard's position after it
+    rows: list[EventRow]
+    finished_at: float  # Unix time the tail read its end (its commit event)
 
 
 class TailBuffer:
@@ -100,7 +109,7 @@ class TailBuffer:
             rows, self._pending = self._pending, []
             self._total += len(rows)
             number = self._first + len(self._kept)
-            self._kept.append(_Kept(position, rows, self._total, self._pending_bytes))
+            self._kept.append(_Kept(position, rows, self._total, self._pending_bytes, time.time()))
             self._pending_bytes = 0
             self._index[position] = number
             self.position = position
@@ -168,17 +177,14 @@ class TailBuffer:
 
     def transactions_between(
         self, start: GTIDPosition, end: GTIDPosition, max_rows: int
-    ) -> list[tuple[GTIDPosition, list[EventRow]]] | None:
-        """The transactions `(start, end]` (the position after each, its rows), in binlog
-        order; None as for `rows_between`."""
+    ) -> list[TailTransaction] | None:
+        """The transactions `(start, end]`, in binlog order; None as for `rows_between`."""
         with self._changed:
             numbers = self._numbers_between(start, end, max_rows)
             if numbers is None:
                 return None
-            return [
-                (self._kept[n - self._first].position, self._kept[n - self._first].rows)
-                for n in numbers
-            ]
+            kept = [self._kept[n - self._first] for n in numbers]
+            return [TailTransaction(k.position, k.rows, k.finished_at) for k in kept]
 
     def _numbers_between(
         self, start: GTIDPosition, end: GTIDPosition, max_rows: int

@@ -20,8 +20,9 @@ by its batch as before. The memcached sink does not count finding its own change
 the fast lane wrote as a duplicate delivered (`updatestream.cache.entry.FAST_LANE_FLAG`).
 
 With `fastLaneLog` set, every lane appends one JSON line per transaction it applied (its shard,
-GTID and the time its invalidations were written), which is how the lag benchmarks time the
-lane against the writer's own commit times.
+GTID, when the tail read the transaction's commit event and when its invalidations were
+written), which is how the lag benchmarks time the lane against the writer's own commit times
+and split that lag into the binlog's delivery to the tail and the lane's own work.
 
 A lane never fails the stream: an error is logged (once a minute at most) and the lane goes on
 with the next transactions. A lane starts with its shard's tail, at the tail's start (the end of
@@ -34,7 +35,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from updatestream.binlog.events import ChangeEvent
 from updatestream.binlog.tailer import ShardTailer
@@ -43,6 +44,7 @@ from updatestream.core.gtid import GTIDPosition
 from updatestream.core.snapshot_plan import SnapshotRange
 from updatestream.core.token import EventToken
 from updatestream_jobs.sinks.memcached_sink import MemcachedSink
+from updatestream_jobs.source.arrow_rows import FIELDS
 from updatestream_jobs.source.binlog_ranges import ShardRange, read_shard_rows
 from updatestream_jobs.source.offsets import StreamOffset
 from updatestream_jobs.source.options import SourceConfig
@@ -52,6 +54,7 @@ log = logging.getLogger(__name__)
 # rows a lane takes at once when it is behind (whole transactions; at least one)
 STEP_ROWS = 5000
 _WARN_EVERY = 60.0  # seconds between two warnings of one lane
+_GTID = FIELDS.index("gtid")
 # the lanes of one process append to `fastLaneLog` one at a time (a module lock: Spark pickles
 # the reader, and its lanes with it, before they start)
 _LOG_LOCK = threading.Lock()
@@ -112,16 +115,20 @@ class FastLane:
         for shard in list(self._lanes):
             self.drop(shard)
 
-    def record(self, events: Sequence[ChangeEvent], applied_at: float) -> None:
-        """Append the applied transactions to `fastLaneLog` (one line each), when it is set."""
+    def record(
+        self, events: Sequence[ChangeEvent], tailed_at: Mapping[str, float], applied_at: float
+    ) -> None:
+        """Append the applied transactions to `fastLaneLog` (one line each), when it is set;
+        `tailed_at`: GTID -> when the tail read that transaction's end."""
         path = self.config.fast_lane_log
         if path is None or not events:
             return
         seen = dict.fromkeys((e.shard, e.gtid) for e in events if e.op != "heartbeat")
-        lines = "".join(
-            json.dumps({"shard": shard, "gtid": gtid, "appliedAt": applied_at}) + "\n"
+        entries = (
+            {"shard": shard, "gtid": gtid, "tailedAt": tailed_at.get(gtid), "appliedAt": applied_at}
             for shard, gtid in seen
         )
+        lines = "".join(json.dumps(entry) + "\n" for entry in entries)
         with _LOG_LOCK, open(path, "a", encoding="utf-8") as out:
             out.write(lines)
 
@@ -179,7 +186,7 @@ class _ShardLane:
             shard, _text(shard, self.frontier), _text(shard, end), False,
             dedup=dedup, holdback=holdback,
         )  # fmt: skip
-        rows = [row for _, kept in found for row in kept]
+        rows = [row for tx in found for row in tx.rows]
         events = [
             ChangeEvent(*row)
             for row in read_shard_rows(self.lane.config, part, rows)
@@ -195,7 +202,8 @@ class _ShardLane:
                 self._warn(exc)
         self.lane.transactions += len(found)
         if applied:
-            self.lane.record(events, time.time())
+            tailed = {row[_GTID]: tx.finished_at for tx in found for row in tx.rows}
+            self.lane.record(events, tailed, time.time())
         self.frontier = end  # last: who sees the lane there sees its writes and its log
 
     def _warn(self, exc: BaseException) -> None:

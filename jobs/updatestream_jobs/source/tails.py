@@ -146,7 +146,7 @@ class Tails:
         found = tailer.buffer.transactions_between(start, end, self.config.tail_buffer_rows)
         if found is None:
             return None
-        return [(position, tuple(row[_KSID] or "" for row in rows)) for position, rows in found]
+        return [(tx.position, tuple(row[_KSID] or "" for row in tx.rows)) for tx in found]
 
     def follow(self, ends: Mapping[str, EventToken]) -> None:
         """Tails for exactly the shards of `ends`; a shard without a working tail (or whose
