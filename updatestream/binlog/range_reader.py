@@ -36,6 +36,7 @@ from pymysqlreplication.event import (
 from pymysqlreplication.row_event import (
     DeleteRowsEvent,
     PartialUpdateRowsEvent,
+    TableMapEvent,
     UpdateRowsEvent,
     WriteRowsEvent,
 )
@@ -79,6 +80,8 @@ _STREAM_EVENTS = [
     # never skipped in silence: both would otherwise read as a transaction without rows
     PartialUpdateRowsEvent,
     NotImplementedEvent,
+    # read by the library for every rows event; handed to the loop only to be released
+    TableMapEvent,
 ]
 TRANSACTION_PAYLOAD_EVENT = 40  # MySQL: a compressed transaction (binlog_transaction_compression)
 _DML_PREFIXES = ("INSERT", "UPDATE", "DELETE", "REPLACE", "LOAD DATA")
@@ -253,6 +256,7 @@ class BinlogRangeReader:
                     began, ends = self._query(event, standalone, began)
                     if ends:
                         yield from self._finish()
+                _release(event)
                 if self._done:
                     return
         finally:
@@ -308,3 +312,12 @@ class BinlogRangeReader:
         # a MySQL DDL: GTID, then the statement, no BEGIN
         ends = not began and self._tx.ordinal == 0 and self.flavor is Flavor.MYSQL
         return began, ends
+
+
+def _release(event: Any) -> None:
+    """Break the reference cycle between a read event and its packet (each refers to the other
+    in python-mysql-replication), so both are freed at once by reference counting. Left to the
+    cycle collector, every event of a followed binlog is garbage that full collections, which
+    hold the GIL for tens of milliseconds, have to find."""
+    if hasattr(event, "packet"):
+        event.packet = None
