@@ -7,6 +7,8 @@ buffer drops its rows and the range is read the ordinary way."""
 from __future__ import annotations
 
 import contextlib
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -242,3 +244,24 @@ def test_a_range_the_tail_does_not_hold_is_read_by_the_workers(
 @pytest.fixture(autouse=True)
 def _quiet_pause() -> None:
     time.sleep(0.1)  # let the previous test's tails end
+
+
+def test_the_startup_heap_is_frozen_once_per_process() -> None:
+    """Before its first tail a reader's process leaves what is alive then out of later
+    collections; a second tail freezes nothing more (what the stream makes later stays
+    collectable)."""
+    script = (
+        "import gc\n"
+        "from updatestream_jobs.source.tails import freeze_startup_heap\n"
+        "before = gc.get_freeze_count()\n"
+        "freeze_startup_heap()\n"
+        "frozen = gc.get_freeze_count()\n"
+        "later = [[n] for n in range(1000)]\n"
+        "freeze_startup_heap()\n"
+        "print(before, frozen, gc.get_freeze_count())\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], check=True, capture_output=True, text=True, timeout=120
+    ).stdout.split()
+    before, frozen, after = (int(n) for n in out)
+    assert before == 0 and frozen > 10_000 and after == frozen, out
