@@ -1,12 +1,19 @@
 # syntax=docker/dockerfile:1.7
 # One image for the UpdateStream operator, the Spark driver and the Spark executors.
 #
-#   docker build -t ghcr.io/updatestream/updatestream:0.1.0 .
+#   docker build --build-context vitess="$(scripts/build-vitess.sh)" \
+#     -t ghcr.io/updatestream/updatestream:0.1.0 .
+#
+# The build context `vitess` is required: a directory holding `vtctldclient`, the Vitess
+# program the operator reads a Keyspace's Vitess cluster with (spec.vitess). Nothing else is
+# taken from it. scripts/build-vitess.sh (`make vitess-tools`) builds the version
+# tools/vitess/go.mod pins into the cache directory and prints that directory last.
 #
 # Stages: `jre` (a pinned Temurin Java 17 runtime, only copied from), `builder` (wheels of the
 # project and of exactly the locked versions of its runtime dependencies), and the final image:
-# Python 3.11, the JRE and the installed wheels, running as UID 10001, with no compiler, no pip
-# and no wheel files left in it. No HEALTHCHECK: Kubernetes probes the operator (see the chart).
+# Python 3.11, the JRE, vtctldclient and the installed wheels, running as UID 10001, with no
+# compiler, no pip and no wheel files left in it. No HEALTHCHECK: Kubernetes probes the
+# operator (see the chart).
 #
 # The base images are build arguments. By default they are the official images above; where
 # those cannot be pulled, `make image` passes images made from Debian packages
@@ -49,6 +56,8 @@ RUN if [ ! -x /usr/bin/tini ]; then apt-get update \
  && /usr/sbin/useradd --system --uid 10001 --gid 10001 --home-dir /tmp --no-create-home \
       --shell /usr/sbin/nologin updatestream
 COPY --from=jre /opt/java/openjdk /opt/java/openjdk
+# A static Go binary, owned by root; found on PATH by the operator (vitess_topology).
+COPY --from=vitess --chmod=0755 vtctldclient /usr/local/bin/vtctldclient
 # Install the wheels (bind-mounted from the builder, so none stays in a layer) into a venv
 # whose pip is removed after use, then remove pip, setuptools and wheel from the base Python
 # as well when it has them. The Spark

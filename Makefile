@@ -33,11 +33,11 @@ vitess-tools: ## build Vitess v24 (vtctld, vtctldclient, vtgate, vttablet, mysql
 	@bash scripts/build-vitess.sh >/dev/null
 
 .PHONY: image
-image: system-deps ## build the UpdateStream and pause images with buildah (cached by input hash); load them into the node when it runs
+image: system-deps vitess-tools ## build the UpdateStream (with vtctldclient) and pause images with buildah (cached by input hash); load them into the node when it runs
 	@bash scripts/build-image.sh all
 
 .PHONY: cluster-up
-cluster-up: system-deps kube-tools ## start a one-node Kubernetes on this machine (root; state in .updatestream/node)
+cluster-up: system-deps kube-tools vitess-tools ## start a one-node Kubernetes on this machine (root; state in .updatestream/node)
 	@bash scripts/cluster-up.sh
 	@bash scripts/build-image.sh all
 	@bash scripts/cluster-hint.sh

@@ -4,19 +4,23 @@
 #
 #   pause  the sandbox image: docker/pause/pause.c built with `gcc -static`, FROM scratch
 #   app    the UpdateStream image from the Dockerfile, on the Debian base images of
-#          scripts/build-base-image.sh (PYTHON_IMAGE / JRE_IMAGE build arguments)
+#          scripts/build-base-image.sh (PYTHON_IMAGE / JRE_IMAGE build arguments), with
+#          `vtctldclient` from the Vitess that `make vitess-tools` built (the build context
+#          `vitess`: its bin directory, of the version tools/vitess/go.mod pins)
 #
 # Usage: build-image.sh [pause|app|all] (default all). The app image is tagged
-# localhost/updatestream:dev-<hash of the build context>, so it is rebuilt only when an input
-# changes; its name is written to <cache>/images/app.ref. When the node's containerd runs
-# (CONTAINERD_ADDRESS, default .updatestream/node/run/containerd.sock), each image it does
-# not hold yet is exported (`buildah push ... docker-archive:`) and imported with
-# `ctr -n k8s.io images import`.
+# localhost/updatestream:dev-<hash of the build context and of vtctldclient>, so it is rebuilt
+# only when an input changes; its name is written to <cache>/images/app.ref. When the node's
+# containerd runs (CONTAINERD_ADDRESS, default .updatestream/node/run/containerd.sock), each
+# image it does not hold yet is exported (`buildah push ... docker-archive:`) and imported
+# with `ctr -n k8s.io images import`.
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=scripts/buildah-env.sh
 source "$repo/scripts/buildah-env.sh"
+# shellcheck source=scripts/vitess-env.sh
+source "$repo/scripts/vitess-env.sh"
 what=${1:-all}
 image_dir=$cache_dir/images
 address=${CONTAINERD_ADDRESS:-$repo/.updatestream/node/run/containerd.sock}
@@ -37,17 +41,31 @@ build_pause() {
   echo "built $PAUSE_IMAGE"
 }
 
-# What the build context holds: the .dockerignore's allow-list (`!path`), hashed file by file.
+# What the build contexts hold: the .dockerignore's allow-list (`!path`), hashed file by file,
+# and the Vitess version with the digest of the one program the image takes from it.
 context_hash() {
   local allowed
   mapfile -t allowed < <(sed -n 's#^!\(.*[^/]\)/\{0,1\}$#\1#p' "$repo/.dockerignore")
-  (cd "$repo" && find Dockerfile .dockerignore "${allowed[@]}" -type f \
-    ! -path '*/__pycache__/*' ! -name '*.pyc' ! -path '*.egg-info/*' \
-    ! -path '*/.mypy_cache/*' ! -path '*/.ruff_cache/*' -print0 |
-    sort -z | xargs -0 sha256sum | sha256sum | cut -c1-12)
+  {
+    (cd "$repo" && find Dockerfile .dockerignore "${allowed[@]}" -type f \
+      ! -path '*/__pycache__/*' ! -name '*.pyc' ! -path '*.egg-info/*' \
+      ! -path '*/.mypy_cache/*' ! -path '*/.ruff_cache/*' -print0 |
+      sort -z | xargs -0 sha256sum)
+    echo "vitess $VITESS_VERSION"
+    (cd "$VITESS_BIN_DIR" && sha256sum vtctldclient)
+  } | sha256sum | cut -c1-12
+}
+
+# The operator runs vtctldclient to follow a Keyspace's Vitess cluster (spec.vitess).
+require_vtctldclient() {
+  [ -x "$VITESS_BIN_DIR/vtctldclient" ] && return 0
+  echo "build-image: no vtctldclient of Vitess ${VITESS_VERSION:-(unknown version)} in" \
+    "$VITESS_BIN_DIR; run \`make vitess-tools\` first" >&2
+  exit 1
 }
 
 build_app() {
+  require_vtctldclient
   "$repo/scripts/build-base-image.sh"
   APP_IMAGE=localhost/updatestream:dev-$(context_hash)
   echo "$APP_IMAGE" >"$image_dir/app.ref"
@@ -69,7 +87,7 @@ build_app() {
   echo "building $APP_IMAGE ..."
   bah bud --quiet --pull=never --runtime /usr/sbin/runc --network host "${host_config[@]}" \
     --build-arg "PYTHON_IMAGE=$BASE_IMAGE" --build-arg "JRE_IMAGE=$JRE_IMAGE" \
-    -t "$APP_IMAGE" "$repo" >/dev/null
+    --build-context "vitess=$VITESS_BIN_DIR" -t "$APP_IMAGE" "$repo" >/dev/null
   echo "built $APP_IMAGE in $((SECONDS - t0))s"
   # bud leaves the container of a stage it only copied from (jre) mounted: remove it, and the
   # storage's own mount of its overlay directory, so a build leaves no mount behind.

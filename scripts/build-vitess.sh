@@ -25,12 +25,14 @@ packages=(
 source "$repo/scripts/go-env.sh"
 go_cmd=$(find_go build-vitess 1.26.8)
 
-version=$(awk '$1 == "vitess.io/vitess" { print $2; exit }' "$module_dir/go.mod")
+# shellcheck source=scripts/vitess-env.sh
+source "$repo/scripts/vitess-env.sh"
+version=$VITESS_VERSION
 [ -n "$version" ] || {
   echo "build-vitess: tools/vitess/go.mod pins no vitess.io/vitess version" >&2
   exit 1
 }
-bin_dir=$cache_dir/vitess/$version/bin
+bin_dir=$VITESS_BIN_DIR
 
 module_hash() {
   {

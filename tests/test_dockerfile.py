@@ -3,8 +3,9 @@
 The Dockerfile is parsed into stages and instructions and held to the image rules: multi-stage,
 every base pinned to an exact version or a digest, a numeric non-root USER in the final stage,
 no credentials in ARG/ENV, no build tools or HEALTHCHECK in the final stage, the wheel built
-in a builder stage. The entrypoint script is run for real with this machine's Python, Java and
-the Spark bundled with pyspark.
+in a builder stage, vtctldclient alone taken from the Vitess build context that
+scripts/build-image.sh passes. The entrypoint script is run for real with this machine's
+Python, Java and the Spark bundled with pyspark.
 """
 
 from __future__ import annotations
@@ -240,6 +241,20 @@ def test_java_17_and_python_3_11_as_the_project_needs(stages: list[Stage]) -> No
     assert jre.image.startswith("eclipse-temurin:17.") and "-jre" in jre.image
     requires = re.search(r'requires-python = "(.*)"', (REPO_ROOT / "pyproject.toml").read_text())
     assert requires and requires.group(1) == ">=3.11,<3.12"
+
+
+def test_the_final_stage_carries_vtctldclient_from_the_vitess_context(stages: list[Stage]) -> None:
+    """The operator follows a Keyspace's Vitess cluster with vtctldclient (spec.vitess): the
+    image carries that one program, root's (no --chown), where its PATH finds it."""
+    assert "vitess" not in {s.name for s in stages}, "`vitess` is a build context, not a stage"
+    final = stages[-1]
+    copies = [c.arguments for c in final.all("COPY") if "--from=vitess" in c.arguments]
+    assert copies == ["--from=vitess --chmod=0755 vtctldclient /usr/local/bin/vtctldclient"]
+    uses = [i for s in stages for i in s.instructions if "from=vitess" in i.arguments]
+    assert len(uses) == 1, "nothing else is taken from the Vitess build context"
+    assert "/usr/local/bin" in env_of(final)["PATH"].split(":")
+    build = (REPO_ROOT / "scripts" / "build-image.sh").read_text()
+    assert '--build-context "vitess=$VITESS_BIN_DIR"' in build
 
 
 # -- entrypoints -----------------------------------------------------------------------------

@@ -1,9 +1,11 @@
 """End to end on a real one-node Kubernetes: the chart's operator Pod from the project's image
 launches a Spark job as a driver Pod and an executor Pod, which stream live traffic into the
 Version Stream, memcached and CDCv2 sinks; a live split applied to the Keyspace with kubectl
-is hopped inside the running job; `updatestream verify` checks every sink. On the way the
-node loses Pods as a failing node would (deleted at once, no grace): an executor mid-stream, the
-operator in the middle of the hop, and the driver after it; the stream goes on through each.
+is hopped inside the running job; `updatestream verify` checks every sink. The operator Pod
+runs the image's vtctldclient, which it follows a Keyspace's Vitess cluster with. On the way
+the node loses Pods as a failing node would (deleted at once, no grace): an executor
+mid-stream, the operator in the middle of the hop, and the driver after it; the stream goes on
+through each.
 
 Real components throughout (tests/cluster/node.py): kubelet runs the Pods with containerd and
 runc, in a namespace enforcing the `restricted` Pod Security Standard. The development
@@ -30,6 +32,7 @@ from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.memcached_server import MemcachedServer
 from updatestream_cli.devcluster.reshard import ReshardOptions
 from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
+from updatestream_cli.vitess.runtime import VITESS_VERSION
 
 from harness.stream_job import reshard
 from tests.cluster.node import (
@@ -52,6 +55,7 @@ CLAIM_MOUNT = "/var/lib/updatestream/checkpoints"
 CLI = str(Path(sys.executable).with_name("updatestream"))
 STREAM_SELECTOR = f"updatestream.io/stream={STREAM}"
 OPERATOR_SELECTOR = "app.kubernetes.io/component=operator"
+OPERATOR_DEPLOYMENT = "deploy/updatestream-updatestream-operator"
 REPORT = REPO_ROOT / ".updatestream" / "node-e2e-report.txt"
 
 
@@ -128,6 +132,20 @@ def _install(node: Node) -> None:
     install_chart(node, NS, "--set", f"spark.checkpointClaim={CLAIM}")
 
 
+def _operator_has_vtctldclient(node: Node) -> None:
+    """The operator Pod runs the image's vtctldclient, of the pinned Vitess, and the operator's
+    own lookup finds it there (it reads a Keyspace's spec.vitess with it)."""
+
+    def run(*command: str) -> str:
+        return node.kubectl("exec", "-n", NS, OPERATOR_DEPLOYMENT, "-c", "operator", "--", *command)
+
+    _, major, patch = VITESS_VERSION.removeprefix("v").split(".")  # v0.24.4 is Vitess 24.0.4
+    printed = run("vtctldclient", "--version")
+    assert f"Version: {major}.0.{patch} " in printed, printed
+    lookup = "from updatestream.vitess_topology import vtctldclient_program as p; print(p())"
+    assert run("python", "-c", lookup).strip() == "/usr/local/bin/vtctldclient"
+
+
 @pytest.fixture
 def world(
     node: Node, mariadb_server: MariaDBFixture, tmp_path_factory: pytest.TempPathFactory
@@ -200,7 +218,7 @@ def _diagnostics(node: Node) -> str:
         ("get", "pods", "-n", NS, "-o", "wide"),
         ("get", "events", "-n", NS, "--sort-by=.lastTimestamp"),
         ("get", "updatestream", STREAM, "-n", NS, "-o", "jsonpath={.status.conditions}"),
-        ("logs", "-n", NS, "deploy/updatestream-updatestream-operator", "--tail=30"),
+        ("logs", "-n", NS, OPERATOR_DEPLOYMENT, "--tail=30"),
         ("logs", "-n", NS, "-l", "spark-role=driver", "-c", "spark-kubernetes-driver", "--tail=60"),
     ):
         parts.append(f"$ kubectl {' '.join(args)}\n{node.kubectl(*args, check=False)[-6000:]}")
@@ -306,6 +324,7 @@ def test_the_operator_pod_runs_a_spark_job_as_pods_that_deliver_every_change(
 ) -> None:
     w, node, cluster = world, world.node, world.cluster
     _install(node)
+    _operator_has_vtctldclient(node)
     node.apply(NS, *_local_volume(w.volume))
     reader = cluster.secret_ref("reader").name
     create_secret(node, NS, reader, cluster.secrets_dir / reader)
