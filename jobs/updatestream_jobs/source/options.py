@@ -263,8 +263,9 @@ class SourceConfig:
     )  # fmt: skip
     fast_lane_log: str | None = option(
         "fastLaneLog", None, "a file each fast lane appends a JSON line to per transaction it "
-        "applied (`shard`, `gtid`, `appliedAt` in Unix seconds), to measure its lag beside "
-        "the writer's commit times (`make bench-lag`)",
+        "applied (`shard`, `gtid`, `tailedAt`: when the tail read its commit event, "
+        "`appliedAt`: when its invalidations were written; Unix seconds), to measure its lag "
+        "beside the writer's commit times (`make bench-peers`)",
     )  # fmt: skip
     # derived from `keyspace` and `keyRange` by parse_options
     keyspace: str = ""
