@@ -93,7 +93,7 @@ build_app() {
   # storage's own mount of its overlay directory, so a build leaves no mount behind.
   bah rm --all >/dev/null
   if mountpoint -q "$BUILDAH_ROOT/overlay"; then umount "$BUILDAH_ROOT/overlay"; fi
-  # Older builds of the app image are of no use: keep the cache to one (about 1.5 GB).
+  # Older builds of the app image are of no use: keep the cache to one (about 1.8 GB).
   local old
   for old in $(bah images --format '{{.Name}}:{{.Tag}}' | grep '^localhost/updatestream:dev-' |
     grep -vxF "$APP_IMAGE"); do
