@@ -213,7 +213,7 @@ def freeze_startup_heap() -> None:
     now (modules, Spark's and Arrow's, the reader's own) out of later collections (`gc.freeze`).
 
     A full collection holds the GIL while it scans every tracked object, and the tails' threads
-    wait for it: with the startup heap scanned each time (about 80,000 objects), one took 50 to
+    wait for it: with the startup heap scanned each time (about 80,000 objects), one took 25 to
     90 ms of CPU, the longest gap between a commit and its tail's read. Once per process.
     """
     global _heap_frozen
