@@ -35,10 +35,10 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from updatestream.binlog.events import ChangeEvent
-from updatestream.binlog.tailer import ShardTailer
+from updatestream.binlog.tailer import ShardTailer, TailTransaction
 from updatestream.core.dedup import DROPPED_VERDICTS, DedupFilter
 from updatestream.core.gtid import GTIDPosition
 from updatestream.core.snapshot_plan import SnapshotRange
@@ -116,13 +116,17 @@ class FastLane:
             self.drop(shard)
 
     def record(
-        self, events: Sequence[ChangeEvent], tailed_at: Mapping[str, float], applied_at: float
+        self,
+        events: Sequence[ChangeEvent],
+        found: Sequence[TailTransaction],
+        applied_at: float,
     ) -> None:
         """Append the applied transactions to `fastLaneLog` (one line each), when it is set;
-        `tailed_at`: GTID -> when the tail read that transaction's end."""
+        `found`: the tail's transactions they came from (when the tail read each one's end)."""
         path = self.config.fast_lane_log
         if path is None or not events:
             return
+        tailed_at = {row[_GTID]: tx.finished_at for tx in found for row in tx.rows}
         seen = dict.fromkeys((e.shard, e.gtid) for e in events if e.op != "heartbeat")
         entries = (
             {"shard": shard, "gtid": gtid, "tailedAt": tailed_at.get(gtid), "appliedAt": applied_at}
@@ -202,8 +206,7 @@ class _ShardLane:
                 self._warn(exc)
         self.lane.transactions += len(found)
         if applied:
-            tailed = {row[_GTID]: tx.finished_at for tx in found for row in tx.rows}
-            self.lane.record(events, tailed, time.time())
+            self.lane.record(events, found, time.time())
         self.frontier = end  # last: who sees the lane there sees its writes and its log
 
     def _warn(self, exc: BaseException) -> None:
