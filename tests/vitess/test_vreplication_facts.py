@@ -1,7 +1,7 @@
 """What a real Vitess v24 Reshard writes into the shards' binlogs: the facts the reader relies on.
 
 Once per module, under traffic through vtgate, the session cluster splits `-80` into `-40,40-80`
-with a real `vtctldclient Reshard`: copy, catch up, a pause of VReplication while writes go on
+with a real `vtctldclient Reshard`: copy, catch up, a pause of VReplication over a burst of writes
 (so that it falls behind, then applies a backlog), SwitchTraffic, more writes (which reverse
 replication copies back into `-80`). The binlogs of `-80`, `-40` and `40-80` are then read with
 python-mysql-replication and checked transaction by transaction. The module ends by completing
@@ -43,6 +43,7 @@ from updatestream.core.keyrange import KeyRange
 
 WORKFLOW = "facts_split"
 PAUSE_SECONDS = 3.0
+WRITES_PER_SECOND = 40
 FIRST_ID = 10_000_000  # of the rows the module's writer inserts
 
 
@@ -89,10 +90,15 @@ def _run_split(cluster: VitessCluster, writer: VtgateWriter) -> VitessReshard:
     # VReplication paused while writes go on: it resumes with a backlog, fetched in bulk.
     vtctl = cluster.vtctl()
     vtctl.run("Workflow", "--keyspace", cluster.keyspace, "stop", "--workflow", WORKFLOW)
-    writer.burst(300)
+    writer.burst(700)
+    # Nothing newer than the burst until the backlog is applied, so each copy of it covers
+    # source transactions at least the pause old (with writes going on, a group could end at one
+    # committed just before the start).
+    writer.stop()
     time.sleep(PAUSE_SECONDS)
     vtctl.run("Workflow", "--keyspace", cluster.keyspace, "start", "--workflow", WORKFLOW)
     runner.wait_caught_up()
+    writer.start(per_second=WRITES_PER_SECOND)
     runner.switch_traffic()
     time.sleep(3.0)  # writes on the new shards, copied back into -80 by reverse replication
     return runner
@@ -106,7 +112,7 @@ def split(vitess_cluster: VitessCluster) -> Iterator[SplitRun]:
     )
     writer.burst(400)  # rows for the copy phase
     before_copy = len(writer.ids)
-    writer.start(per_second=40)
+    writer.start(per_second=WRITES_PER_SECOND)
     try:
         runner = _run_split(cluster, writer)
     finally:
