@@ -116,6 +116,15 @@ load() { # image
     # --sync: the old image's layers and snapshots are collected now, not left behind
     ctr --address "$address" -n k8s.io images rm --sync "$old" >/dev/null
   done
+  # The CRI plugin also names each image it sees by its id (`sha256:<config digest>`); once the
+  # tag is gone that name alone holds the old image's layers (1.8 GB a build), so it goes too.
+  local tagged
+  tagged=$(ctr --address "$address" -n k8s.io images ls | awk 'NR > 1 && $1 !~ /^sha256:/ {print $3}')
+  for old in $(ctr --address "$address" -n k8s.io images ls |
+    awk -v tagged="$tagged" 'BEGIN { n = split(tagged, t, "\n"); for (i = 1; i <= n; i++) keep[t[i]] = 1 }
+      NR > 1 && $1 ~ /^sha256:/ && !($3 in keep) {print $1}'); do
+    ctr --address "$address" -n k8s.io images rm --sync "$old" >/dev/null
+  done
 }
 
 case $what in
