@@ -237,27 +237,45 @@ def hop(r: Result) -> str:
 
 
 def snapshot(r: Result) -> str:
-    rounds = r["rounds"]
+    """Per size of table: each reader's rate (from the query's start, and after the first
+    micro-batch where measured), the ratios side by side, and the mirror's check."""
+    rows: list[list[Any]] = []
+    for size, figures in r["sizes"].items():
+        rows += _snapshot_rows(f"{int(size):,}", figures)
+    rss = r["rss"]
+    head = (f"Chunks of {r['chunk_rows']:,} rows; load average (1 min) "
+            f"{loads([r['load_before'], r['load_after']])} (start, end). Peak RSS at "
+            f"{listed(rss['rows'])} rows: Python driver {listed(rss['driver_rss_mb'])} MB, "
+            f"Python workers {listed(rss['worker_rss_mb'])} MB. \"steady\": the rate after the "
+            f"first micro-batch (which carries the Python workers' start).")  # fmt: skip
+    return head + "\n\n" + table(["rows", "reader", "rows/s (median)", "steady", "rounds"], rows)
+
+
+def _snapshot_rows(size: str, f: Result) -> list[list[Any]]:
+    rounds = f["rounds"]
     rates = {kind: [run["rows_per_s"] for run in runs] for kind, runs in rounds.items()}
     rows = [
-        ["our snapshot", r["snapshot_rows_per_s"], listed(rates["updatestream"])],
-        ["Spark's JDBC reader", r["jdbc_rows_per_s"], listed(rates["jdbc"])],
-        ["ours / JDBC", r["snapshot_vs_jdbc_ratio"], listed(
+        [size, "our snapshot", f["snapshot_rows_per_s"], f["snapshot_steady_rows_per_s"],
+         listed(rates["updatestream"])],
+        [size, "Spark's JDBC reader", f["jdbc_rows_per_s"], "—", listed(rates["jdbc"])],
+        [size, "ours / JDBC", f["snapshot_vs_jdbc_ratio"], "—", listed(
             u / j for u, j in zip(rates["updatestream"], rates["jdbc"], strict=True))],
     ]  # fmt: skip
+    if "mirror" in rates:
+        equal = all(run["verified"]["equal"] for run in rounds["mirror"])
+        check = "verified equal" if equal else "NOT equal to the shards"
+        rows.append([
+            size, f"into the mirror, end to end, {check}", f["snapshot_to_mirror_rows_per_s"],
+            f["snapshot_to_mirror_steady_rows_per_s"], listed(rates["mirror"]),
+        ])  # fmt: skip
     if "debezium" in rates:
         rows += [
-            ["Debezium's initial snapshot, first to last record", r["debezium_rows_per_s"],
-             listed(rates["debezium"])],
-            ["ours / Debezium", r["snapshot_vs_debezium_ratio"], listed(
+            [size, "Debezium's initial snapshot, first to last record", f["debezium_rows_per_s"],
+             "—", listed(rates["debezium"])],
+            [size, "ours / Debezium", f["snapshot_vs_debezium_ratio"], "—", listed(
                 u / d for u, d in zip(rates["updatestream"], rates["debezium"], strict=True))],
         ]  # fmt: skip
-    rss = r["rss"]
-    head = (f"{r['rows']:,} rows, chunks of {r['chunk_rows']:,}; load average "
-            f"(1 min) {loads([r['load_before'], r['load_after']])} (start, end). Peak RSS at "
-            f"{listed(rss['rows'])} rows: Python driver {listed(rss['driver_rss_mb'])} MB, "
-            f"Python workers {listed(rss['worker_rss_mb'])} MB.")  # fmt: skip
-    return head + "\n\n" + table(["reader", "rows/s (median)", "rounds"], rows)
+    return rows
 
 
 def outcomes(starts: Sequence[str], width: int = 140) -> str:
