@@ -241,6 +241,66 @@ def test_a_range_the_tail_does_not_hold_is_read_by_the_workers(
             assert all(0 < len(held.rows_of(p.shard)) <= 50 for p in held.ranges)
 
 
+def test_a_held_range_of_more_than_inline_max_bytes_is_read_by_the_workers(
+    cluster: DevCluster, tmp_path: Any
+) -> None:
+    """A partition is shipped to its task whole: a range the tail holds but whose rows pass
+    `inlineMaxBytes` goes to the workers in binlog pieces instead."""
+    config = config_for(
+        cluster, tail="true", inlineMaxRows="100000", inlineMaxBytes="65536", maxBatchRows="0"
+    )
+    with tailing_reader(config) as (reader, offset):
+        traffic(cluster, tmp_path, 62, large_tx_rows=400, large_tx_every=0.3)
+        end = reader.latestOffset(offset, None)
+        parts = reader.partitions(offset, end)
+        assert parts and all(isinstance(p, BinlogRangePartition) for p in parts)
+        begin, until = StreamOffset.from_json(offset).tokens, StreamOffset.from_json(end).tokens
+        for shard, tailer in reader._tails.tailers.items():
+            held = tailer.buffer.rows_between(begin[shard].position, until[shard].position, 10**6)
+            assert held is not None  # the tail held the range: its size alone sent it away
+            assert (
+                tailer.buffer.rows_between(
+                    begin[shard].position, until[shard].position, 10**6, 65536
+                )
+                is None
+            )
+
+
+def test_a_backlog_past_the_tails_buffer_comes_in_batches_of_about_max_batch_bytes(
+    cluster: DevCluster, tmp_path: Any
+) -> None:
+    """A backlog the tails cannot hold (their buffers overflow) is not one unbounded batch: each
+    batch ends about `maxBatchBytes` of binlog after its start, at an exact position with the
+    start's time, and the batches read back to back are the backlog, every row once."""
+    config = config_for(cluster, tail="true", tailBufferRows="50", maxBatchBytes="65536")
+    with tailing_reader(config) as (reader, first):
+        traffic(cluster, tmp_path, 61, large_tx_rows=400, large_tx_every=0.25)
+        now = positions(config)
+        start, ends = first, {s: [] for s in SHARDS}
+        read = dict.fromkeys(SHARDS, 0)
+        for _ in range(500):
+            tokens = StreamOffset.from_json(start).tokens
+            if all(tokens[s].position == now[s] for s in SHARDS):
+                break
+            end = reader.latestOffset(start, None)
+            cut = StreamOffset.from_json(end).tokens
+            for shard in SHARDS:
+                if cut[shard].position != tokens[shard].position:
+                    ends[shard].append(cut[shard])
+            for part in reader.partitions(start, end):
+                for row in arrow_rows(config, part):
+                    read[row["shard"]] += row["op"] != "heartbeat"
+            reader.commit(end)
+            start = end
+        begun = StreamOffset.from_json(first).tokens
+        for shard in SHARDS:
+            *cuts, last = ends[shard]
+            assert last.position == now[shard] and len(cuts) >= 3, (shard, len(cuts))
+            assert all(t.timestamp == begun[shard].timestamp for t in cuts)
+            backlog = executor_rows(config, shard, begun[shard].position, now[shard])
+            assert read[shard] == len(backlog)
+
+
 @pytest.fixture(autouse=True)
 def _quiet_pause() -> None:
     time.sleep(0.1)  # let the previous test's tails end

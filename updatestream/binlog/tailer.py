@@ -162,13 +162,16 @@ class TailBuffer:
             )
 
     def rows_between(
-        self, start: GTIDPosition, end: GTIDPosition, max_rows: int
+        self, start: GTIDPosition, end: GTIDPosition, max_rows: int, max_bytes: int = 0
     ) -> list[EventRow] | None:
         """The rows of the transactions `(start, end]`, in binlog order; None when the buffer
-        does not hold both ends exactly or the range has more than `max_rows` rows."""
+        does not hold both ends exactly, the range has more than `max_rows` rows or (when
+        `max_bytes` is set) more than `max_bytes` bytes of them (`row_bytes`)."""
         with self._changed:
             numbers = self._numbers_between(start, end, max_rows)
             if numbers is None:
+                return None
+            if max_bytes and sum(self._kept[n - self._first].size for n in numbers) > max_bytes:
                 return None
             out: list[EventRow] = []
             for number in numbers:

@@ -161,7 +161,11 @@ class UpdateStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
             cut = tails.cut(shard, previous)  # admission control: at most maxBatchRows
             if cut is not None and position_contains(token.position, cut.position):
                 return cut
-        return token
+            if tails.reaches(shard, previous, token):
+                return token
+        # A range the tail does not hold (a backlog past its buffer, a tail behind or off):
+        # at most maxBatchBytes of binlog, so a backlog never becomes one unbounded batch.
+        return self._planner.binlog_cut(shard, previous, token)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadAllAvailable()

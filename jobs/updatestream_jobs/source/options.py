@@ -240,6 +240,11 @@ class SourceConfig:
         "inlineMaxRows", 20000, "the most rows a range may have to be handed over from a tail; "
         "a larger range is read by the workers, in parallel pieces",
     )  # fmt: skip
+    inline_max_bytes: int = option(
+        "inlineMaxBytes", 4 * 1024 * 1024, "the most bytes of rows a range may hold to be "
+        "handed over from a tail (a partition is shipped to its task whole: a larger one is "
+        "read by the workers, in parallel pieces)", minimum=65536, shown="4 MiB",
+    )  # fmt: skip
     tail_buffer_rows: int = option(
         "tailBufferRows", 200_000, "rows a shard's tail may hold (uncommitted rows and the "
         "transaction being read); past it the workers read that range", minimum=1,
@@ -254,6 +259,13 @@ class SourceConfig:
     max_batch_rows: int = option(
         "maxBatchRows", 20000, "admission control: a micro-batch takes at most about this many "
         "rows of a shard whose tail holds them (whole transactions; 0: no limit)",
+    )  # fmt: skip
+    max_batch_bytes: int = option(
+        "maxBatchBytes", 16 * 1024 * 1024, "admission control where the tail does not hold a "
+        "shard's range (a backlog larger than the tail's buffer, `tail` off): a micro-batch "
+        "takes about this much of the shard's binlog at most, cut at exact GTID positions "
+        "(inside binlog files on MariaDB, at file boundaries on MySQL; 0: no limit)",
+        shown="16 MiB",
     )  # fmt: skip
     fast_lane_sinks: tuple[MemcachedSink, ...] = option(
         "fastLaneSinks", (), "memcached sinks (a JSON list of their specs: `servers`, "

@@ -118,6 +118,16 @@ class BatchPlanner:
             session.close()
         self._sessions.clear()
 
+    def binlog_cut(self, shard: str, start: EventToken, end: EventToken) -> EventToken:
+        """`end`, or an earlier end about `maxBatchBytes` of binlog after `start` when the range
+        is longer (an exact GTID position; the start's timestamp: nothing is promised past the
+        start's time)."""
+        limit = self.config.max_batch_bytes
+        if limit <= 0 or start.position == end.position:
+            return end
+        points = self.session(shard).split_points(start.position, end.position, limit)
+        return EventToken(start.timestamp, shard, points[0]) if points else end
+
     def current(self, shards: Iterable[str] | None = None) -> dict[str, EventToken]:
         tokens = {}
         for shard in shards if shards is not None else [e.shard for e in self.config.shards]:

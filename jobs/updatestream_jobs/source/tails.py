@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping
 from updatestream.binlog.config import ShardEndpoint
 from updatestream.binlog.row_converter import EventRow
 from updatestream.binlog.tailer import ShardTailer
-from updatestream.core.gtid import GTIDPosition
+from updatestream.core.gtid import GTIDPosition, position_contains
 from updatestream.core.token import EventToken
 from updatestream_jobs.source.arrow_rows import FIELDS
 from updatestream_jobs.source.fast_lane import FastLane
@@ -114,6 +114,14 @@ class Tails:
         position = tailer.buffer.cut_after(start.position, limit)
         return None if position is None else EventToken(start.timestamp, shard, position)
 
+    def reaches(self, shard: str, start: EventToken, end: EventToken) -> bool:
+        """True when the shard's tail holds `start` and has read up to `end`: the range is the
+        tail's, and `cut` bounds it."""
+        tailer = self._live(shard)
+        if tailer is None or not tailer.buffer.holds(start.position):
+            return False
+        return position_contains(tailer.buffer.position, end.position)
+
     def rows(self, shard: str, start: EventToken, end: EventToken) -> list[EventRow] | None:
         """The rows of `(start, end]` from the shard's tail (waiting up to `tailWaitMs` for it
         to get there), or None when the workers must read the range."""
@@ -128,7 +136,9 @@ class Tails:
             ahead = buffer.rows_after(start.position)
             if ahead is not None and ahead <= limit:  # the range may fit: wait for its end
                 buffer.wait_for(end.position, self.config.tail_wait_ms / 1000)
-            rows = buffer.rows_between(start.position, end.position, limit)
+            rows = buffer.rows_between(
+                start.position, end.position, limit, self.config.inline_max_bytes
+            )
         if rows is None:
             self.read_by_workers += 1
         else:
