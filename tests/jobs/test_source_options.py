@@ -71,6 +71,8 @@ def test_defaults_come_from_the_declarations(manifest: Path) -> None:
     ("extra", "says"),
     [
         ({"maxPartitionBytes": "100"}, "option 'maxPartitionBytes' must be at least 65536"),
+        ({"maxBatchBytes": "-1"}, "option 'maxBatchBytes' must be at least 0, got -1"),
+        ({"inlineMaxBytes": "1000"}, "option 'inlineMaxBytes' must be at least 65536"),
         ({"arrowBatchRows": "many"}, "option 'arrowBatchRows' must be an integer, got 'many'"),
         ({"tail": "yes"}, "option 'tail' must be true or false, got 'yes'"),
         ({"keyRange": "80-40"}, "option 'keyRange'"),

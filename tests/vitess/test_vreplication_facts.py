@@ -87,7 +87,7 @@ def _run_split(cluster: VitessCluster, writer: VtgateWriter) -> VitessReshard:
     runner = VitessReshard(cluster, plan, max_lag_seconds=5.0)
     runner.create()
     runner.wait_caught_up()
-    # VReplication paused while writes go on: it resumes with a backlog, fetched in bulk.
+    # VReplication paused over a burst of writes: it resumes with a backlog, fetched in bulk.
     vtctl = cluster.vtctl()
     vtctl.run("Workflow", "--keyspace", cluster.keyspace, "stop", "--workflow", WORKFLOW)
     writer.burst(700)

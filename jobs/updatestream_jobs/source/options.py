@@ -265,7 +265,7 @@ class SourceConfig:
         "shard's range (a backlog larger than the tail's buffer, `tail` off): a micro-batch "
         "takes about this much of the shard's binlog at most, cut at exact GTID positions "
         "(inside binlog files on MariaDB, at file boundaries on MySQL; 0: no limit)",
-        shown="16 MiB",
+        minimum=0, shown="16 MiB",
     )  # fmt: skip
     fast_lane_sinks: tuple[MemcachedSink, ...] = option(
         "fastLaneSinks", (), "memcached sinks (a JSON list of their specs: `servers`, "
