@@ -208,6 +208,9 @@ class MirrorSink(_Model):
     purge_every: int = Field(100, ge=1, alias="purgeEveryBatches")
     # the database of the source tables on the shards; default: the keyspace's name
     source_database: str | None = Field(None, alias="sourceDatabase")
+    # "driver": the job's driver applies each batch; "executors": every Spark task of a batch
+    # applies its own rows, in parallel (apply-if-newer makes their order irrelevant)
+    write_from: Literal["driver", "executors"] = Field("driver", alias="writeFrom")
 
 
 class CDCv2Sink(_Model):

@@ -13,6 +13,11 @@ and per event, so neither the order nor a failure of another sink changes what i
 a sink fails the batch fails once every sink has returned, and Spark runs it again. A sink whose
 server does not answer gets the same events again, as a replay, until it takes them
 (`SinkRetry`): the other sinks' writes are not repeated.
+
+A sink that writes from the executors (`sinks.executor_tasks`; the mirror with `writeFrom:
+executors`) is not given events: the batch is persisted, the sink's Spark job writes every
+partition in its own task while the driver writes the other sinks (and records the batch's
+progress), and the batch ends when both have.
 """
 
 from __future__ import annotations
@@ -23,13 +28,14 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 from updatestream.binlog.events import HOP_MARKER, ChangeEvent
 from updatestream.core.dedup import DROPPED_VERDICTS
 from updatestream_jobs.progress_tracker import ProgressTracker
 from updatestream_jobs.sink_retry import SinkRetry
 from updatestream_jobs.sinks import BatchContext, Sink, SinkResult
+from updatestream_jobs.sinks.executor_tasks import ExecutorWritten, writes_from_executors
 
 # With several sinks, a micro-batch of at most this many events is read from Spark once and
 # kept in the driver for every sink (each Spark pass over a batch costs a fixed ~0.1 s); a
@@ -104,6 +110,11 @@ class BatchDelivery:
         def attempt(again: bool) -> SinkResult:
             return sink.write_batch(events(again), replace(ctx, replay=True) if again else ctx)
 
+        return self._attempts(sink, attempt, ctx)
+
+    def _attempts(
+        self, sink: Sink, attempt: Callable[[bool], SinkResult], ctx: BatchContext
+    ) -> SinkResult:
         if self.retry is None:
             return attempt(False)
         index = self.sinks.index(sink)
@@ -113,13 +124,57 @@ class BatchDelivery:
 
     def deliver(self, frame: Any, ctx: BatchContext, phases: BatchPhases) -> None:
         """Read the batch `frame` and write it to every sink (see the module docstring)."""
+        remote = [sink for sink in self.sinks if writes_from_executors(sink)]
+        if not remote:
+            self._in_driver(frame, self.sinks, ctx, phases, persisted=False)
+            return
+        local = [sink for sink in self.sinks if sink not in remote]
+        pool = self._threads()
+        frame.persist()
+        try:
+            futures = [pool.submit(self._from_executors, sink, frame, ctx) for sink in remote]
+            failure: BaseException | None = None
+            try:
+                self._in_driver(frame, local, ctx, phases, persisted=True)
+            except BaseException as exc:  # the tasks' writes end first
+                failure = exc
+            failure = self._results(remote, futures, phases, failure)
+            if failure is not None:
+                raise failure
+        finally:
+            frame.unpersist()
+
+    def _from_executors(
+        self, sink: Sink, frame: Any, ctx: BatchContext
+    ) -> tuple[SinkResult, float]:
         began = time.perf_counter()
-        if not self.sinks:
+
+        def attempt(again: bool) -> SinkResult:
+            return cast(ExecutorWritten, sink).write_frame(
+                frame, replace(ctx, replay=True) if again else ctx
+            )
+
+        return self._attempts(sink, attempt, ctx), time.perf_counter() - began
+
+    def _in_driver(
+        self,
+        frame: Any,
+        sinks: list[Sink],
+        ctx: BatchContext,
+        phases: BatchPhases,
+        *,
+        persisted: bool,
+    ) -> None:
+        """Write the batch to the sinks that take it in the driver (the batch's progress is
+        recorded here, on the first pass, even with none)."""
+        began = time.perf_counter()
+        if not sinks:
             for _ in self.tracker.observe(self.deduplicated(_events(frame))):
                 pass
+            phases.read_s = time.perf_counter() - began
             return
-        if len(self.sinks) == 1:  # read lazily, as the sink takes it
-            sink = self.sinks[0]
+        if len(sinks) == 1:  # read lazily, as the sink takes it
+            sink = sinks[0]
 
             def events(again: bool) -> Iterator[ChangeEvent]:
                 if again:  # the batch computed again; counted once already
@@ -129,37 +184,36 @@ class BatchDelivery:
             self.tracker.sink_result(sink.name, self._write(sink, events, ctx))
             phases.sinks_s[sink.name] = time.perf_counter() - began
             return
-        frame.persist()
+        if not persisted:
+            frame.persist()
         try:
             first = _events(frame)
             head = list(itertools.islice(first, self.single_pass_events + 1))
             if len(head) <= self.single_pass_events:
                 held = list(self.tracker.observe(self.deduplicated(iter(head))))
                 phases.read_s = time.perf_counter() - began
-                self._concurrently(held, ctx, phases)
+                self._concurrently(sinks, held, ctx, phases)
             else:
                 phases.read_s = time.perf_counter() - began
-                self._in_turn(frame, itertools.chain(head, first), ctx, phases)
+                self._in_turn(sinks, frame, itertools.chain(head, first), ctx, phases)
         finally:
-            frame.unpersist()
+            if not persisted:
+                frame.unpersist()
 
-    def _concurrently(
-        self, held: list[ChangeEvent], ctx: BatchContext, phases: BatchPhases
-    ) -> None:
-        if self._pool is None:
+    def _threads(self) -> ThreadPoolExecutor:
+        if self._pool is None:  # a thread for every sink: each may wait at the same time
             self._pool = ThreadPoolExecutor(len(self.sinks), thread_name_prefix="sink")
-        phases.concurrent = True
+        return self._pool
 
-        def write(sink: Sink) -> tuple[SinkResult, float]:
-            began = time.perf_counter()
-            result = self._write(sink, lambda _again: iter(held), ctx)
-            return result, time.perf_counter() - began
-
-        futures: list[Future[tuple[SinkResult, float]]] = [
-            self._pool.submit(write, sink) for sink in self.sinks
-        ]
-        failure: BaseException | None = None
-        for sink, future in zip(self.sinks, futures, strict=True):
+    def _results(
+        self,
+        sinks: list[Sink],
+        futures: list[Future[tuple[SinkResult, float]]],
+        phases: BatchPhases,
+        failure: BaseException | None = None,
+    ) -> BaseException | None:
+        """Every sink's result recorded once all returned; the first failure, if any."""
+        for sink, future in zip(sinks, futures, strict=True):
             try:
                 result, seconds = future.result()
             except BaseException as exc:  # every sink returns first; the first failure wins
@@ -167,13 +221,33 @@ class BatchDelivery:
                 continue
             self.tracker.sink_result(sink.name, result)
             phases.sinks_s[sink.name] = seconds
+        return failure
+
+    def _concurrently(
+        self, sinks: list[Sink], held: list[ChangeEvent], ctx: BatchContext, phases: BatchPhases
+    ) -> None:
+        pool = self._threads()
+        phases.concurrent = True
+
+        def write(sink: Sink) -> tuple[SinkResult, float]:
+            began = time.perf_counter()
+            result = self._write(sink, lambda _again: iter(held), ctx)
+            return result, time.perf_counter() - began
+
+        futures = [pool.submit(write, sink) for sink in sinks]
+        failure = self._results(sinks, futures, phases)
         if failure is not None:
             raise failure
 
     def _in_turn(
-        self, frame: Any, first: Iterator[ChangeEvent], ctx: BatchContext, phases: BatchPhases
+        self,
+        sinks: list[Sink],
+        frame: Any,
+        first: Iterator[ChangeEvent],
+        ctx: BatchContext,
+        phases: BatchPhases,
     ) -> None:
-        for index, sink in enumerate(self.sinks):
+        for index, sink in enumerate(sinks):
             began = time.perf_counter()
 
             def events(again: bool, index: int = index) -> Iterator[ChangeEvent]:

@@ -19,6 +19,7 @@ from updatestream_cli.verify.cli import verify
 from updatestream_cli.verify.mirror_check import MirrorReport, MirrorTarget, verify_mirror
 from updatestream_jobs.job import Job, typed_error
 from updatestream_jobs.sink_retry import SinkRetry, SinkRetryPolicy
+from updatestream_jobs.sinks.mirror_sink import MirrorSink
 from updatestream_jobs.sinks.sink import SinkUnavailable
 
 from harness.cluster_job import cluster_job, wait_caught_up
@@ -37,11 +38,17 @@ def mirror_db(mariadb_server_factory: MariaDBServerFactory, cluster: DevCluster)
 
 
 def make_job(
-    cluster: DevCluster, mirror: MariaDBFixture, database: str, work: Path, start: str = "earliest"
+    cluster: DevCluster,
+    mirror: MariaDBFixture,
+    database: str,
+    work: Path,
+    start: str = "earliest",
+    write_from: str = "driver",
 ) -> Job:
     sink = manifests.database_sink(
-        "mirror", mirror.host, mirror.port, database, SECRET, purgeEveryBatches=3
-    )
+        "mirror", mirror.host, mirror.port, database, SECRET, purgeEveryBatches=3,
+        writeFrom=write_from,
+    )  # fmt: skip
     stream = spec.parse_update_stream(
         manifests.update_stream("mirrored", "commerce", {"mode": start}, [sink])
     )
@@ -119,12 +126,51 @@ def test_job_mirrors_live_traffic_and_verify_finds_it_equal(
     assert changed.exit_code == 1 and json.loads(changed.output)["different"] == 1
 
 
-def test_a_mirror_down_past_the_retry_limit_fails_the_job_and_a_restart_catches_up(
+PIECES = {"inlineMaxBytes": "65536", "maxPartitionBytes": "65536"}
+
+
+def test_spark_tasks_apply_a_backlog_cut_in_pieces_and_the_mirror_equals_the_shards(
     spark: Any, cluster: DevCluster, mirror_db: MariaDBFixture, tmp_path: Path
 ) -> None:
+    """`writeFrom: executors`: the job reads the whole binlog from its start, cut in 64 KiB
+    pieces (`maxPartitionBytes`; with `inlineMaxBytes` a range the tail holds too), so a batch
+    has several tasks per shard and a key's changes can be in two of them; each task applies its
+    own piece, and the mirror still equals the shards. The sink's counters (added up in the
+    driver) agree with the status report."""
+    sink = manifests.database_sink(
+        "mirror", mirror_db.host, mirror_db.port, "mirror_tasks", SECRET, writeFrom="executors"
+    )
+    stream = spec.parse_update_stream(
+        manifests.update_stream("mirrored", "commerce", {"mode": "earliest"}, [sink])
+    )
+    job = cluster_job(cluster, stream, tmp_path, source_options=PIECES)
+    traffic(cluster, tmp_path, 2.0, seed=12)  # a backlog before the job starts
+    run_with_traffic(spark, job, cluster, tmp_path, 3.0, seed=13)
+    report = mirror_report(cluster, mirror_db, "mirror_tasks")
+    assert report.ok, report.examples
+    assert report.source_rows == report.mirror_rows > 100
+    mirror = job.sinks[0]
+    assert isinstance(mirror, MirrorSink) and mirror.most_tasks > len(
+        cluster.keyspace().spec.shards
+    )
+    state = json.loads((tmp_path / "status.json").read_text())
+    written = state["sinks"][mirror.name]["written"]
+    labels = {"stream": "mirrored", "sink": mirror.name}
+    applied = job.metrics.registry.get_sample_value(
+        "updatestream_mirror_rows_applied_total", labels
+    )
+    assert written > 0 and applied == written
+
+
+@pytest.mark.parametrize("write_from", ["driver", "executors"])
+def test_a_mirror_down_past_the_retry_limit_fails_the_job_and_a_restart_catches_up(
+    spark: Any, cluster: DevCluster, mirror_db: MariaDBFixture, tmp_path: Path, write_from: str
+) -> None:
     """The job waits out a short outage (test_sink_outage.py); one longer than its limit (5 s
-    here instead of 15 minutes) ends it with the typed error, and a restart catches up."""
-    job = make_job(cluster, mirror_db, "mirror_restart", tmp_path)
+    here instead of 15 minutes) ends it with the typed error, and a restart catches up. With
+    `writeFrom: executors` the error raised in a Spark task reaches the driver typed the same."""
+    database = f"mirror_restart_{write_from}"
+    job = make_job(cluster, mirror_db, database, tmp_path, write_from=write_from)
     job.delivery.retry = SinkRetry(SinkRetryPolicy(0.5, 1.0, 5.0), job.stopping)
     job.start(spark)
     try:
@@ -148,13 +194,13 @@ def test_a_mirror_down_past_the_retry_limit_fails_the_job_and_a_restart_catches_
     assert mirror_db.admin.password not in str(error)
     assert json.loads((tmp_path / "status.json").read_text())["phase"] == "failed"
 
-    again = make_job(cluster, mirror_db, "mirror_restart", tmp_path)  # the same checkpoint
+    again = make_job(cluster, mirror_db, database, tmp_path, write_from=write_from)
     again.start(spark)
     try:
         wait_caught_up(again, cluster, tmp_path / "status.json")
     finally:
         again.stop()
-    report = mirror_report(cluster, mirror_db, "mirror_restart")
+    report = mirror_report(cluster, mirror_db, database)
     assert report.ok, report.examples
     assert report.source_rows == report.mirror_rows > 0
 

@@ -115,6 +115,7 @@ def test_sink_fields_the_job_reads_are_kept_not_pruned(api: KubeApi) -> None:
             "tombstoneHorizonSeconds": 3600,
             "purgeEveryBatches": 10,
             "sourceDatabase": "commerce",
+            "writeFrom": "executors",
         },
     ]
     apply(api, NAMESPACE, stream_manifest("kept", "ks", sinks=sinks))
@@ -126,6 +127,7 @@ def test_sink_fields_the_job_reads_are_kept_not_pruned(api: KubeApi) -> None:
     assert isinstance(memcached, MemcachedSink) and isinstance(cdcv2, CDCv2Sink)
     assert isinstance(mirror, MirrorSink) and mirror.tombstone_horizon == 3600
     assert mirror.table_prefix == "src_" and mirror.source_database == "commerce"
+    assert mirror.write_from == "executors"
     assert memcached.extra_keys == {"orders": ["customer-orders:{customer_id}"]}
     assert cdcv2.allowed_lateness == 30
 
@@ -222,6 +224,21 @@ STREAM_CASES: list[tuple[str, Edit, str]] = [
         "negative allowed lateness",
         _one_sink(type="cdcv2", path="/x", allowedLatenessSeconds=-1),
         "spec.sinks[0].allowedLatenessSeconds",
+    ),
+    (
+        "writeFrom on a cdcv2 sink",
+        _one_sink(type="cdcv2", path="/x", writeFrom="executors"),
+        "spec.sinks[0].writeFrom",
+    ),
+    (
+        "unknown writeFrom",
+        _one_sink(
+            type="mirror",
+            mysql={"host": "db"},
+            credentialsSecret={"name": "w"},
+            writeFrom="workers",
+        ),
+        "spec.sinks[0].writeFrom",
     ),
     (
         "allowed lateness on a memcached sink",

@@ -8,7 +8,13 @@ of the Keyspace (``information_schema``) with the shard's own Secret.
 
 A change the mirror already holds at an equal token, in a batch that is no replay, is reported
 as a duplicate delivered (a snapshot or re-read row read again at the position of the row it
-holds is not: cause ``unchanged``). Metrics (the job's registry):
+holds is not: cause ``unchanged``).
+
+With ``writeFrom: executors`` the batch is not brought to the driver: each Spark task applies its
+partition's rows (`MirrorTask`, one connection per Python worker) at the same time as the others,
+and the driver adds up what they applied (`write_frame`). Two tasks may hold changes of the same
+key (a shard's backlog cut in parts, a hop): the guarded upserts keep the newest whichever task
+commits last, and a deadlock between their transactions is retried. Metrics (the job's registry):
 ``updatestream_mirror_rows_applied_total``,
 ``updatestream_mirror_rows_ignored_total{cause}`` (older, equal, superseded, unchanged),
 ``updatestream_mirror_unknown_order_total``, ``updatestream_mirror_tombstones_written_total``,
@@ -17,7 +23,10 @@ holds is not: cause ``unchanged``). Metrics (the job's registry):
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import collections
+import json
+import time
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +44,7 @@ from updatestream.mirror import (
     collapse,
 )
 from updatestream.mysql_connections import connection_arguments, describe_error
+from updatestream_jobs.sinks.executor_tasks import kept_events, run_partitions, task_failure
 from updatestream_jobs.sinks.server_outage import sink_failure
 from updatestream_jobs.sinks.sink import (
     BatchContext,
@@ -130,6 +140,7 @@ class MirrorSink:
         self._replays = ReplayGuard()
         self._batches = 0
         self._started: set[str] = set()
+        self.most_tasks = 0  # the most Spark tasks a batch was applied by (writeFrom: executors)
 
     def _connect(self) -> Any:
         settings = connection_arguments(
@@ -171,10 +182,13 @@ class MirrorSink:
             self._drop_connection()
             raise self._failure(exc, "cannot create the database") from None
 
-    def write_batch(self, events: Iterable[ChangeEvent], ctx: BatchContext) -> SinkResult:
+    def _start_metrics(self, ctx: BatchContext) -> None:
         if ctx.stream not in self._started:
             self.metrics.start(ctx.stream, self.name)
             self._started.add(ctx.stream)
+
+    def write_batch(self, events: Iterable[ChangeEvent], ctx: BatchContext) -> SinkResult:
+        self._start_metrics(ctx)
         keys = 0
         try:
             batch = collapse(events)
@@ -190,6 +204,9 @@ class MirrorSink:
                 f"cannot apply batch {ctx.batch_id} ({keys} keys); it is retried (tables "
                 "committed already hold only what is newer)",
             ) from None
+        return self._finish(result, purged, ctx)
+
+    def _finish(self, result: ApplyResult, purged: int, ctx: BatchContext) -> SinkResult:
         self.metrics.record(ctx.stream, self.name, result)
         self.metrics.purged.labels(ctx.stream, self.name).inc(purged)
         equal = result.ignored.get("equal", 0)
@@ -197,6 +214,53 @@ class MirrorSink:
         self._replays.written(ctx)
         skipped = sum(result.ignored.values())
         return SinkResult(written=result.applied, skipped=skipped, duplicates_delivered=delivered)
+
+    @property
+    def writes_from_executors(self) -> bool:
+        return self.config.write_from == "executors"
+
+    def write_frame(self, frame: Any, ctx: BatchContext) -> SinkResult:
+        """``writeFrom: executors``: every Spark task of the batch `frame` applies its own rows
+        (collapsed per partition) at the same time as the others; the driver adds up what they
+        applied and purges tombstones every ``purgeEveryBatches`` batches."""
+        self._start_metrics(ctx)
+        keyspace = self.keyspace
+        shards = (
+            "" if keyspace is None else keyspace.model_dump_json(by_alias=True, exclude_none=True)
+        )
+        task = MirrorTask(self.config.model_dump_json(by_alias=True), shards, str(self.secrets_dir))
+        result = ApplyResult()
+        reports = run_partitions(frame, task)
+        for report in reports:
+            result.add(applied_of(report))
+        self.most_tasks = max(self.most_tasks, len(reports))
+        try:
+            purged = self._maybe_purge()
+        except _FAILURES as exc:
+            self._drop_connection()
+            raise self._failure(exc, "cannot purge old tombstones; it is retried") from None
+        return self._finish(result, purged, ctx)
+
+    def apply_events(self, events: Iterable[ChangeEvent]) -> dict[str, Any]:
+        """Apply one task's events (see `MirrorTask`); a deadlock with another task's
+        transaction is retried, a failure raised as the sink's typed error in a task's form."""
+        keys = 0
+        try:
+            batch = collapse(events)
+            keys = len(batch.changes)
+            result = with_deadlock_retry(lambda: self.writer.apply(batch))
+        except MirrorSchemaError as exc:
+            raise task_failure(MirrorSinkSchemaError(str(exc))) from None
+        except _FAILURES as exc:
+            self._drop_connection()
+            what = f"cannot apply a partition of the batch ({keys} keys); the batch is retried"
+            raise task_failure(self._failure(exc, what)) from None
+        return {
+            "applied": result.applied,
+            "tombstones": result.tombstones,
+            "unknown": result.unknown,
+            "ignored": dict(result.ignored),
+        }
 
     def _failure(self, exc: BaseException, what: str) -> SinkError:
         return sink_failure(
@@ -224,3 +288,57 @@ class MirrorSink:
 
     def close(self) -> None:
         self._drop_connection()
+
+
+# InnoDB's deadlock and lock wait timeout: two tasks' transactions took the same keys' locks
+_LOCK_CONFLICTS = {1213, 1205}
+LOCK_RETRIES = 5
+
+
+def with_deadlock_retry(apply: Callable[[], ApplyResult]) -> ApplyResult:
+    """`apply()`, again (up to `LOCK_RETRIES` times) when InnoDB chose it as a deadlock's
+    victim: the writer rolled back its transaction, and guarded upserts make a retry safe."""
+    for attempt in range(LOCK_RETRIES):
+        try:
+            return apply()
+        except pymysql.err.OperationalError as exc:
+            if exc.args[:1] and exc.args[0] in _LOCK_CONFLICTS and attempt + 1 < LOCK_RETRIES:
+                time.sleep(0.01 * (attempt + 1))
+                continue
+            raise
+    raise AssertionError("unreachable")  # the last attempt returns or raises
+
+
+def applied_of(report: dict[str, Any]) -> ApplyResult:
+    return ApplyResult(
+        applied=report["applied"],
+        tombstones=report["tombstones"],
+        unknown=report["unknown"],
+        ignored=collections.Counter(report["ignored"]),
+    )
+
+
+# a Python worker's mirror sinks, kept between batches (their connections and table schemas)
+_TASK_SINKS: dict[tuple[str, str, str], MirrorSink] = {}
+
+
+class MirrorTask:
+    """What one Spark task runs for its partition of a batch: the sink made from its spec (once
+    per Python worker, with the worker's own connection) applies the partition's events, and
+    the task reports what it applied. Holds only text, so Spark ships it to the executors."""
+
+    def __init__(self, config: str, keyspace: str, secrets_dir: str) -> None:
+        self.config, self.keyspace, self.secrets_dir = config, keyspace, secrets_dir
+
+    def sink(self) -> MirrorSink:
+        key = (self.config, self.keyspace, self.secrets_dir)
+        if key not in _TASK_SINKS:
+            keyspace = spec.parse_keyspace(json.loads(self.keyspace)) if self.keyspace else None
+            config = spec.MirrorSink.model_validate_json(self.config)
+            _TASK_SINKS[key] = MirrorSink(
+                config, secrets_dir=Path(self.secrets_dir), keyspace=keyspace
+            )
+        return _TASK_SINKS[key]
+
+    def __call__(self, rows: Iterator[Any]) -> Iterator[dict[str, Any]]:
+        yield self.sink().apply_events(kept_events(rows))
