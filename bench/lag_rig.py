@@ -84,13 +84,19 @@ class Rig:
             {"type": "versionStream", "mysql": endpoint, "credentialsSecret": credentials},
             {"type": "memcached", "servers": [self.memcached.address]},
             {"type": "cdcv2", "path": str(self.cdc)},
-            {"type": "mirror", "mysql": endpoint, "credentialsSecret": credentials},
+            {
+                "type": "mirror",
+                "mysql": endpoint,
+                "credentialsSecret": credentials,
+                "writeFrom": "executors",
+            },
         ]
         start = {"mode": "gtid", "gtid": self.positions()}
         stream = spec.parse_update_stream(
             update_stream(STREAM, self.cluster.keyspace_name, start, sinks)
         )
-        self.spark = spark_session("local[2]", "lag-bench")
+        # the batches of a backlog are persisted in the driver's heap (1 GiB by default)
+        self.spark = spark_session("local[2]", "lag-bench", {"spark.driver.memory": "3g"})
         self.stack.callback(self.spark.stop)
         self.job = cluster_job(
             self.cluster,
@@ -101,6 +107,9 @@ class Rig:
             source_options=self.source_options,
         )
         self.sinks = [TimedSink(sink) for sink in self.job.sinks]
+        for timed in self.sinks[1:]:
+            if timed.writes_from_executors:  # the Version Stream saw every batch's events
+                timed.peer = self.sinks[0]
         self.job.sinks = list(self.sinks)
         self.stack.callback(self.job.stop)
         self.job.start(self.spark)

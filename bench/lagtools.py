@@ -62,21 +62,52 @@ def transaction_keys(event: ChangeEvent) -> list[TxKey]:
 
 @dataclass
 class TimedSink:
-    """A sink that records when each batch's write completed (see the module docstring)."""
+    """A sink that records when each batch's write completed (see the module docstring).
+
+    A sink written from the executors (`write_frame`) never sees the batch's events in the
+    driver: its `peer`, a sink of the same job written in the driver, tells which transactions
+    each batch id carried, and this sink's own write tells when it completed."""
 
     inner: Sink
     clock: Callable[[], float] = time.time
-    batches: list[BatchRecord] = field(default_factory=list)
+    records: list[BatchRecord] = field(default_factory=list)
+    peer: TimedSink | None = None
 
     @property
     def name(self) -> str:
         return self.inner.name
+
+    @property
+    def writes_from_executors(self) -> bool:
+        return bool(getattr(self.inner, "writes_from_executors", False))
+
+    @property
+    def batches(self) -> list[BatchRecord]:
+        if self.peer is None:
+            return self.records
+        carried = {b.batch_id: b for b in self.peer.records}
+        return [
+            BatchRecord(
+                r.batch_id, r.started_at, r.read_at, r.completed_at,
+                carried[r.batch_id].transactions, carried[r.batch_id].timestamps, r.written,
+            )
+            for r in self.records
+            if r.batch_id in carried
+        ]  # fmt: skip
 
     def open(self) -> None:
         self.inner.open()
 
     def close(self) -> None:
         self.inner.close()
+
+    def write_frame(self, frame: object, ctx: BatchContext) -> SinkResult:
+        started = self.clock()
+        result: SinkResult = self.inner.write_frame(frame, ctx)  # type: ignore[attr-defined]
+        done = self.clock()
+        record = BatchRecord(ctx.batch_id, started, done, done, Counter(), {}, result.written)
+        self.records.append(record)
+        return result
 
     def write_batch(self, events: Iterable[ChangeEvent], ctx: BatchContext) -> SinkResult:
         seen: Counter[TxKey] = Counter()
@@ -98,7 +129,7 @@ class TimedSink:
         record = BatchRecord(
             ctx.batch_id, started, read[0] if read else done, done, seen, stamps, result.written
         )
-        self.batches.append(record)
+        self.records.append(record)
         return result
 
     def delivered_at(self) -> dict[TxKey, float]:

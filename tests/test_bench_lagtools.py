@@ -11,7 +11,7 @@ import pytest
 from updatestream_cli.devcluster.ledger import LedgerEntry
 from updatestream_jobs.sinks.cdcv2_sink import CDCv2Sink, stream_directory
 from updatestream_jobs.sinks.console_sink import ConsoleSink
-from updatestream_jobs.sinks.sink import BatchContext
+from updatestream_jobs.sinks.sink import BatchContext, SinkResult
 
 from bench.lagtools import (
     TimedSink,
@@ -70,6 +70,37 @@ def test_timed_sink_passes_the_batch_on_and_records_its_transactions(tmp_path: P
     assert dict(batch.transactions) == {("-80", "1-1-1"): 2, ("80-", "2-2-1"): 1}
     assert sink.delivered_at() == {("-80", "1-1-1"): 1001.0, ("80-", "2-2-1"): 1001.0}
     assert sink.rows() == 3 and sink.rows(since=1001.5) == 0
+
+
+@dataclasses.dataclass
+class FrameWriter:
+    """Stands in for a sink written from the executors: only the bookkeeping is tested here
+    (the mirror's executor writes run for real in tests/jobs/test_mirror_job.py)."""
+
+    name: str = "mirror(db:3306/m)"
+    writes_from_executors: bool = True
+
+    def write_frame(self, frame: object, ctx: BatchContext) -> SinkResult:
+        return SinkResult(written=len(frame) if isinstance(frame, list) else 0, skipped=0)
+
+
+def test_a_sink_written_from_the_executors_takes_each_batchs_transactions_from_its_peer(
+    tmp_path: Path,
+) -> None:
+    clock = itertools.count(1000.0, 0.5)
+    peer = TimedSink(ConsoleSink(spec.ConsoleSink(type="console", path=str(tmp_path / "o"))))
+    timed = TimedSink(FrameWriter(), clock=lambda: next(clock), peer=peer)  # type: ignore[arg-type]
+    assert timed.writes_from_executors and not peer.writes_from_executors
+    a = ShardLog("-80", 1)
+    batch = [*a.transaction(100, [("insert", "users", None, user(1))]), a.heartbeat(101)]
+    peer.open()
+    peer.write_batch(iter(batch), BatchContext("s", "-", 0))
+    result = timed.write_frame(["row"], BatchContext("s", "-", 0))
+    timed.write_frame(["row"], BatchContext("s", "-", 1))  # the peer has not written batch 1
+    assert result.written == 1
+    (record,) = timed.batches
+    assert (record.batch_id, record.completed_at, record.written) == (0, 1000.5, 1)
+    assert timed.delivered_at() == {("-80", "1-1-1"): 1000.5}
 
 
 def test_lags_are_write_time_minus_commit_time_and_missing_changes_are_counted() -> None:

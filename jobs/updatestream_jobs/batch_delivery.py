@@ -38,9 +38,11 @@ from updatestream_jobs.sinks import BatchContext, Sink, SinkResult
 from updatestream_jobs.sinks.executor_tasks import ExecutorWritten, writes_from_executors
 
 # With several sinks, a micro-batch of at most this many events is read from Spark once and
-# kept in the driver for every sink (each Spark pass over a batch costs a fixed ~0.1 s); a
-# larger one is read once per sink from the persisted batch.
-SINGLE_PASS_EVENTS = 10_000
+# kept in the driver for every sink (each Spark pass over a batch costs a fixed ~0.1 s, and the
+# sinks write it at the same time); a larger one is read once per sink from the persisted batch,
+# the sinks in turn. A batch of two shards' `maxBatchRows` (20,000 each) fits; an event held
+# costs about 1 KB of the driver's memory (its text fields; the sample keyspace's rows).
+SINGLE_PASS_EVENTS = 50_000
 
 
 @dataclass

@@ -87,8 +87,9 @@ def source_options(config: JobConfig, key_range: str) -> dict[str, str]:
     return {**found, **config.source_options}
 
 
-def spark_session(master: str | None, app_name: str) -> Any:
-    """A SparkSession with quiet logging; workers use this Python interpreter."""
+def spark_session(master: str | None, app_name: str, conf: dict[str, str] | None = None) -> Any:
+    """A SparkSession with quiet logging; workers use this Python interpreter. `conf` adds
+    Spark settings (`spark.driver.memory` takes effect only when this starts the JVM)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     under_submit = "PYSPARK_GATEWAY_PORT" in os.environ
     if not under_submit and "SPARK_SUBMIT_OPTS" not in os.environ:
@@ -109,6 +110,8 @@ def spark_session(master: str | None, app_name: str) -> Any:
         # Python workers connect back to the JVM; on a loaded machine 15 s is not always enough.
         .config("spark.python.authenticate.socketTimeout", "120s")
     )
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     quiet_accumulator_server(session.sparkContext)

@@ -340,5 +340,5 @@ class MirrorTask:
             )
         return _TASK_SINKS[key]
 
-    def __call__(self, rows: Iterator[Any]) -> Iterator[dict[str, Any]]:
+    def __call__(self, rows: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         yield self.sink().apply_events(kept_events(rows))
