@@ -102,7 +102,7 @@ bench-sinks: $(STAMP) ## sink throughput (memcached, Version Stream vs single-ro
 	$(BIN)/python -m bench.sinks_bench
 
 .PHONY: bench-mirror
-bench-mirror: $(STAMP) ## mirror sink rows/s, batches of 1k and 10k vs one upsert per row, into bench/results
+bench-mirror: $(STAMP) ## mirror sink rows/s: batches of 1k and 10k vs one upsert per row, and from 1 and 2 executor cores, into bench/results
 	$(BIN)/python -m bench.mirror_bench
 
 .PHONY: bench-source

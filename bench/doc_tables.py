@@ -86,6 +86,14 @@ def mirror(r: Result) -> str:
          listed(rounds["naive"])],
         ["ratio, batches of 10,000 over per row", r["mirror_vs_naive_ratio"], ""],
     ]  # fmt: skip
+    if "mirror_executors_rows_per_s" in r:
+        rows += [
+            ["from the executors, 1 core, batches of 10,000",
+             r["mirror_executors_1core_rows_per_s"], listed(rounds["executors_1"])],
+            ["from the executors, 2 cores, batches of 10,000",
+             r["mirror_executors_rows_per_s"], listed(rounds["executors_2"])],
+            ["ratio, 2 executor cores over 1", r["mirror_executors_scaling"], ""],
+        ]  # fmt: skip
     head = (f"{r['rows']:,} inserts then {r['rows']:,} updates, {r['naive']:,} of each per row; "
             f"load average {triple(r['load_average'])} at the start")  # fmt: skip
     return head + ".\n\n" + table(["writer", "rows/s (median)", "rounds"], rows)

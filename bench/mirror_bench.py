@@ -10,7 +10,10 @@ as many updates, all against the same server in the same run. Each figure is the
 ``--rounds`` rounds (default 3). Figures are printed, written with the load average to
 ``bench/results/mirror.json`` and merged into ``bench/results/summary.json`` as
 ``mirror_rows_per_s`` (batches of 10,000), ``mirror_rows_per_s_batch_1k``,
-``mirror_naive_rows_per_s`` and ``mirror_vs_naive_ratio``. Run it with ``make bench-mirror``.
+``mirror_naive_rows_per_s`` and ``mirror_vs_naive_ratio``. The same workload is then applied from
+Spark's executors with 1 and 2 cores (`bench.mirror_executors`): ``mirror_executors_rows_per_s``
+(2 cores), ``mirror_executors_1core_rows_per_s`` and ``mirror_executors_scaling`` (2 over 1).
+Run it with ``make bench-mirror``.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from updatestream_cli.devcluster.mariadb_server import MariaDBServer
 from updatestream_jobs.sinks.mirror_sink import MirrorSink
 from updatestream_jobs.sinks.sink import BatchContext
 
+from bench import mirror_executors
 from bench.report import machine, median, print_table, say_load, write_result
 from bench.summary import merge_summary
 from harness.accounts import account_with_secret
@@ -150,6 +154,10 @@ def bench(rows: int, naive: int, rounds: int) -> dict[str, Any]:
                 rate = run_naive(server, naive_events)
                 rates["naive"].append(rate)
                 print(f"round {round_no}: one statement per row: {rate:,.0f} rows/s")
+            tasks = mirror_executors.rates(
+                server, secrets, keyspace(server), SOURCE_DB, events, rounds
+            )
+            rates.update({f"executors_{cores}": found for cores, found in tasks.items()})
         finally:
             server.stop()
     best = median(rates["10k"])
@@ -161,13 +169,19 @@ def bench(rows: int, naive: int, rounds: int) -> dict[str, Any]:
             ("batches of 1,000", round(median(rates["1k"]))),
             ("batches of 10,000", round(best)),
             ("one statement per row", round(naive_rate)),
+            ("from the executors, 1 core", round(median(rates["executors_1"]))),
+            ("from the executors, 2 cores", round(median(rates["executors_2"]))),
         ],
     )
+    one, two = median(rates["executors_1"]), median(rates["executors_2"])
     return {
         "mirror_rows_per_s": round(best),
         "mirror_rows_per_s_batch_1k": round(median(rates["1k"])),
         "mirror_naive_rows_per_s": round(naive_rate),
         "mirror_vs_naive_ratio": round(best / naive_rate, 1),
+        "mirror_executors_rows_per_s": round(two),
+        "mirror_executors_1core_rows_per_s": round(one),
+        "mirror_executors_scaling": round(two / one, 2),
         "rounds_rows_per_s": {k: [round(v) for v in vs] for k, vs in rates.items()},
     }
 
