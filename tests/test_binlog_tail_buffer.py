@@ -98,6 +98,10 @@ def test_cut_keeps_whole_transactions_within_the_limit() -> None:
     assert buffer.cut_after(pos(8), 1) == pos(9)  # at least one transaction
     assert buffer.cut_after(pos(10), 1) is None  # nothing after it
     assert buffer.cut_after(pos(42), 1) is None
+    assert buffer.cut_after(pos(0), 30, max_bytes=buffer.size) is None  # all of it fits both
+    assert buffer.cut_after(pos(0), 30, max_bytes=buffer.size - 1) == pos(9)  # bytes cut first
+    assert buffer.cut_after(pos(0), 10, max_bytes=buffer.size - 1) == pos(3)  # rows cut first
+    assert buffer.cut_after(pos(0), 30, max_bytes=1) == pos(1)  # at least one transaction
 
 
 def test_wait_for_returns_when_the_tail_gets_there_or_overflows() -> None:

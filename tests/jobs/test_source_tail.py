@@ -18,6 +18,7 @@ import pyarrow as pa
 import pytest
 from updatestream_cli.devcluster.cluster import DevCluster
 from updatestream_cli.devcluster.traffic import TrafficOptions
+from updatestream_jobs.source import tails as tails_module
 from updatestream_jobs.source.binlog_ranges import ShardRange
 from updatestream_jobs.source.data_source import UpdateStreamStreamReader
 from updatestream_jobs.source.offsets import StreamOffset
@@ -325,3 +326,37 @@ def test_the_startup_heap_is_frozen_once_per_process() -> None:
     ).stdout.split()
     before, frozen, after = (int(n) for n in out)
     assert before == 0 and frozen > 10_000 and after == frozen, out
+
+
+def test_a_tail_behind_hands_over_what_it_read_and_one_behind_a_batch_end_follows_from_it(
+    cluster: DevCluster, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tail far behind its shard's head ends the batch where it stands (its rows go inline;
+    no worker reads them again), and a tail behind the end of a batch the workers read starts
+    again from that end instead of reading the same binlog after them (not while a snapshot
+    reads: its batches end at the head and a tail a moment behind is left to catch up)."""
+    config = config_for(cluster, tail="true")
+    shard = SHARDS[0]
+    old = positions(config)[shard]
+    for seed in (71, 72, 73):  # a backlog the tail takes a while to read
+        traffic(cluster, tmp_path, seed, large_tx_rows=2000, large_tx_every=0.2)
+    head = EventToken(int(time.time()), shard, positions(config)[shard])
+    start = EventToken(int(time.time()) - 60, shard, old)
+    monkeypatch.setattr(tails_module, "BEHIND", 0)  # any distance counts as behind
+    with tailing_reader(config) as (reader, _offset):
+        tails = reader._tails
+        tails.stop()
+        tails.follow({shard: start})  # a tail from the old position: behind by the backlog
+        tailer = tails.tailers[shard]
+        while tailer.buffer.position == old:
+            time.sleep(0.001)
+        held = tails.held_end(shard, start, head)
+        assert held is not None and held.timestamp == start.timestamp
+        assert held.position != old and position_contains(head.position, held.position)
+        assert not position_contains(tailer.buffer.position, head.position)  # still behind
+        tails.follow({shard: head}, skip_ahead=False)  # a snapshot's batch: kept
+        assert tails.tailers[shard] is tailer
+        tails.follow({shard: head})
+        again = tails.tailers[shard]
+        assert again is not tailer and again.buffer.base == head.position
+        assert tails.held_end(shard, head, head) is None  # nothing read past the end yet

@@ -217,22 +217,29 @@ class TailBuffer:
                 return None
             return self._total - self._total_at(first)
 
-    def cut_after(self, start: GTIDPosition, max_rows: int) -> GTIDPosition | None:
+    def cut_after(
+        self, start: GTIDPosition, max_rows: int, max_bytes: int = 0
+    ) -> GTIDPosition | None:
         """The position after the last kept transaction that keeps `(start, there]` within
-        `max_rows` rows (at least one transaction); None when the buffer does not hold `start`
-        or all it holds after `start` fits."""
+        `max_rows` rows and (when set) `max_bytes` bytes of them (`row_bytes`), at least one
+        transaction; None when the buffer does not hold `start` or all it holds after `start`
+        fits."""
         with self._changed:
             first = None if self.overflowed else self._number(start)
-            if first is None or self._total - self._total_at(first) <= max_rows:
+            if first is None:
                 return None
             base = self._total_at(first)
-            chosen = None
+            if self._total - base <= max_rows and not max_bytes:
+                return None
+            chosen, size = None, 0
             for number in range(first + 1, self._first + len(self._kept)):
                 kept = self._kept[number - self._first]
-                if chosen is not None and kept.total - base > max_rows:
-                    break
+                size += kept.size
+                over = kept.total - base > max_rows or (max_bytes and size > max_bytes)
+                if chosen is not None and over:
+                    return chosen
                 chosen = kept.position
-            return chosen
+            return None
 
     def trim(self, upto: GTIDPosition) -> None:
         """Drop the transactions at or before `upto` (the stream committed them)."""

@@ -163,6 +163,9 @@ class UpdateStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
                 return cut
             if tails.reaches(shard, previous, token):
                 return token
+            held = tails.held_end(shard, previous, token)  # a tail behind: what it has read
+            if held is not None and position_contains(token.position, held.position):
+                return held
         # A range the tail does not hold (a backlog past its buffer, a tail behind or off):
         # at most maxBatchBytes of binlog, so a backlog never becomes one unbounded batch.
         return self._planner.binlog_cut(shard, previous, token)
@@ -186,7 +189,9 @@ class UpdateStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         tails = self._tailing()
         parts = self._planner.partitions(start, end, hopper, tails)
         if tails is not None:
-            tails.follow(StreamOffset.from_json(end).tokens)
+            ending = StreamOffset.from_json(end)
+            snapshotting = ending.snapshot is not None and not ending.snapshot.finished
+            tails.follow(ending.tokens, skip_ahead=not snapshotting)
         return parts
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -38,6 +38,7 @@ from updatestream.binlog.row_converter import EventRow
 from updatestream.binlog.tailer import ShardTailer
 from updatestream.core.gtid import GTIDPosition, position_contains
 from updatestream.core.token import EventToken
+from updatestream.mirror.order import ordinal
 from updatestream_jobs.source.arrow_rows import FIELDS
 from updatestream_jobs.source.fast_lane import FastLane
 from updatestream_jobs.source.options import SourceConfig
@@ -50,6 +51,8 @@ _KSID = FIELDS.index("keyspace_id")
 # A followed shard whose server sent nothing, not even a heartbeat, for this long is asked
 # for its position again, whatever its tail says.
 _SILENCE = 3.0
+# A tail more than this many transactions behind its shard's head hands over what it holds.
+BEHIND = 1000
 # A shard whose tail failed (not overflowed) gets a new one this much later at the earliest.
 _RETRY_AFTER = 10.0
 
@@ -105,13 +108,15 @@ class Tails:
         return out or None
 
     def cut(self, shard: str, start: EventToken) -> EventToken | None:
-        """An end for the shard that keeps the batch within `maxBatchRows` rows (the start's
-        timestamp: nothing is promised past the start's time), or None."""
+        """An end for the shard that keeps the batch within `maxBatchRows` rows and within
+        `inlineMaxBytes` of them, so that the tail can hand the range over and no worker reads
+        it from the binlog again (the start's timestamp: nothing is promised past the start's
+        time), or None."""
         limit = self.config.max_batch_rows
         tailer = self._live(shard)
         if limit <= 0 or tailer is None:
             return None
-        position = tailer.buffer.cut_after(start.position, limit)
+        position = tailer.buffer.cut_after(start.position, limit, self.config.inline_max_bytes)
         return None if position is None else EventToken(start.timestamp, shard, position)
 
     def reaches(self, shard: str, start: EventToken, end: EventToken) -> bool:
@@ -121,6 +126,22 @@ class Tails:
         if tailer is None or not tailer.buffer.holds(start.position):
             return False
         return position_contains(tailer.buffer.position, end.position)
+
+    def held_end(self, shard: str, start: EventToken, head: EventToken) -> EventToken | None:
+        """Where the shard's tail stands (with the start's timestamp) when it holds `start` and
+        is more than `BEHIND` transactions behind the shard's `head`: a tail that fell behind
+        hands over what it has read, and no worker reads that range from the binlog a second
+        time. None otherwise (a tail a moment behind is waited for, as before)."""
+        tailer = self._live(shard)
+        if tailer is None or not tailer.buffer.holds(start.position):
+            return None
+        position = tailer.buffer.position
+        if (
+            position == start.position
+            or ordinal(str(head.position)) - ordinal(str(position)) <= BEHIND
+        ):
+            return None
+        return EventToken(start.timestamp, shard, position)
 
     def rows(self, shard: str, start: EventToken, end: EventToken) -> list[EventRow] | None:
         """The rows of `(start, end]` from the shard's tail (waiting up to `tailWaitMs` for it
@@ -160,9 +181,12 @@ class Tails:
             return None
         return [(tx.position, tuple(row[_KSID] or "" for row in tx.rows)) for tx in found]
 
-    def follow(self, ends: Mapping[str, EventToken]) -> None:
+    def follow(self, ends: Mapping[str, EventToken], *, skip_ahead: bool = True) -> None:
         """Tails for exactly the shards of `ends`; a shard without a working tail (or whose
-        endpoint moved) gets a new one from its end token."""
+        endpoint moved) gets a new one from its end token. With `skip_ahead`, so does a shard
+        whose tail is behind its end: the workers read that range, and the tail would only
+        read it again (while a snapshot reads, every batch ends at the shard's head, and a tail
+        a moment behind it is left to catch up)."""
         for shard in list(self.tailers):
             if shard not in ends:
                 self._stop(shard)
@@ -173,7 +197,12 @@ class Tails:
                 continue
             tailer = self.tailers.get(shard)
             if tailer is not None and tailer.alive and tailer.endpoint == endpoint:
-                continue
+                if not skip_ahead or position_contains(tailer.buffer.position, token.position):
+                    continue
+                log.info(
+                    "binlog tail of shard %s is behind the batch's end: following it from there",
+                    shard,
+                )
             if tailer is not None:
                 if tailer.error is not None:
                     self._failed[shard] = time.monotonic()
