@@ -84,15 +84,7 @@ def keyspace(server: MariaDBServer) -> spec.Keyspace:
 def run_sink(server: MariaDBServer, secrets: Path, events: list[ChangeEvent], batch: int) -> float:
     """Rows applied per second through the sink, into a fresh mirror database."""
     database = f"mirror_{batch}_{time.monotonic_ns()}"
-    config = spec.MirrorSink.model_validate(
-        {
-            "type": "mirror",
-            "mysql": {"host": server.host, "port": server.port},
-            "database": database,
-            "credentialsSecret": {"name": "bench"},
-            "sourceDatabase": SOURCE_DB,
-        }
-    )
+    config = mirror_executors.mirror_config(server, database, SOURCE_DB)
     sink = MirrorSink(config, secrets_dir=secrets, keyspace=keyspace(server))
     sink.open()
     taken = 0

@@ -45,17 +45,25 @@ def frames(spark: Any, events: list[ChangeEvent]) -> list[Any]:
     return found
 
 
-def sink(server: MariaDBServer, secrets: Path, keyspace: spec.Keyspace, source: str) -> MirrorSink:
-    config = spec.MirrorSink.model_validate(
+def mirror_config(
+    server: MariaDBServer, database: str, source: str, **extra: str
+) -> spec.MirrorSink:
+    """The bench's mirror sink spec: `database` on `server`, the source table's columns read
+    from `source` there."""
+    return spec.MirrorSink.model_validate(
         {
             "type": "mirror",
             "mysql": {"host": server.host, "port": server.port},
-            "database": f"tasks_{time.monotonic_ns()}",
+            "database": database,
             "credentialsSecret": {"name": "bench"},
             "sourceDatabase": source,
-            "writeFrom": "executors",
+            **extra,
         }
     )
+
+
+def sink(server: MariaDBServer, secrets: Path, keyspace: spec.Keyspace, source: str) -> MirrorSink:
+    config = mirror_config(server, f"tasks_{time.monotonic_ns()}", source, writeFrom="executors")
     mirror = MirrorSink(config, secrets_dir=secrets, keyspace=keyspace)
     mirror.open()
     return mirror
