@@ -100,21 +100,17 @@ def mirror(r: Result) -> str:
 
 
 def lag(r: Result) -> str:
-    probe = r["max_rate"]
-    parts = probe["spark_batch_parts_s"]
     head = (
         f"Shards {', '.join(r['shards'])}; trigger {shown(r['trigger_seconds'])} s; "
         f"{shown(r['seconds_per_load'])} s per load, {r['rounds']} rounds; source options "
         f"{json.dumps(r.get('source_options') or {})}; load average "
         f"{triple(r['load_average_before'])} before, per round (1 min) below.\n\n"
-        f"**Maximum sustainable rate** {probe['sustained_rows_per_s']:,} rows/s (the generator "
-        f"committed {probe['committed_rows_per_s']:,} rows/s unthrottled; the sinks were "
-        f"{shown(probe['catch_up_s'])} s behind at its end); median batch "
-        f"{shown(probe['median_batch_rows'])} rows, Spark `triggerExecution` "
-        f"{shown(parts['triggerExecution'])} s of which `addBatch` {shown(parts['addBatch'])} s. "
-        f"One shard connection: {shown(r['shard_connect_ms']['pymysql_defaults'])} ms with "
-        f"PyMySQL's defaults, {shown(r['shard_connect_ms']['ssl_disabled'])} ms with "
-        f"`ssl_disabled=True`."
+        f"**Maximum sustainable rate** {shown(r['max_rate_rows_per_s'])} rows/s (goal "
+        f"{r['goal_max_rate']['rows_per_s']:,} rows/s with lag p99 under "
+        f"{shown(r['goal_max_rate']['lag_p99_s'])} s). The generator alone committed "
+        f"{r['loadgen_alone']['rows_per_s']:,} rows/s unthrottled. One shard connection: "
+        f"{shown(r['shard_connect_ms']['pymysql_defaults'])} ms with PyMySQL's defaults, "
+        f"{shown(r['shard_connect_ms']['ssl_disabled'])} ms with `ssl_disabled=True`."
     )  # fmt: skip
     rows = []
     for load, data in r["loads"].items():
@@ -122,7 +118,28 @@ def lag(r: Result) -> str:
         for sink, f in data["median"].items():
             rows.append([load, rate, sink, f["p50_s"], f["p99_s"], f["max_s"]])
     lags = table(["load", "rows/s", "sink", "p50 (s)", "p99 (s)", "max (s)"], rows)
-    return "\n\n".join([head, lags, lag_rounds(r)])
+    return "\n\n".join([head, lags, lag_search(r), lag_rounds(r)])
+
+
+def lag_search(r: Result) -> str:
+    """The probe and each rate the search tried: what was committed and delivered, whether it
+    was sustainable, and the CPU each row cost, by part of the rig."""
+    runs = [("probe (unthrottled)", r["probe"])] + [
+        (f"{run['requested_rows_per_s']:,} rows/s", run) for run in r["search"]
+    ]
+    parts = list(r["probe"]["cpu"]["us_per_row"])
+    rows = []
+    for label, run in runs:
+        cpu = run["cpu"]
+        rows.append([
+            label, run["committed_rows_per_s"], run["delivered_rows_per_s"],
+            "yes" if run["sustainable"] else "no", shown(run["catch_up_s"]),
+            cpu["total_us_per_row"], cpu["cores_busy"],
+            *(cpu["us_per_row"][part] for part in parts),
+        ])  # fmt: skip
+    header = ["run", "committed rows/s", "delivered rows/s", "sustainable", "catch-up (s)",
+              "CPU µs/row", "cores busy", *(f"{part} µs/row" for part in parts)]  # fmt: skip
+    return table(header, rows)
 
 
 def lag_rounds(r: Result) -> str:

@@ -3,10 +3,10 @@
 The rig (`bench.lag_rig`): two `mariadbd` shards (`-80,80-`), the C load generator
 (`bench/loadgen`, the sample keyspace's traffic, a ledger with each change's commit clock), and
 the job (`Job`, Spark `local[2]`, trigger ``--trigger-seconds``, default 0.1 s) reading both
-shards into four sinks, written one after another in this order: Version Stream and mirror (one
-`mariadbd` with durable commits), memcached, CDCv2. A change's lag at a sink is when that
-sink's `write_batch` returned for its batch minus its commit time in the ledger; the mirror,
-written last, has every sink's time in its lag.
+shards into four sinks, written at the same time: Version Stream and mirror (one `mariadbd` with
+durable commits; the mirror from the executors, `writeFrom: executors`), memcached, CDCv2. A
+change's lag at a sink is when that sink's write returned for its batch minus its commit time in
+the ledger.
 
 1. The generator alone, unthrottled, before the job starts (``--rounds`` runs of 10 s).
 2. A probe: unthrottled traffic for ``--probe-seconds`` with the job streaming. Its rows over
