@@ -1,14 +1,22 @@
 """A sink's typed error raised in a Spark task reaches the driver as the same typed error, and
-a mirror task's deadlock with another task is retried, not a failed batch."""
+a mirror task's deadlock with another task is retried, not a failed batch; a Python worker
+keeps a bounded number of mirror sinks."""
 
 from __future__ import annotations
 
 import pymysql
 import pytest
 from updatestream_jobs.sinks.executor_tasks import driver_error, task_failure
-from updatestream_jobs.sinks.mirror_sink import LOCK_RETRIES, with_deadlock_retry
+from updatestream_jobs.sinks.mirror_sink import (
+    _TASK_SINKS,
+    KEPT_TASK_SINKS,
+    LOCK_RETRIES,
+    MirrorTask,
+    with_deadlock_retry,
+)
 from updatestream_jobs.sinks.sink import MirrorSinkSchemaError, SinkError, SinkUnavailable
 
+from updatestream import spec
 from updatestream.mirror import ApplyResult
 
 
@@ -76,3 +84,20 @@ def test_a_deadlock_is_retried_and_a_lasting_one_is_raised() -> None:
     with pytest.raises(pymysql.err.OperationalError):
         with_deadlock_retry(denied)
     assert len(refused) == 1 and LOCK_RETRIES > 1
+
+
+def test_a_python_worker_keeps_a_few_mirror_sinks_and_closes_the_oldest() -> None:
+    def task(database: str) -> MirrorTask:
+        config = spec.MirrorSink.model_validate(
+            {"type": "mirror", "mysql": {"host": "db"}, "credentialsSecret": {"name": "w"},
+             "database": database, "writeFrom": "executors"}
+        )  # fmt: skip
+        return MirrorTask(config.model_dump_json(by_alias=True), "", "/secrets")
+
+    first = task("m0").sink()
+    assert task("m0").sink() is first  # the same spec: the same sink, its connection kept
+    for number in range(1, KEPT_TASK_SINKS + 1):
+        task(f"m{number}").sink()
+    kept = {sink.config.database for sink in _TASK_SINKS.values()}
+    assert len(kept) == KEPT_TASK_SINKS and "m0" not in kept
+    _TASK_SINKS.clear()

@@ -318,8 +318,10 @@ def applied_of(report: dict[str, Any]) -> ApplyResult:
     )
 
 
-# a Python worker's mirror sinks, kept between batches (their connections and table schemas)
+# a Python worker's mirror sinks, kept between batches (their connections and table schemas);
+# past `KEPT_TASK_SINKS` (a worker serving many streams), the oldest is closed
 _TASK_SINKS: dict[tuple[str, str, str], MirrorSink] = {}
+KEPT_TASK_SINKS = 8
 
 
 class MirrorTask:
@@ -335,6 +337,8 @@ class MirrorTask:
         if key not in _TASK_SINKS:
             keyspace = spec.parse_keyspace(json.loads(self.keyspace)) if self.keyspace else None
             config = spec.MirrorSink.model_validate_json(self.config)
+            while len(_TASK_SINKS) >= KEPT_TASK_SINKS:
+                _TASK_SINKS.pop(next(iter(_TASK_SINKS))).close()
             _TASK_SINKS[key] = MirrorSink(
                 config, secrets_dir=Path(self.secrets_dir), keyspace=keyspace
             )
