@@ -39,6 +39,7 @@ class BatchRecord:
     transactions: Counter[TxKey]  # change events per transaction in the batch
     timestamps: dict[TxKey, int]  # each transaction's binlog timestamp
     written: int = 0  # events the wrapped sink reported written (`SinkResult.written`)
+    taken: int = 0  # events the wrapped sink took: written or skipped (`SinkResult`)
 
 
 def gtid_candidates(position: str) -> list[str]:
@@ -90,6 +91,7 @@ class TimedSink:
             BatchRecord(
                 r.batch_id, r.started_at, r.read_at, r.completed_at,
                 carried[r.batch_id].transactions, carried[r.batch_id].timestamps, r.written,
+                r.taken,
             )
             for r in self.records
             if r.batch_id in carried
@@ -105,7 +107,10 @@ class TimedSink:
         started = self.clock()
         result: SinkResult = self.inner.write_frame(frame, ctx)  # type: ignore[attr-defined]
         done = self.clock()
-        record = BatchRecord(ctx.batch_id, started, done, done, Counter(), {}, result.written)
+        taken = result.written + result.skipped
+        record = BatchRecord(
+            ctx.batch_id, started, done, done, Counter(), {}, result.written, taken
+        )
         self.records.append(record)
         return result
 
@@ -127,8 +132,9 @@ class TimedSink:
         result = self.inner.write_batch(tap(), ctx)
         done = self.clock()
         record = BatchRecord(
-            ctx.batch_id, started, read[0] if read else done, done, seen, stamps, result.written
-        )
+            ctx.batch_id, started, read[0] if read else done, done, seen, stamps, result.written,
+            result.written + result.skipped,
+        )  # fmt: skip
         self.records.append(record)
         return result
 

@@ -3,12 +3,14 @@
 
 The job (`Job`, Spark `local[2]`, `availableNow`) reads the snapshot in chunks
 (``snapshotChunkRows``, 4 chunks per micro-batch) and writes every batch through its mirror sink
-(collapsing, guarded multi-row upserts, one commit per batch) into a `mariadbd` of its own with
+from the executors (``writeFrom: executors``: each chunk's task collapses and applies its rows
+with guarded multi-row upserts, one commit per task) into a `mariadbd` of its own with
 durable commits and a 1 GiB buffer pool (a mirror sized for its table; the shards keep the
-development cluster's settings). Figures: rows read (events the sink received), rows written
-(`SinkResult.written`), rows in the mirror equal to the shards' (count and a CRC32 sum over
-every column, computed by each server), the time from the query's start to its end, and the
-steady rate after the first micro-batch (which carries Spark's and the workers' start).
+development cluster's settings). Figures: rows read (events the sink took, written or
+skipped), rows written (`SinkResult.written`), rows in the mirror equal to the shards' (count
+and a CRC32 sum over every column, computed by each server), the time from the query's start to
+its end, and the steady rate after the first micro-batch (which carries Spark's and the workers'
+start).
 
 `reader_steady` gives the same split for a query's progress reports (the reader into Spark's
 no-op sink).
@@ -51,14 +53,14 @@ def start_mirror_server(root: Path, cluster: DevCluster) -> MariaDBServer:
 
 def steady(batches: list[BatchRecord]) -> dict[str, float]:
     """The first batch's rows and end, and the rate of the batches after it (batches that
-    carried rows)."""
-    batches = [b for b in batches if sum(b.transactions.values())]
+    carried rows; a batch's rows are the events its sink took)."""
+    batches = [b for b in batches if b.taken]
     if len(batches) < 2:
         return {"first_batch_rows": 0, "steady_rows_per_s": 0.0}
     first = batches[0]
-    rows = sum(sum(b.transactions.values()) for b in batches[1:])
+    rows = sum(b.taken for b in batches[1:])
     return {
-        "first_batch_rows": sum(first.transactions.values()),
+        "first_batch_rows": first.taken,
         "steady_rows_per_s": rows / (batches[-1].completed_at - first.completed_at),
     }
 
@@ -75,6 +77,7 @@ def run_mirror(
         "mysql": {"host": "127.0.0.1", "port": mirror_port},
         "credentialsSecret": {"name": MIRROR_SECRET},
         "database": database,
+        "writeFrom": "executors",
     }
     stream = spec.parse_update_stream(
         update_stream("snapshot-mirror", cluster.keyspace_name, {"mode": "snapshot"}, [sink],
@@ -102,7 +105,7 @@ def run_mirror(
     spark.stop()
     return {
         "seconds": seconds,
-        "rows": sum(sum(b.transactions.values()) for b in timed.batches),
+        "rows": sum(b.taken for b in timed.batches),
         "written": sum(b.written for b in timed.batches),
         "batches": len(timed.batches),
         **steady(timed.batches),
