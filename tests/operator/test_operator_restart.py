@@ -65,9 +65,12 @@ def _spark_submits(marker: str) -> list[int]:
 
 
 class OperatorProcess:
-    def __init__(self, kubeconfig: Path, log: Path) -> None:
+    def __init__(self, kubeconfig: Path, log: Path, tmp: Path) -> None:
         self.kubeconfig = kubeconfig
         self.log = log
+        # the operator's temporary files: a kill -9 in the middle of a spark-submit leaves its
+        # work directory behind, here rather than in the machine's /tmp
+        self.tmp = tmp
         self.process: subprocess.Popen[bytes] | None = None
         self.liveness = f"http://127.0.0.1:{free_port()}/healthz"
 
@@ -110,7 +113,7 @@ class OperatorProcess:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, "KUBECONFIG": str(self.kubeconfig)},
+                env={**os.environ, "KUBECONFIG": str(self.kubeconfig), "TMPDIR": str(self.tmp)},
                 preexec_fn=die_with_parent,
             )
 
@@ -137,7 +140,8 @@ def operator_process(
     workdir = tmp_path_factory.mktemp("restart")
     kubeconfig = prepare_operator(kube_api, workdir, NS)
     apply(kube_api, NS, keyspace_manifest("commerce"))
-    operator = OperatorProcess(kubeconfig, workdir / "operator.log")
+    (workdir / "tmp").mkdir()
+    operator = OperatorProcess(kubeconfig, workdir / "operator.log", workdir / "tmp")
     try:
         yield operator
     finally:
