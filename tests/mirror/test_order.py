@@ -5,13 +5,13 @@ from __future__ import annotations
 import base64
 import re
 
+from updatestream.core.gtid import ordinal
 from updatestream.mirror.mirror_tables import comparable, default_literal, portable_collation
 from updatestream.mirror.order import (
     Order,
     Verdict,
     classify,
     lineage,
-    ordinal,
     update_assignments,
 )
 from updatestream.mirror.values import to_sql

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from updatestream.binlog.events import SNAPSHOT_OPS, ChangeEvent
-from updatestream.core.gtid import GTIDParseError, MariaDBPosition, MySQLGTIDSet, parse_position
+from updatestream.core.gtid import GTIDParseError, MySQLGTIDSet, ordinal, parse_position
 
 TOKEN_COLUMNS = ("_us_ts", "_us_shard", "_us_seq", "_us_idx")
 # A snapshot row is the key's state after every change of the transaction at its position:
@@ -73,25 +73,6 @@ class Order:
 
     def as_row(self) -> tuple[int, str, int, int]:
         return (self.ts, self.shard, self.seq, self.idx)
-
-
-@lru_cache(maxsize=8192)
-def ordinal(position_text: str) -> int:
-    """A number that grows with every transaction along one shard's GTID positions."""
-    if not position_text:
-        return 0
-    if _MARIADB.match(position_text):  # the common case, without building a position
-        return sum(int(gtid.rpartition("-")[2]) for gtid in position_text.split(","))
-    try:
-        position = parse_position(position_text)
-    except GTIDParseError:
-        return 0
-    if isinstance(position, MariaDBPosition):
-        return sum(gtid.seq for gtid in position)
-    assert isinstance(position, MySQLGTIDSet)
-    return sum(
-        end - start + 1 for intervals in position.entries.values() for start, end in intervals
-    )
 
 
 @lru_cache(maxsize=1024)

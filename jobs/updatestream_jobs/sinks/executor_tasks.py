@@ -7,12 +7,13 @@ every task reported, in partition order. The driver keeps what must be ordered: 
 every task, then records the results, the batch's progress and Spark's commit. A task that fails
 fails the whole Spark job, so the batch is written again (the sink is idempotent per event).
 
-Rows reach a task as Spark rows; `kept_events` turns them into the events a sink receives in the
-driver (no hop markers, no hop duplicates). A sink's typed error raised in a task comes back to
-the driver as text inside Spark's error; `task_failure` / `driver_error` carry its kind, message
-and cause across, so the driver raises the same `SinkUnavailable` (waited out by `SinkRetry`) or
-`SinkError` it would have raised itself. The messages never hold credentials: they are the
-sink's own, which name a server and what its client said.
+Rows reach a task as Arrow record batches (`mapInArrow`), read as one dict a row; `kept_events`
+turns them into the events a sink receives in the driver (no hop markers, no hop duplicates). A
+sink's typed error raised in a task comes back to the driver as text inside Spark's error;
+`task_failure` / `driver_error` carry its kind, message and cause across, so the driver raises
+the same `SinkUnavailable` (waited out by `SinkRetry`) or `SinkError` it would have raised
+itself. The messages never hold credentials: they are the sink's own, which name a server and
+what its client said.
 """
 
 from __future__ import annotations

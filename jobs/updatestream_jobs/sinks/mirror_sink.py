@@ -141,6 +141,7 @@ class MirrorSink:
         self._batches = 0
         self._started: set[str] = set()
         self.most_tasks = 0  # the most Spark tasks a batch was applied by (writeFrom: executors)
+        self._task: MirrorTask | None = None
 
     def _connect(self) -> Any:
         settings = connection_arguments(
@@ -224,13 +225,13 @@ class MirrorSink:
         (collapsed per partition) at the same time as the others; the driver adds up what they
         applied and purges tombstones every ``purgeEveryBatches`` batches."""
         self._start_metrics(ctx)
-        keyspace = self.keyspace
-        shards = (
-            "" if keyspace is None else keyspace.model_dump_json(by_alias=True, exclude_none=True)
-        )
-        task = MirrorTask(self.config.model_dump_json(by_alias=True), shards, str(self.secrets_dir))
+        if self._task is None:  # the specs as text, once: every batch ships the same task
+            keyspace = self.keyspace
+            shards = keyspace.model_dump_json(by_alias=True, exclude_none=True) if keyspace else ""
+            config = self.config.model_dump_json(by_alias=True)
+            self._task = MirrorTask(config, shards, str(self.secrets_dir))
         result = ApplyResult()
-        reports = run_partitions(frame, task)
+        reports = run_partitions(frame, self._task)
         for report in reports:
             result.add(applied_of(report))
         self.most_tasks = max(self.most_tasks, len(reports))
@@ -296,17 +297,17 @@ LOCK_RETRIES = 5
 
 
 def with_deadlock_retry(apply: Callable[[], ApplyResult]) -> ApplyResult:
-    """`apply()`, again (up to `LOCK_RETRIES` times) when InnoDB chose it as a deadlock's
-    victim: the writer rolled back its transaction, and guarded upserts make a retry safe."""
-    for attempt in range(LOCK_RETRIES):
+    """`apply()`, again (up to `LOCK_RETRIES` attempts in all) when InnoDB chose it as a
+    deadlock's victim: the writer rolled back its transaction, and guarded upserts make a retry
+    safe."""
+    for attempt in range(1, LOCK_RETRIES):
         try:
             return apply()
         except pymysql.err.OperationalError as exc:
-            if exc.args[:1] and exc.args[0] in _LOCK_CONFLICTS and attempt + 1 < LOCK_RETRIES:
-                time.sleep(0.01 * (attempt + 1))
-                continue
-            raise
-    raise AssertionError("unreachable")  # the last attempt returns or raises
+            if not (exc.args and exc.args[0] in _LOCK_CONFLICTS):
+                raise
+            time.sleep(0.01 * attempt)
+    return apply()
 
 
 def applied_of(report: dict[str, Any]) -> ApplyResult:

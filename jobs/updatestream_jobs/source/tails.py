@@ -36,9 +36,8 @@ from collections.abc import Callable, Mapping
 from updatestream.binlog.config import ShardEndpoint
 from updatestream.binlog.row_converter import EventRow
 from updatestream.binlog.tailer import ShardTailer
-from updatestream.core.gtid import GTIDPosition, position_contains
+from updatestream.core.gtid import GTIDPosition, ordinal, position_contains
 from updatestream.core.token import EventToken
-from updatestream.mirror.order import ordinal
 from updatestream_jobs.source.arrow_rows import FIELDS
 from updatestream_jobs.source.fast_lane import FastLane
 from updatestream_jobs.source.options import SourceConfig

@@ -15,7 +15,9 @@ which is what comparing Event Tokens and removing hop duplicates needs.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any, TypeAlias
 
 from updatestream.core.gtid._base import (
@@ -42,6 +44,7 @@ __all__ = [
     "MySQLGTIDSet",
     "PositionError",
     "compare_positions",
+    "ordinal",
     "parse_position",
     "position_contains",
     "position_from_json",
@@ -147,3 +150,27 @@ def position_from_json(
         return parse_position(text, flavor)
     except GTIDParseError as exc:
         raise GTIDParseError(f"field {field + 'pos'!r} is invalid: {exc}") from None
+
+
+_MARIADB_TEXT = re.compile(r"^\d+-\d+-\d+(,\d+-\d+-\d+)*$")
+
+
+@lru_cache(maxsize=8192)
+def ordinal(position_text: str) -> int:
+    """A number that grows with every transaction along one shard's GTID positions: the sum of
+    the sequence numbers over the domains (MariaDB), the number of transactions in the set
+    (MySQL); 0 for text that is no position. Differences count transactions along one shard."""
+    if not position_text:
+        return 0
+    if _MARIADB_TEXT.match(position_text):  # the common case, without building a position
+        return sum(int(gtid.rpartition("-")[2]) for gtid in position_text.split(","))
+    try:
+        position = parse_position(position_text)
+    except GTIDParseError:
+        return 0
+    if isinstance(position, MariaDBPosition):
+        return sum(gtid.seq for gtid in position)
+    assert isinstance(position, MySQLGTIDSet)
+    return sum(
+        end - start + 1 for intervals in position.entries.values() for start, end in intervals
+    )
