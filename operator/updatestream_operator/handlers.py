@@ -54,18 +54,11 @@ def startup(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
     settings.scanning.disabled = True
     # Handlers are sync (spark-submit blocks for seconds): enough threads for a few streams.
     settings.execution.max_workers = 8
+    # A deleted Keyspace waits for a timer caught mid-call: checked every second, not minute.
+    settings.background.cancellation_polling = 1.0
     # The validating webhook (admission.py): served over TLS, registered by the chart.
     settings.admission.managed = None
-    settings.admission.server = (
-        kopf.WebhookServer(
-            addr=cfg.webhook.address,
-            port=cfg.webhook.port,
-            certfile=str(cfg.webhook.cert_file),
-            pkeyfile=str(cfg.webhook.key_file),
-        )
-        if cfg.webhook is not None
-        else no_webhook_server
-    )
+    settings.admission.server = _webhook_server(cfg.webhook)
     store = KubeStore.connect(cfg.kubeconfig)
     # kopf starts watching after this handler: not while the CRDs' storage initialises
     store.wait_until_served(cfg.namespace)
@@ -91,6 +84,17 @@ def startup(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
         "watching %s with the %s launcher by default",
         f"namespace {cfg.namespace}" if cfg.namespace else "every namespace",
         cfg.default_launcher,
+    )
+
+
+def _webhook_server(webhook: config.WebhookSettings | None) -> Any:
+    if webhook is None:
+        return no_webhook_server
+    return kopf.WebhookServer(
+        addr=webhook.address,
+        port=webhook.port,
+        certfile=str(webhook.cert_file),
+        pkeyfile=str(webhook.key_file),
     )
 
 
