@@ -11,6 +11,7 @@ shows it changes); a real job through real Reshards is tests/vitess/test_stream_
 from __future__ import annotations
 
 import shutil
+import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -116,6 +117,23 @@ def test_a_keyspace_naming_an_unreachable_vtctld_is_not_ready_and_says_why(
     op.api.kubectl("delete", "-n", NS, "updatestream", "waiting", "--wait=false")
     wait_for(lambda: op.stream("waiting") is None, "the stream to be deleted")
     op.api.kubectl("delete", "-n", NS, "keyspace", "nowhere")
+
+
+def test_a_keyspace_whose_vtctld_never_answers_is_deleted_without_waiting_a_minute(
+    operator: Operator,
+) -> None:
+    """A vtctld that takes the connection and never answers keeps the Keyspace's timer inside
+    its read (up to the read's 10 s timeout) nearly all the time; deleting the Keyspace waits
+    for that read to end, not for kopf's default cancellation poll of a minute."""
+    op = operator
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)  # connections complete in the backlog; nothing is ever read
+        address = "127.0.0.1:%d" % silent.getsockname()[1]
+        apply(op.api, NS, _vitess_keyspace("silent", address))
+        wait_for(lambda: op.keyspace_ready("silent") == ("False", "VitessNotRead"), "not ready")
+        op.api.kubectl("delete", "-n", NS, "keyspace", "silent", timeout=30)
+    assert get(op.api, NS, "keyspace", "silent") is None
 
 
 def _serving(op: Operator, name: str) -> list[str]:
