@@ -129,7 +129,7 @@ def test_a_keyspace_whose_vtctld_never_answers_is_deleted_without_waiting_a_minu
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen(16)  # connections complete in the backlog; nothing is ever read
-        address = "127.0.0.1:%d" % silent.getsockname()[1]
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
         apply(op.api, NS, _vitess_keyspace("silent", address))
         wait_for(lambda: op.keyspace_ready("silent") == ("False", "VitessNotRead"), "not ready")
         op.api.kubectl("delete", "-n", NS, "keyspace", "silent", timeout=30)
