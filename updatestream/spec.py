@@ -181,6 +181,9 @@ class MemcachedSink(_Model):
     extra_keys: dict[str, list[str]] = Field(default_factory=dict, alias="extraKeys")
     # invalidate as soon as the stream's binlog tail holds a change, ahead of its micro-batch
     fast_lane: bool = Field(True, alias="fastLane")
+    # "driver": the job's driver invalidates each batch; "executors": every Spark task of a
+    # batch invalidates its own rows' keys, in parallel (CAS keeps the newest token per key)
+    write_from: Literal["driver", "executors"] = Field("driver", alias="writeFrom")
 
 
 class VersionStreamSink(_Model):

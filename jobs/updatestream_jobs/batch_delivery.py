@@ -14,11 +14,10 @@ a sink fails the batch fails once every sink has returned, and Spark runs it aga
 server does not answer gets the same events again, as a replay, until it takes them
 (`SinkRetry`): the other sinks' writes are not repeated.
 
-A sink that writes from the executors (`sinks.executor_tasks`; the mirror with `writeFrom:
-executors`) is not given events: the batch is persisted, the sink's Spark job writes every
-partition in its own task while the driver writes the other sinks (and records the batch's
-progress), and the batch ends when both have.
-"""
+A sink that writes from the executors (`sinks.executor_tasks`; the mirror or memcached with
+`writeFrom: executors`) is not given events: the batch is persisted, the sink's Spark job writes
+every partition in its own task while the driver writes the other sinks (and records the batch's
+progress), and the batch ends when both have."""
 
 from __future__ import annotations
 

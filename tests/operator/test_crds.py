@@ -104,6 +104,7 @@ def test_sink_fields_the_job_reads_are_kept_not_pruned(api: KubeApi) -> None:
             "servers": ["cache:11211"],
             "keyTemplate": {"orders": "order:{id}"},
             "extraKeys": {"orders": ["customer-orders:{customer_id}"]},
+            "writeFrom": "executors",
         },
         {"type": "cdcv2", "path": "/data/cdc", "allowedLatenessSeconds": 30},
         {
@@ -125,6 +126,7 @@ def test_sink_fields_the_job_reads_are_kept_not_pruned(api: KubeApi) -> None:
     parsed = parse_update_stream(stored)
     memcached, cdcv2, mirror = parsed.spec.sinks
     assert isinstance(memcached, MemcachedSink) and isinstance(cdcv2, CDCv2Sink)
+    assert memcached.write_from == "executors"
     assert isinstance(mirror, MirrorSink) and mirror.tombstone_horizon == 3600
     assert mirror.table_prefix == "src_" and mirror.source_database == "commerce"
     assert mirror.write_from == "executors"

@@ -1,11 +1,12 @@
 """Sink writes that run in Spark's tasks, on the executors, instead of in the driver.
 
 A sink whose contract lets its rows be written in any order between partitions (the mirror:
-apply-if-newer) can hand a micro-batch to Spark: `run_partitions` runs one task per partition
-of the batch, each writing its own rows in stream order, all at the same time, and returns what
-every task reported, in partition order. The driver keeps what must be ordered: it waits for
-every task, then records the results, the batch's progress and Spark's commit. A task that fails
-fails the whole Spark job, so the batch is written again (the sink is idempotent per event).
+apply-if-newer; memcached: an entry only moves to a newer token) can hand a micro-batch to
+Spark: `run_partitions` runs one task per partition of the batch, each writing its own rows in
+stream order, all at the same time, and returns what every task reported, in partition order.
+The driver keeps what must be ordered: it waits for every task, then records the results, the
+batch's progress and Spark's commit. A task that fails fails the whole Spark job, so the batch
+is written again (the sink is idempotent per event).
 
 Rows reach a task as Arrow record batches (`mapInArrow`), read as one dict a row; `kept_events`
 turns them into the events a sink receives in the driver (no hop markers, no hop duplicates). A

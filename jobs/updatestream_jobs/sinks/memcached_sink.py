@@ -20,11 +20,20 @@ with ``FAST_LANE_FLAG``. The micro-batch applies the same changes afterwards, as
 record; finding its own change in a flagged entry is no repeat. A flagged entry counts as had
 (a later EQUAL change is a duplicate delivered) once a micro-batch delivered its change: the
 sink keeps, per shard, the position its batches' heartbeats reached.
+
+**Writing from the executors** (``writeFrom: executors``). Each Spark task of the batch computes
+and applies its own partition's invalidations, with the task's own connections, at the same time
+as the others (`write_frame`). Order between tasks does not matter: an entry only ever moves to a
+newer token (CAS, seed 000's comparison), so whichever task writes last, a key ends on its newest
+change. The driver ships each batch the heartbeat positions its batches reached (for the fast
+lane's flagged entries), adds up the tasks' reports, and keeps the newest heartbeat of each shard
+they saw. Counts per key can differ from the driver's (a task that meets a newer token first
+skips the older change it would have written before it); the effect is the same.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from updatestream import spec
@@ -41,6 +50,7 @@ from updatestream.cache.transport import CacheAddressError
 from updatestream.core.gtid import GTIDPosition, PositionError, position_contains
 from updatestream.core.token import EventToken
 from updatestream_jobs.sinks.common import loads_object
+from updatestream_jobs.sinks.executor_tasks import kept_events, run_partitions, task_failure
 from updatestream_jobs.sinks.sink import (
     BatchContext,
     ReplayGuard,
@@ -71,7 +81,11 @@ class MemcachedSink:
             self._replays = ReplayGuard()
         except (KeyTemplateError, CacheAddressError) as exc:
             raise SinkError(f"{self.name}: {exc}") from None
+        self.config = config
+        self.keyspace = keyspace
         self._delivered: dict[str, GTIDPosition] = {}  # shard -> position its heartbeats reached
+        self._heartbeats: dict[str, str] = {}  # shard -> token text of that heartbeat
+        self.most_tasks = 0  # the most Spark tasks a batch was written by (writeFrom: executors)
 
     def open(self) -> None:
         for server, client in self.invalidator.servers.clients.items():
@@ -109,14 +123,65 @@ class MemcachedSink:
         heartbeats: list[ChangeEvent] = []
         report = self._invalidate(self.changes(events, heartbeats), f"batch {ctx.batch_id}")
         for heartbeat in heartbeats:  # after the batch: its own changes are not "had" in it
-            self._delivered[heartbeat.shard] = EventToken.loads(heartbeat.token).position
+            self._reached(heartbeat.shard, heartbeat.token)
+        return self._result(report.changed, report.unchanged, report.repeats, ctx)
+
+    def _result(self, changed: int, unchanged: int, repeats: int, ctx: BatchContext) -> SinkResult:
         # A change a key already had from an invalidation, in a batch that is no replay: the
         # stream delivered it twice (its token compares EQUAL: dropped, but counted).
-        delivered = 0 if self._replays.may_repeat(ctx) else report.repeats
+        delivered = 0 if self._replays.may_repeat(ctx) else repeats
         self._replays.written(ctx)
-        return SinkResult(
-            written=report.changed, skipped=report.unchanged, duplicates_delivered=delivered
+        return SinkResult(written=changed, skipped=unchanged, duplicates_delivered=delivered)
+
+    def _reached(self, shard: str, token_text: str) -> None:
+        self._delivered[shard] = EventToken.loads(token_text).position
+        self._heartbeats[shard] = token_text
+
+    @property
+    def writes_from_executors(self) -> bool:
+        return self.config.write_from == "executors"
+
+    def write_frame(self, frame: Any, ctx: BatchContext) -> SinkResult:
+        """``writeFrom: executors``: every Spark task of the batch `frame` invalidates its own
+        partition's keys at the same time as the others; the driver adds up their reports."""
+        task = MemcachedTask(
+            self.config.model_dump_json(by_alias=True), self.keyspace, dict(self._heartbeats)
         )
+        reports = run_partitions(frame, task)
+        self.most_tasks = max(self.most_tasks, len(reports))
+        seen: dict[str, list[str]] = {}
+        for report in reports:
+            for shard, text in report["heartbeats"].items():
+                seen.setdefault(shard, []).append(text)
+        for shard, texts in seen.items():  # after the batch, as in `write_batch`
+            self._reached(shard, _newest(texts))
+        return self._result(
+            sum(r["changed"] for r in reports),
+            sum(r["unchanged"] for r in reports),
+            sum(r["repeats"] for r in reports),
+            ctx,
+        )
+
+    def invalidate_partition(
+        self, events: Iterable[ChangeEvent], heartbeats: dict[str, str]
+    ) -> dict[str, Any]:
+        """One task's write (see `MemcachedTask`): the heartbeats the driver's batches reached
+        before this batch decide the fast lane's entries; reports what it wrote and the last
+        heartbeat of each shard in its partition. A failure is raised in a task's form."""
+        self._delivered, self._heartbeats = {}, {}
+        for shard, text in heartbeats.items():
+            self._reached(shard, text)
+        held: list[ChangeEvent] = []
+        try:
+            report = self._invalidate(self.changes(events, held), "a partition of the batch")
+        except SinkError as exc:
+            raise task_failure(exc) from None
+        return {
+            "changed": report.changed,
+            "unchanged": report.unchanged,
+            "repeats": report.repeats,
+            "heartbeats": {event.shard: event.token for event in held},
+        }
 
     def invalidate_ahead(self, events: Iterable[ChangeEvent]) -> InvalidationReport:
         """The fast lane's write: the changes' invalidations, nothing counted."""
@@ -143,3 +208,43 @@ class MemcachedSink:
 
     def close(self) -> None:
         self.invalidator.close()
+
+
+def _newest(texts: list[str]) -> str:
+    """The heartbeat token, of several of one shard's, whose position holds the others'."""
+    newest = texts[0]
+    for text in texts[1:]:
+        if position_contains(EventToken.loads(text).position, EventToken.loads(newest).position):
+            newest = text
+    return newest
+
+
+# a Python worker's memcached sinks, kept between batches (their connections); past
+# `KEPT_TASK_SINKS` (a worker serving many streams), the oldest is closed
+_TASK_SINKS: dict[tuple[str, str], MemcachedSink] = {}
+KEPT_TASK_SINKS = 8
+
+
+class MemcachedTask:
+    """What one Spark task runs for its partition of a batch: the sink made from its spec (once
+    per Python worker, with the worker's own connections) invalidates the partition's keys.
+    Holds only text, so Spark ships it to the executors."""
+
+    def __init__(self, config: str, keyspace: str, heartbeats: dict[str, str]) -> None:
+        self.config, self.keyspace, self.heartbeats = config, keyspace, heartbeats
+
+    def sink(self) -> MemcachedSink:
+        key = (self.config, self.keyspace)
+        if key not in _TASK_SINKS:
+            config = spec.MemcachedSink.model_validate_json(self.config)
+            while len(_TASK_SINKS) >= KEPT_TASK_SINKS:
+                _TASK_SINKS.pop(next(iter(_TASK_SINKS))).close()
+            _TASK_SINKS[key] = MemcachedSink(config, keyspace=self.keyspace)
+        return _TASK_SINKS[key]
+
+    def __call__(self, rows: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        try:
+            sink = self.sink()
+        except SinkError as exc:  # a key template or an address the driver took: not expected
+            raise task_failure(exc) from None
+        yield sink.invalidate_partition(kept_events(rows), self.heartbeats)
