@@ -72,6 +72,15 @@ def sinks(r: Result) -> str:
         ["naive single-row appends/s", r["naive_append_per_s"]],
         ["Version Stream / naive, median of the rounds' ratios", r["versionstream_vs_naive_ratio"]],
     ]  # fmt: skip
+    if "memcached_executors_invalidations_per_s" in r:
+        rows[1:1] = [
+            ["memcached invalidations/s from the executors, 1 core",
+             r["memcached_executors_1core_invalidations_per_s"]],
+            ["memcached invalidations/s from the executors, 2 cores",
+             r["memcached_executors_invalidations_per_s"]],
+            ["memcached from the executors, 2 cores over 1, median of the rounds' ratios",
+             r["memcached_executors_scaling"]],
+        ]  # fmt: skip
     head = (f"{r['events']:,} events ({r['naive']:,} naive appends), median of {r['rounds']} "
             f"rounds; load average {triple(r['load_average'])} at the start")  # fmt: skip
     return head + ".\n\n" + table(["figure", "median"], rows)

@@ -32,11 +32,11 @@ def session(cores: int) -> Any:
     return spark_session(f"local[{cores}]", f"mirror-executors-{cores}")
 
 
-def frames(spark: Any, events: list[ChangeEvent]) -> list[Any]:
-    """The workload as cached DataFrames of `BATCH` events, one partition per shard."""
+def frames(spark: Any, events: list[ChangeEvent], size: int = BATCH) -> list[Any]:
+    """The workload as cached DataFrames of `size` events, one partition per shard."""
     found = []
-    for start in range(0, len(events), BATCH):
-        batch = sorted(events[start : start + BATCH], key=lambda e: e.shard)  # stable: in order
+    for start in range(0, len(events), size):
+        batch = sorted(events[start : start + size], key=lambda e: e.shard)  # stable: in order
         shards = len({e.shard for e in batch})
         rows = spark.sparkContext.parallelize([e.as_tuple() for e in batch], shards)
         frame = spark.createDataFrame(rows, SPARK_SCHEMA_DDL).persist()

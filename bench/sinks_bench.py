@@ -2,7 +2,8 @@
 
 - memcached invalidation: change events through the memcached sink into one local memcached
   (first pass: keys absent, ``add``; second pass: newer tokens, ``cas``), batches of 5000,
-  counting both passes;
+  counting both passes; then the same passes from Spark's executors with 1 and 2 cores
+  (`bench.memcached_executors`), with the ratio;
 - Version Stream appends: change events through the Version Stream sink into one local MariaDB
   with durable commits (one locked multi-row INSERT per batch of 5000), and the single-row
   append (one INSERT with a MAX subquery per version, one transaction each) in the same run
@@ -33,6 +34,7 @@ from updatestream_jobs.sinks.memcached_sink import MemcachedSink
 from updatestream_jobs.sinks.sink import BatchContext
 from updatestream_jobs.sinks.versionstream_sink import VersionStreamSink
 
+from bench import memcached_executors
 from bench.partitions_bench import bench_partitions
 from bench.report import load_average, machine, say_load, write_result
 from bench.summary import merge_summary
@@ -91,9 +93,20 @@ def bench_memcached(events: int, rounds: int) -> dict[str, Any]:
             rate = 2 * events / elapsed
             rates.append(rate)
             print(f"memcached round {round_no + 1}: {2 * events} invalidations at {rate:.0f}/s")
+        passes = [change_events(events, first_ts) for first_ts in (1_700_000_000, 1_700_100_000)]
+        tasks = memcached_executors.rates(server.address, passes, rounds)
     finally:
         server.stop()
-    return {"memcached_invalidations_per_s": round(statistics.median(rates))}
+    one, two = tasks["1"], tasks["2"]
+    return {
+        "memcached_invalidations_per_s": round(statistics.median(rates)),
+        "memcached_executors_invalidations_per_s": round(statistics.median(two)),
+        "memcached_executors_1core_invalidations_per_s": round(statistics.median(one)),
+        "memcached_executors_scaling": round(
+            statistics.median(b / a for a, b in zip(one, two, strict=True)), 2
+        ),
+        "memcached_rounds_per_s": {"driver": rates, "executors_1": one, "executors_2": two},
+    }
 
 
 def bench_versionstream(events: int, naive: int, rounds: int) -> dict[str, Any]:
@@ -165,10 +178,12 @@ def main() -> None:
     figures = bench_memcached(args.events, args.rounds)
     figures |= bench_versionstream(args.events, args.naive, args.rounds)
     runs = figures.pop("partition_runs")
+    memcached_rounds = figures.pop("memcached_rounds_per_s")
     print(json.dumps(figures, indent=2))
     write_result("sinks", {"machine": machine(), "load_average": load, "load_average_end":
                            load_average(), "events": args.events, "naive": args.naive,
-                           "rounds": args.rounds, "partition_runs": runs, **figures})  # fmt: skip
+                           "rounds": args.rounds, "partition_runs": runs,
+                           "memcached_rounds_per_s": memcached_rounds, **figures})  # fmt: skip
     merge_summary(figures)
 
 
