@@ -34,6 +34,7 @@ from updatestream import spec
 from updatestream.binlog.events import ChangeEvent, encode_value
 from updatestream.core.gtid import MariaDBPosition
 from updatestream.core.token import SourceProvenance
+from updatestream.mirror import mirror_writer
 
 USERS = (
     "CREATE TABLE users (id BIGINT NOT NULL, name VARCHAR(100) CHARACTER SET utf8mb4 NOT NULL "
@@ -328,6 +329,44 @@ def test_a_new_source_column_is_added_to_the_mirror(
             (f"m_{source}",),
         )
         assert cur.fetchall() == (("varchar(190)",),)
+
+
+def test_a_new_column_another_writer_added_first_is_taken_not_a_failure(
+    mariadb_server: MariaDBFixture,
+    mirror_server: MariaDBFixture,
+    secrets_dir: Path,
+    source: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two writers of one mirror (two Spark tasks of a batch, `writeFrom: executors`) both meet
+    a new source column: the one whose ALTER comes second finds the column there (MySQL error
+    1060), reads the table again and applies its rows."""
+    first, second = (make_sink(mariadb_server, mirror_server, secrets_dir, source) for _ in "ab")
+    log = ShardLog("-80", 1)
+    first.write_batch(log.transaction(10, [("insert", "users", None, user(1, "a"))]), ctx(0))
+    second.write_batch(log.transaction(11, [("insert", "users", None, user(2, "b"))]), ctx(0))
+    alter_users(mariadb_server, source, "ADD COLUMN email VARCHAR(190) NULL")
+    with mirror_server.connect() as conn, conn.cursor() as cur:  # the second writer's read
+        stale = mirror_writer.read_table(cur, f"m_{source}", "users")
+    first.write_batch(
+        log.transaction(12, [("insert", "users", None, {**user(3, "c"), "email": "c@x"})]), ctx(1)
+    )
+    reads: list[str] = []
+    real = mirror_writer.read_table
+
+    def read_before_the_first_alter(cursor: Any, database: str, table: str) -> Any:
+        reads.append(table)
+        return stale if len(reads) == 1 else real(cursor, database, table)
+
+    monkeypatch.setattr(mirror_writer, "read_table", read_before_the_first_alter)
+    result = second.write_batch(
+        log.transaction(13, [("insert", "users", None, {**user(4, "d"), "email": "d@x"})]), ctx(1)
+    )
+    first.close()
+    second.close()
+    assert result.written == 1 and len(reads) == 2  # the ALTER failed once, then read again
+    rows = live(mirror_server, source)
+    assert rows[3]["email"] == "c@x" and rows[4]["email"] == "d@x" and rows[1]["email"] is None
 
 
 def test_a_dropped_source_column_is_a_typed_error(

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pymysql
 from pymysql.constants import SERVER_STATUS
 from pymysql.converters import escape_string
 
@@ -54,6 +55,7 @@ from updatestream.mirror.values import to_sql
 Connect = Callable[[], Any]
 READ_CHUNK = 1000
 WRITE_CHUNK = 2000  # rows per INSERT statement (well below max_allowed_packet for most rows)
+_DUPLICATE_COLUMN = 1060  # ER_DUP_FIELDNAME: ALTER TABLE ... ADD COLUMN of a column it has
 PROVENANCE = ("_us_deleted", "_us_gtid", "_us_read_from")
 TOKEN_COLUMNS = (*PROVENANCE, "_us_idx", "_us_seq", "_us_shard", "_us_ts")  # after a row's data
 
@@ -146,6 +148,16 @@ class MirrorWriter:
         return self._tables[table]
 
     def _prepare(self, table: str) -> TableSchema:
+        """`_prepare_once`, and again once when another writer of the mirror (a Spark task of
+        the same batch) added the same new column between this one's read and its ALTER."""
+        try:
+            return self._prepare_once(table)
+        except pymysql.err.MySQLError as exc:
+            if not (exc.args and exc.args[0] == _DUPLICATE_COLUMN):
+                raise
+            return self._prepare_once(table)
+
+    def _prepare_once(self, table: str) -> TableSchema:
         source = self.sources.table(table)
         mirror = self.mirror_name(table)
         where = f"{self.where}: mirror table {self.database}.{mirror}"
