@@ -18,16 +18,16 @@ invalidator). Those keys are read again and decided again, at most ``max_attempt
 
 All keys of a batch are read with pipelined ``gets`` and written with pipelined ``add``/``cas``
 commands, grouped per server, in chunks worked on by ``connections`` connections per server at
-once; the connections are kept between batches. An invalidator made with ``flags``
-(``FAST_LANE_FLAG``: the stream's fast lane) writes its entries with those memcached flags.
-Token comparison is :func:`updatestream.core.token.compare`.
+once (a batch of one chunk in the calling thread); the connections are kept between batches. An
+invalidator made with ``flags`` (``FAST_LANE_FLAG``: the stream's fast lane) writes its entries
+with those memcached flags. Token comparison is :func:`updatestream.core.token.compare`.
 """
 
 from __future__ import annotations
 
 import logging
 import queue
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -196,12 +196,7 @@ class Invalidator:
                 for server, keys in self.servers.split(list(pending)).items()
                 for start in range(0, len(keys), self.chunk)
             ]
-            futures = [
-                self._pool.submit(self._round, server, part, pending, delivered)
-                for server, part in chunks
-            ]
-            for future in futures:
-                done, lost, kept, repeated = future.result()
+            for done, lost, kept, repeated in self._rounds(chunks, pending, delivered):
                 changed += done
                 unchanged += kept
                 repeats += repeated
@@ -217,6 +212,25 @@ class Invalidator:
                 "and will be retried"
             )
         return InvalidationReport(len(changes), changed, unchanged, conflicts, repeats)
+
+    def _rounds(
+        self,
+        chunks: list[tuple[str, list[str]]],
+        pending: Mapping[str, Sequence[str]],
+        delivered: Delivered | None,
+    ) -> Iterator[tuple[int, list[str], int, int]]:
+        """Every chunk's round, at once on the pool; a lone chunk (the fast lane's transaction)
+        in the calling thread: no hand-over to a pool thread and back on its way."""
+        if len(chunks) == 1:
+            ((server, part),) = chunks
+            yield self._round(server, part, pending, delivered)
+            return
+        futures = [
+            self._pool.submit(self._round, server, part, pending, delivered)
+            for server, part in chunks
+        ]
+        for future in futures:
+            yield future.result()
 
     def _round(
         self,
