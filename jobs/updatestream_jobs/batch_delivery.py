@@ -169,8 +169,8 @@ class BatchDelivery:
         """Write the batch to the sinks that take it in the driver (the batch's progress is
         recorded here, on the first pass, even with none)."""
         began = time.perf_counter()
-        if not sinks:
-            for _ in self.tracker.observe(self.deduplicated(_events(frame))):
+        if not sinks:  # the progress only: no row's images come to the driver
+            for _ in self.tracker.observe(self.deduplicated(_events(progress_columns(frame)))):
                 pass
             phases.read_s = time.perf_counter() - began
             return
@@ -259,6 +259,24 @@ class BatchDelivery:
 
             self.tracker.sink_result(sink.name, self._write(sink, events, ctx))
             phases.sinks_s[sink.name] = time.perf_counter() - began
+
+
+# What the progress and the hop bookkeeping read of an event (`ProgressTracker.observe`,
+# `BatchDelivery.deduplicated`): every column, but the row images and the key only where a hop
+# marker carries its hop in `after`.
+_PROGRESS_COLUMNS = (
+    "keyspace", "shard", "op", "`table`", "CAST(NULL AS STRING) AS pk", "keyspace_id",
+    "CAST(NULL AS STRING) AS before", f"IF(op = '{HOP_MARKER}', after, NULL) AS after",
+    "token", "timestamp", "gtid", "tx_index", "source_shard", "source_gtid", "source_timestamp",
+    "dedup",
+)  # fmt: skip
+
+
+def progress_columns(frame: Any) -> Any:
+    """The batch `frame` as the driver reads it when every sink writes from the executors: a
+    batch of a snapshot's rows is mostly images, which the driver would otherwise pull whole
+    (and Spark could lose a task's large result on its way, failing the batch)."""
+    return frame.selectExpr(*_PROGRESS_COLUMNS)
 
 
 def _events(frame: Any) -> Iterator[ChangeEvent]:

@@ -1,11 +1,17 @@
 """A sink's typed error raised in a Spark task reaches the driver as the same typed error, and
 a mirror task's deadlock with another task is retried, not a failed batch; a Python worker
-keeps a bounded number of mirror sinks."""
+keeps a bounded number of mirror sinks; when every sink writes from the executors the driver
+reads the batch's progress without the rows' images."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from typing import Any
+
 import pymysql
 import pytest
+from updatestream_jobs.batch_delivery import progress_columns
 from updatestream_jobs.sinks.executor_tasks import driver_error, task_failure
 from updatestream_jobs.sinks.mirror_sink import (
     _TASK_SINKS,
@@ -16,7 +22,9 @@ from updatestream_jobs.sinks.mirror_sink import (
 )
 from updatestream_jobs.sinks.sink import MirrorSinkSchemaError, SinkError, SinkUnavailable
 
+from harness.sink_events import two_shard_workload
 from updatestream import spec
+from updatestream.binlog.events import HOP_MARKER, SPARK_SCHEMA_DDL, ChangeEvent
 from updatestream.mirror import ApplyResult
 
 
@@ -101,3 +109,22 @@ def test_a_python_worker_keeps_a_few_mirror_sinks_and_closes_the_oldest() -> Non
     kept = {sink.config.database for sink in _TASK_SINKS.values()}
     assert len(kept) == KEPT_TASK_SINKS and "m0" not in kept
     _TASK_SINKS.clear()
+
+
+def test_the_progress_read_carries_no_images_but_every_field_progress_and_hops_need(
+    spark: Any,
+) -> None:
+    events = [e for batch in two_shard_workload().batches for e in batch]
+    hop = {"number": 1, "fromShards": ["-80"], "toShards": ["-40", "40-80"]}
+    marker = dataclasses.replace(events[0], op=HOP_MARKER, after=json.dumps(hop), pk=None)
+    frame = spark.createDataFrame(  # type: ignore[attr-defined]
+        [e.as_tuple() for e in [marker, *events]], SPARK_SCHEMA_DDL
+    )
+    read = [ChangeEvent.from_row(row.asDict()) for row in progress_columns(frame).collect()]
+    assert len(read) == len(events) + 1 and json.loads(read[0].after or "") == hop
+    assert all(e.before is None and e.after is None and e.pk is None for e in read[1:])
+    assert any(e.after is not None for e in events)
+    kept = ("shard", "op", "table", "token", "timestamp", "gtid", "tx_index", "dedup")
+    for got, sent in zip(read, [marker, *events], strict=True):
+        assert all(getattr(got, name) == getattr(sent, name) for name in kept), (got, sent)
+        assert (got.source_shard, got.source_gtid) == (sent.source_shard, sent.source_gtid)
