@@ -105,6 +105,16 @@ def load(cluster: DevCluster, first: int, rows: int) -> None:
             conn.commit()
 
 
+def _cause(stderr: str) -> str:
+    """The lines of a failed child's stderr that name an error, not Spark's stack frames."""
+    found = [
+        line
+        for line in stderr.splitlines()
+        if ("Error" in line or "Exception" in line) and not line.lstrip().startswith("at ")
+    ]
+    return "\n".join(found[:12]) or stderr[-3000:]  # fmt: skip
+
+
 def child(kind: str, directory: Path, rows: int, chunk_rows: int, *extra: str) -> dict[str, Any]:
     """Run one measurement in a fresh process; returns its figures."""
     command = [sys.executable, "-m", "bench.snapshot_bench", "--child", kind,
@@ -117,7 +127,8 @@ def child(kind: str, directory: Path, rows: int, chunk_rows: int, *extra: str) -
             break
         print(f"{kind}: a Spark Python worker did not start in time; running it again")
     if done.returncode != 0:
-        raise RuntimeError(f"{kind} round failed: {done.stderr[-3000:]}")
+        print(done.stderr, file=sys.stderr)  # whole: the cause is far above Spark's query dump
+        raise RuntimeError(f"{kind} round failed: {_cause(done.stderr)}")
     figures = dict(json.loads(done.stdout.strip().splitlines()[-1]))
     figures["attempts"] = attempt + 1
     return figures
