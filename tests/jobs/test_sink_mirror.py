@@ -29,6 +29,7 @@ from updatestream_jobs.sinks.sink import (
 
 from harness.accounts import write_secret
 from harness.sink_events import ShardLog, final_rows, two_shard_workload
+from tests.concurrency import run_at_once
 from tests.conftest import MariaDBFixture, ServerFactory
 from updatestream import spec
 from updatestream.binlog.events import ChangeEvent, encode_value
@@ -367,6 +368,41 @@ def test_a_new_column_another_writer_added_first_is_taken_not_a_failure(
     assert result.written == 1 and len(reads) == 2  # the ALTER failed once, then read again
     rows = live(mirror_server, source)
     assert rows[3]["email"] == "c@x" and rows[4]["email"] == "d@x" and rows[1]["email"] is None
+
+
+def deadlocks(server: MariaDBFixture) -> int:
+    """The deadlocks InnoDB detected on `server` since it started."""
+    with server.connect() as conn, conn.cursor() as cur:
+        cur.execute(
+            "SELECT COUNT FROM information_schema.INNODB_METRICS WHERE NAME = 'lock_deadlocks'"
+        )
+        (count,) = cur.fetchone()
+    return int(count)
+
+
+def test_two_tasks_inserting_interleaved_new_keys_meet_no_deadlock(
+    mariadb_server: MariaDBFixture, mirror_server: MariaDBFixture, secrets_dir: Path, source: str
+) -> None:
+    """Two writers of one mirror (two Spark tasks: a snapshot's chunks of two shards) insert new
+    keys that interleave: the bulk read of stored tokens locks no gaps (READ COMMITTED), so
+    neither holds the gap the other inserts into."""
+    sinks = [make_sink(mariadb_server, mirror_server, secrets_dir, source) for _ in range(2)]
+    logs = [ShardLog("-80", 1), ShardLog("80-", 2)]
+    before = deadlocks(mirror_server)
+
+    def apply(task: int) -> None:
+        for batch in range(6):
+            first = batch * 2000
+            rows = [
+                ("insert", "users", None, user(2 * (first + i) + task, "n")) for i in range(2000)
+            ]
+            sinks[task].apply_events(logs[task].transaction(100 + batch, rows))
+
+    run_at_once(apply, 2)
+    for sink in sinks:
+        sink.close()
+    assert deadlocks(mirror_server) == before
+    assert len(live(mirror_server, source)) == 2 * 6 * 2000
 
 
 def test_a_dropped_source_column_is_a_typed_error(

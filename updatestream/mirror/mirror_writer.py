@@ -74,6 +74,21 @@ class ApplyResult:
         self.unknown += other.unknown
 
 
+def without_gap_locks(conn: Any) -> Any:
+    """`conn` in READ COMMITTED: the bulk read of stored tokens (`FOR UPDATE`) then locks the
+    rows it finds, not the gaps around the keys it does not; two writers of one mirror (two
+    Spark tasks of a batch) inserting interleaved new keys would otherwise each hold the gap
+    the other inserts into, a deadlock (every chunk of a snapshot's two shards met it). The
+    guarded upserts need no more (see the module). Left as it is on a server that logs
+    statements (`binlog_format=STATEMENT`), where InnoDB refuses READ COMMITTED writes."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT @@SESSION.binlog_format")
+        (binlog_format,) = cur.fetchone()
+        if str(binlog_format).upper() != "STATEMENT":
+            cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+    return conn
+
+
 class MirrorWriter:
     """Writes changes into ``<database>.<prefix><table>`` tables (see the module)."""
 
@@ -99,7 +114,7 @@ class MirrorWriter:
     @property
     def conn(self) -> Any:
         if self._conn is None:
-            self._conn = self.connect()
+            self._conn = without_gap_locks(self.connect())
         return self._conn
 
     @property
