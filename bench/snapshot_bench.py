@@ -112,7 +112,7 @@ def _cause(stderr: str) -> str:
         for line in stderr.splitlines()
         if ("Error" in line or "Exception" in line) and not line.lstrip().startswith("at ")
     ]
-    return "\n".join(found[:12]) or stderr[-3000:]  # fmt: skip
+    return "\n".join(found[:12]) or stderr[-3000:]
 
 
 def child(kind: str, directory: Path, rows: int, chunk_rows: int, *extra: str) -> dict[str, Any]:

@@ -12,10 +12,13 @@ from typing import Any
 import pymysql
 import pytest
 from updatestream_jobs.batch_delivery import progress_columns
-from updatestream_jobs.sinks.executor_tasks import driver_error, task_failure
+from updatestream_jobs.sinks.executor_tasks import (
+    _WORKER_SINKS,
+    KEPT_WORKER_SINKS,
+    driver_error,
+    task_failure,
+)
 from updatestream_jobs.sinks.mirror_sink import (
-    _TASK_SINKS,
-    KEPT_TASK_SINKS,
     LOCK_RETRIES,
     MirrorTask,
     with_deadlock_retry,
@@ -102,13 +105,16 @@ def test_a_python_worker_keeps_a_few_mirror_sinks_and_closes_the_oldest() -> Non
         )  # fmt: skip
         return MirrorTask(config.model_dump_json(by_alias=True), "", "/secrets")
 
+    for other in _WORKER_SINKS.values():  # another test's, in this process
+        other.close()
+    _WORKER_SINKS.clear()
     first = task("m0").sink()
     assert task("m0").sink() is first  # the same spec: the same sink, its connection kept
-    for number in range(1, KEPT_TASK_SINKS + 1):
+    for number in range(1, KEPT_WORKER_SINKS + 1):
         task(f"m{number}").sink()
-    kept = {sink.config.database for sink in _TASK_SINKS.values()}
-    assert len(kept) == KEPT_TASK_SINKS and "m0" not in kept
-    _TASK_SINKS.clear()
+    kept = {sink.config.database for sink in _WORKER_SINKS.values()}
+    assert len(kept) == KEPT_WORKER_SINKS and "m0" not in kept
+    _WORKER_SINKS.clear()
 
 
 def test_the_progress_read_carries_no_images_but_every_field_progress_and_hops_need(

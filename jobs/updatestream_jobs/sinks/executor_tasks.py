@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from updatestream.binlog.events import HOP_MARKER, ChangeEvent
 from updatestream.core.dedup import DROPPED_VERDICTS
@@ -31,6 +31,28 @@ from updatestream_jobs.sinks.sink import BatchContext, SinkError, SinkResult, Si
 
 _MARK = "UPDATESTREAM-SINK-TASK-FAILURE"
 _FOUND = re.compile(_MARK + r" (\{[^\n]*\})")
+
+
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+_Sink = TypeVar("_Sink", bound=_Closable)
+
+# A Python worker's sinks, one per spec, kept between batches (their connections, the mirror's
+# table schemas); past `KEPT_WORKER_SINKS` (a worker serving many streams), the oldest is closed.
+_WORKER_SINKS: dict[tuple[str, ...], Any] = {}
+KEPT_WORKER_SINKS = 8
+
+
+def worker_sink(key: tuple[str, ...], make: Callable[[], _Sink]) -> _Sink:
+    """The worker's sink for `key` (a task's spec texts), made by `make` the first time."""
+    if key not in _WORKER_SINKS:
+        while len(_WORKER_SINKS) >= KEPT_WORKER_SINKS:
+            _WORKER_SINKS.pop(next(iter(_WORKER_SINKS))).close()
+        _WORKER_SINKS[key] = make()
+    sink: _Sink = _WORKER_SINKS[key]
+    return sink
 
 
 @runtime_checkable

@@ -50,7 +50,12 @@ from updatestream.cache.transport import CacheAddressError
 from updatestream.core.gtid import GTIDPosition, PositionError, position_contains
 from updatestream.core.token import EventToken
 from updatestream_jobs.sinks.common import loads_object
-from updatestream_jobs.sinks.executor_tasks import kept_events, run_partitions, task_failure
+from updatestream_jobs.sinks.executor_tasks import (
+    kept_events,
+    run_partitions,
+    task_failure,
+    worker_sink,
+)
 from updatestream_jobs.sinks.sink import (
     BatchContext,
     ReplayGuard,
@@ -83,6 +88,7 @@ class MemcachedSink:
             raise SinkError(f"{self.name}: {exc}") from None
         self.config = config
         self.keyspace = keyspace
+        self._config_text = config.model_dump_json(by_alias=True)  # what a task is made from
         self._delivered: dict[str, GTIDPosition] = {}  # shard -> position its heartbeats reached
         self._heartbeats: dict[str, str] = {}  # shard -> token text of that heartbeat
         self.most_tasks = 0  # the most Spark tasks a batch was written by (writeFrom: executors)
@@ -144,9 +150,7 @@ class MemcachedSink:
     def write_frame(self, frame: Any, ctx: BatchContext) -> SinkResult:
         """``writeFrom: executors``: every Spark task of the batch `frame` invalidates its own
         partition's keys at the same time as the others; the driver adds up their reports."""
-        task = MemcachedTask(
-            self.config.model_dump_json(by_alias=True), self.keyspace, dict(self._heartbeats)
-        )
+        task = MemcachedTask(self._config_text, self.keyspace, dict(self._heartbeats))
         reports = run_partitions(frame, task)
         self.most_tasks = max(self.most_tasks, len(reports))
         seen: dict[str, list[str]] = {}
@@ -219,12 +223,6 @@ def _newest(texts: list[str]) -> str:
     return newest
 
 
-# a Python worker's memcached sinks, kept between batches (their connections); past
-# `KEPT_TASK_SINKS` (a worker serving many streams), the oldest is closed
-_TASK_SINKS: dict[tuple[str, str], MemcachedSink] = {}
-KEPT_TASK_SINKS = 8
-
-
 class MemcachedTask:
     """What one Spark task runs for its partition of a batch: the sink made from its spec (once
     per Python worker, with the worker's own connections) invalidates the partition's keys.
@@ -234,13 +232,11 @@ class MemcachedTask:
         self.config, self.keyspace, self.heartbeats = config, keyspace, heartbeats
 
     def sink(self) -> MemcachedSink:
-        key = (self.config, self.keyspace)
-        if key not in _TASK_SINKS:
-            config = spec.MemcachedSink.model_validate_json(self.config)
-            while len(_TASK_SINKS) >= KEPT_TASK_SINKS:
-                _TASK_SINKS.pop(next(iter(_TASK_SINKS))).close()
-            _TASK_SINKS[key] = MemcachedSink(config, keyspace=self.keyspace)
-        return _TASK_SINKS[key]
+        return worker_sink((self.config, self.keyspace), self._make)
+
+    def _make(self) -> MemcachedSink:
+        config = spec.MemcachedSink.model_validate_json(self.config)
+        return MemcachedSink(config, keyspace=self.keyspace)
 
     def __call__(self, rows: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         try:

@@ -44,7 +44,12 @@ from updatestream.mirror import (
     collapse,
 )
 from updatestream.mysql_connections import connection_arguments, describe_error
-from updatestream_jobs.sinks.executor_tasks import kept_events, run_partitions, task_failure
+from updatestream_jobs.sinks.executor_tasks import (
+    kept_events,
+    run_partitions,
+    task_failure,
+    worker_sink,
+)
 from updatestream_jobs.sinks.server_outage import sink_failure
 from updatestream_jobs.sinks.sink import (
     BatchContext,
@@ -319,12 +324,6 @@ def applied_of(report: dict[str, Any]) -> ApplyResult:
     )
 
 
-# a Python worker's mirror sinks, kept between batches (their connections and table schemas);
-# past `KEPT_TASK_SINKS` (a worker serving many streams), the oldest is closed
-_TASK_SINKS: dict[tuple[str, str, str], MirrorSink] = {}
-KEPT_TASK_SINKS = 8
-
-
 class MirrorTask:
     """What one Spark task runs for its partition of a batch: the sink made from its spec (once
     per Python worker, with the worker's own connection) applies the partition's events, and
@@ -334,16 +333,12 @@ class MirrorTask:
         self.config, self.keyspace, self.secrets_dir = config, keyspace, secrets_dir
 
     def sink(self) -> MirrorSink:
-        key = (self.config, self.keyspace, self.secrets_dir)
-        if key not in _TASK_SINKS:
-            keyspace = spec.parse_keyspace(json.loads(self.keyspace)) if self.keyspace else None
-            config = spec.MirrorSink.model_validate_json(self.config)
-            while len(_TASK_SINKS) >= KEPT_TASK_SINKS:
-                _TASK_SINKS.pop(next(iter(_TASK_SINKS))).close()
-            _TASK_SINKS[key] = MirrorSink(
-                config, secrets_dir=Path(self.secrets_dir), keyspace=keyspace
-            )
-        return _TASK_SINKS[key]
+        return worker_sink((self.config, self.keyspace, self.secrets_dir), self._make)
+
+    def _make(self) -> MirrorSink:
+        keyspace = spec.parse_keyspace(json.loads(self.keyspace)) if self.keyspace else None
+        config = spec.MirrorSink.model_validate_json(self.config)
+        return MirrorSink(config, secrets_dir=Path(self.secrets_dir), keyspace=keyspace)
 
     def __call__(self, rows: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         yield self.sink().apply_events(kept_events(rows))
