@@ -29,7 +29,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
-from updatestream.binlog.events import HOP_MARKER, ChangeEvent
+from updatestream.binlog.events import HOP_MARKER, SNAPSHOT_OPS, ChangeEvent
 from updatestream.core.dedup import DROPPED_VERDICTS
 from updatestream_jobs.progress_tracker import ProgressTracker
 from updatestream_jobs.sink_retry import SinkRetry
@@ -170,8 +170,7 @@ class BatchDelivery:
         recorded here, on the first pass, even with none)."""
         began = time.perf_counter()
         if not sinks:  # the progress only: no row's images come to the driver
-            for _ in self.tracker.observe(self.deduplicated(_events(progress_columns(frame)))):
-                pass
+            self._progress_only(frame)
             phases.read_s = time.perf_counter() - began
             return
         if len(sinks) == 1:  # read lazily, as the sink takes it
@@ -200,6 +199,26 @@ class BatchDelivery:
         finally:
             if not persisted:
                 frame.unpersist()
+
+    def _progress_only(self, frame: Any) -> None:
+        """Record the batch's progress from `progress_rows`: its changes one by one, in stream
+        order, and its existing rows as counts."""
+
+        def changes() -> Iterator[ChangeEvent]:
+            for row in progress_rows(frame).toLocalIterator(prefetchPartitions=True):
+                fields = row.asDict()
+                rows = fields.pop(COUNTED)
+                event = ChangeEvent.from_row(fields)
+                if event.op not in SNAPSHOT_OPS:
+                    yield event
+                    continue
+                if event.dedup is not None:  # as `deduplicated` counts them
+                    self.tracker.count_duplicate(event.dedup, rows)
+                if event.dedup not in DROPPED_VERDICTS:
+                    self.tracker.observe_existing(event.shard, event.op, rows)
+
+        for _ in self.tracker.observe(self.deduplicated(changes())):
+            pass
 
     def _threads(self) -> ThreadPoolExecutor:
         if self._pool is None:  # a thread for every sink: each may wait at the same time
@@ -273,10 +292,26 @@ _PROGRESS_COLUMNS = (
 
 
 def progress_columns(frame: Any) -> Any:
-    """The batch `frame` as the driver reads it when every sink writes from the executors: a
-    batch of a snapshot's rows is mostly images, which the driver would otherwise pull whole
-    (and Spark could lose a task's large result on its way, failing the batch)."""
+    """The batch `frame` without what its progress and hop bookkeeping do not read."""
     return frame.selectExpr(*_PROGRESS_COLUMNS)
+
+
+COUNTED = "counted"  # `progress_rows`: how many events a row stands for
+_EXISTING = "op IN ({})".format(", ".join(f"'{op}'" for op in sorted(SNAPSHOT_OPS)))
+
+
+def progress_rows(frame: Any) -> Any:
+    """What the driver reads of the batch `frame` when every sink writes from the executors:
+    its changes as `progress_columns`, in order, each `counted` 1, then its existing rows (a
+    snapshot's: they count, but move no shard's progress) as one row per shard, op and dedup
+    verdict, `counted` how many. A snapshot's batch of millions of rows comes to the driver as
+    a few rows, not as results large enough for Spark to lose on their way."""
+    changes = progress_columns(frame.where(f"NOT ({_EXISTING})")).selectExpr(
+        "*", f"1L AS {COUNTED}"
+    )
+    grouped = frame.where(_EXISTING).groupBy("keyspace", "shard", "op", "dedup").count()
+    existing = grouped.withColumnRenamed("count", COUNTED)
+    return changes.unionByName(existing, allowMissingColumns=True)
 
 
 def _events(frame: Any) -> Iterator[ChangeEvent]:

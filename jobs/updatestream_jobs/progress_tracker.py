@@ -130,12 +130,7 @@ class ProgressTracker:
         """Pass events through, recording each (use it on the way to the first sink)."""
         for event in events:
             if event.op in SNAPSHOT_OPS:  # an existing row: no change to the shard's progress
-                with self._lock:
-                    self._shard(event.shard).by_op[event.op] += 1
-                    self.snapshot_rows += 1
-                if self.metrics is not None:
-                    self.metrics.events.labels(self.stream, event.shard, event.op).inc()
-                    self.metrics.snapshot_rows.labels(self.stream).inc()
+                self.observe_existing(event.shard, event.op)
                 yield event
                 continue
             with self._lock:
@@ -153,6 +148,15 @@ class ProgressTracker:
             if self.metrics is not None:
                 self.metrics.events.labels(self.stream, event.shard, event.op).inc()
             yield event
+
+    def observe_existing(self, shard: str, op: str, rows: int = 1) -> None:
+        """`rows` existing rows of `shard` (a snapshot's) delivered: counted, no progress."""
+        with self._lock:
+            self._shard(shard).by_op[op] += rows
+            self.snapshot_rows += rows
+        if self.metrics is not None:
+            self.metrics.events.labels(self.stream, shard, op).inc(rows)
+            self.metrics.snapshot_rows.labels(self.stream).inc(rows)
 
     def hop_announced(self, hop: dict[str, Any]) -> None:
         """A hop the source made (its marker row); a replayed hop batch announces it again."""
@@ -204,13 +208,13 @@ class ProgressTracker:
                 self.metrics.set_phase(self.key_range, "running")
         return done
 
-    def count_duplicate(self, cause: str) -> None:
-        """One event classified by the dedup rule (`hop`, `reverse`: dropped; `unknown`,
+    def count_duplicate(self, cause: str, events: int = 1) -> None:
+        """`events` classified by the dedup rule (`hop`, `reverse`: dropped; `unknown`,
         `straddle`: delivered)."""
         with self._lock:
-            self.duplicates[cause] += 1
+            self.duplicates[cause] += events
         if self.metrics is not None:
-            self.metrics.duplicates.labels(self.stream, cause).inc()
+            self.metrics.duplicates.labels(self.stream, cause).inc(events)
 
     def sink_result(self, sink: str, result: Any) -> None:
         """Add up what a sink reported for a batch (`SinkResult`, or None from a sink that

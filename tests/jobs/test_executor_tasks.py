@@ -1,7 +1,7 @@
 """A sink's typed error raised in a Spark task reaches the driver as the same typed error, and
 a mirror task's deadlock with another task is retried, not a failed batch; a Python worker
 keeps a bounded number of mirror sinks; when every sink writes from the executors the driver
-reads the batch's progress without the rows' images."""
+reads the batch's progress without the rows' images, and a snapshot's rows as counts."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from typing import Any
 
 import pymysql
 import pytest
-from updatestream_jobs.batch_delivery import progress_columns
+from updatestream_jobs.batch_delivery import BatchDelivery, progress_columns, progress_rows
+from updatestream_jobs.progress_tracker import ProgressTracker
 from updatestream_jobs.sinks.executor_tasks import (
     _WORKER_SINKS,
     KEPT_WORKER_SINKS,
@@ -134,3 +135,41 @@ def test_the_progress_read_carries_no_images_but_every_field_progress_and_hops_n
     for got, sent in zip(read, [marker, *events], strict=True):
         assert all(getattr(got, name) == getattr(sent, name) for name in kept), (got, sent)
         assert (got.source_shard, got.source_gtid) == (sent.source_shard, sent.source_gtid)
+
+
+def test_a_batch_of_existing_rows_comes_to_the_driver_as_counts_with_the_same_progress(
+    spark: Any,
+) -> None:
+    events = [e for batch in two_shard_workload().batches for e in batch]
+    hop = {"number": 1, "fromMap": "-80,80-", "toMap": "-40,40-80,80-", "from": ["-80"],
+           "to": ["-40", "40-80"], "detectedAt": 5}  # fmt: skip
+    marker = dataclasses.replace(events[0], op=HOP_MARKER, after=json.dumps(hop), pk=None)
+    existing = [
+        dataclasses.replace(e, op=op, dedup=dedup)
+        for e in events
+        for op, dedup in (("snapshot", None), ("reread", None), ("snapshot", "hop"))
+    ]
+    batch = [*existing[:7], marker, *events[:5], *existing[7:], *events[5:]]
+    assert {e.shard for e in existing} == {e.shard for e in events} and len(events) > 5
+    frame = spark.createDataFrame(  # type: ignore[attr-defined]
+        [e.as_tuple() for e in batch], SPARK_SCHEMA_DDL
+    ).repartition(3)
+    frame.persist()  # as `BatchDelivery.deliver` does with executor-written sinks
+    groups = {(e.shard, e.op, e.dedup) for e in existing}
+    assert progress_rows(frame).count() == len(events) + 1 + len(groups)
+    read, held = ProgressTracker("s", "-"), ProgressTracker("s", "-")
+    BatchDelivery([], read)._progress_only(frame)
+    order = [row.asDict() for row in frame.collect()]  # the order the partitions hold
+    every = BatchDelivery([], held)
+    for _ in held.observe(every.deduplicated(ChangeEvent.from_row(r) for r in order)):
+        pass
+    assert read.snapshot_rows == held.snapshot_rows == 2 * len(events)
+    assert read.duplicates == held.duplicates and read.duplicates["hop"] == len(events)
+    assert [h.number for h in read.hops] == [1]
+    for shard, progress in held.shards.items():
+        got = read.shards[shard]
+        assert (got.token, got.position, got.by_op) == (
+            progress.token,
+            progress.position,
+            progress.by_op,
+        ), shard
