@@ -25,6 +25,7 @@ from tests.cluster.node import NODE_DIR, REPO_ROOT, NodeError, firewall
 DOC = REPO_ROOT / "docs" / "deploy.md"
 NS = "updatestream"
 MEMCACHED_PID = Path("/tmp/updatestream-memcached.pid")
+LEDGER = Path("/tmp/updatestream-ledger.jsonl")  # the page's traffic writes it
 REPORT = REPO_ROOT / ".updatestream" / "walkthrough-report.txt"
 
 
@@ -86,6 +87,7 @@ def _leave_nothing_behind() -> None:
     )
     if (NODE_DIR / "pids").exists():
         subprocess.run(["bash", "scripts/cluster-down.sh"], cwd=REPO_ROOT, check=False)
+    LEDGER.unlink(missing_ok=True)
 
 
 @pytest.mark.timeout(2400)
@@ -111,6 +113,7 @@ def test_the_walkthrough_runs_as_the_page_writes_it() -> None:
         started = time.monotonic()
         run(f"source {NODE_DIR}/env\n{blocks[-1]}", timeout=600)
         timings["stopping everything"] = time.monotonic() - started
+        assert not LEDGER.exists(), "the page's last block leaves the traffic's ledger"
     finally:
         _leave_nothing_behind()
     assert not (NODE_DIR / "pids").exists()
