@@ -4,7 +4,10 @@ The cluster serves `-80,80-`. All three start at the current position and run at
 job in this process (Spark local mode, the given trigger, its console sink wrapped in
 `bench.lagtools.TimedSink`: delivered when the sink's write returned), the VStream client
 (delivered when it received the transaction's events) and Debezium's Vitess connector
-(delivered when the engine handed the change to the harness). The traffic is
+(delivered when the engine handed the change to the harness). Our job also has a memcached
+sink, whose fast lane invalidates each change as soon as the shard's binlog tail has its
+transaction, ahead of the micro-batch: `updatestream_fastlane` is when the lane applied it (the
+job's `fastLaneLog`), `updatestream` when the console sink's write returned. The traffic is
 `updatestream vitess traffic` in its own process at one fixed rate, with its ledger's commit
 times (the writer's clock, taken when COMMIT returned). A light warm-up each reader must
 deliver comes first. Lag per change: delivered minus committed; p50, p99 and max per reader.
@@ -18,18 +21,22 @@ from pathlib import Path
 from typing import Any
 
 from updatestream_cli.devcluster.ledger import LedgerEntry, read_ledger
+from updatestream_cli.devcluster.memcached_server import MemcachedServer
 from updatestream_cli.manifests import update_stream
 from updatestream_cli.vitess.cluster import VitessCluster
 from updatestream_jobs.job import Job, spark_session
 
 from bench.lag_rig import spark_durations
-from bench.lagtools import TimedSink, summarize
+from bench.lagtools import TimedSink, fast_lane_times, summarize
 from bench.report import console
 from bench.vitess_cases import Peer, wait_until
 from bench.vitess_ledger import first_named, match
 from harness.stream_job import CLI
 from updatestream import spec
 from updatestream.contract.job_config import JobConfig
+
+FAST_LANE = "updatestream_fastlane"  # the reader name of our memcached fast lane
+FAST_LANE_LOG = "lag-fast-lane.jsonl"
 
 
 def traffic(cluster: VitessCluster, root: Path, rate: float, seconds: float, seed: int
@@ -45,11 +52,17 @@ def traffic(cluster: VitessCluster, root: Path, rate: float, seconds: float, see
     return read_ledger(ledger)
 
 
-def our_job(cluster: VitessCluster, root: Path, trigger: float) -> tuple[Job, TimedSink]:
-    """Our job of every serving shard from its current position into a console file."""
+def our_job(
+    cluster: VitessCluster, root: Path, trigger: float, memcached: str
+) -> tuple[Job, TimedSink]:
+    """Our job of every serving shard from its current position into a console file and the
+    memcached server at `memcached` (its fast lane logging to `FAST_LANE_LOG` under `root`)."""
     serving = spec.load_keyspace(cluster.manifest_path).spec.serving_shards
     start = {"mode": "gtid", "gtid": {s: cluster.gtid_executed(s) for s in serving}}
-    sinks = [{"type": "console", "path": str(root / "lag-console.jsonl")}]
+    sinks = [
+        {"type": "console", "path": str(root / "lag-console.jsonl")},
+        {"type": "memcached", "servers": [memcached]},
+    ]
     stream = spec.parse_update_stream(
         update_stream("vitess-lag", cluster.keyspace, start, sinks, ["-"])
     )
@@ -61,10 +74,11 @@ def our_job(cluster: VitessCluster, root: Path, trigger: float) -> tuple[Job, Ti
             checkpoint=root / "lag-checkpoint",
             status_file=root / "lag-status.json",
             trigger_seconds=trigger,
+            source_options={"fastLaneLog": str(root / FAST_LANE_LOG)},
         )
     )
     timed = TimedSink(job.sinks[0])
-    job.sinks = list([timed])
+    job.sinks = [timed, *job.sinks[1:]]
     return job, timed
 
 
@@ -102,11 +116,18 @@ def ours_delivered_at(entries: list[LedgerEntry], sink: TimedSink) -> dict[int, 
     return first_named(done, entries)
 
 
+def fast_lane_delivered_at(entries: list[LedgerEntry], root: Path) -> dict[int, float]:
+    """Ledger change -> when our fast lane applied its transaction's invalidations."""
+    applied = fast_lane_times(root / FAST_LANE_LOG)
+    return first_named([(at, shard, gtid) for (shard, gtid), at in applied.items()], entries)
+
+
 def measure(cluster: VitessCluster, root: Path, peers: list[Peer], rate: float, seconds: float,
             trigger: float) -> dict[str, Any]:  # fmt: skip
     """Lag per reader at `rate` row changes/s for `seconds`, all three reading at once."""
     spark = spark_session("local[2]", "vitess-peers-lag")
-    job, sink = our_job(cluster, root, trigger)
+    memcached = MemcachedServer(memory_mb=64).start()
+    job, sink = our_job(cluster, root, trigger, memcached.address)
     try:
         job.start(spark)
         for peer in peers:
@@ -128,7 +149,11 @@ def measure(cluster: VitessCluster, root: Path, peers: list[Peer], rate: float, 
             peer.stop()
         job.stop()
         spark.stop()
-    firsts = {"updatestream": ours_delivered_at(ledger, sink)}
+        memcached.stop()
+    firsts = {
+        "updatestream": ours_delivered_at(ledger, sink),
+        FAST_LANE: fast_lane_delivered_at(ledger, root),
+    }
     firsts.update({p.name: match(ledger, p.deliveries()).first_delivered() for p in peers})
     readers: dict[str, Any] = {}
     for name, times in firsts.items():
@@ -148,14 +173,18 @@ def measure(cluster: VitessCluster, root: Path, peers: list[Peer], rate: float, 
 
 def lag_goal(readers: dict[str, Any], parts: dict[str, float]) -> dict[str, Any]:
     """Our p99 at most the VStream client's p99 plus our micro-batch cycle (the median of
-    Spark's `triggerExecution` over the batches that read the traffic)."""
+    Spark's `triggerExecution` over the batches that read the traffic): `met` for the durable
+    sink, `fastlane_met` for the memcached fast lane's invalidations."""
     ours, plain = readers["updatestream"]["p99_s"], readers.get("vstream", {}).get("p99_s")
+    lane = readers.get(FAST_LANE, {}).get("p99_s")
     cycle = parts.get("triggerExecution")
     bound = None if plain is None or cycle is None else round(plain + cycle, 3)
     return {
         "ours_p99_s": ours,
+        "fastlane_p99_s": lane,
         "vstream_p99_s": plain,
         "cycle_s": cycle,
         "bound_s": bound,
         "met": None if bound is None or ours is None else ours <= bound,
+        "fastlane_met": None if bound is None or lane is None else lane <= bound,
     }
