@@ -11,6 +11,14 @@ out only once it has ended (filtered replication's copy marker is its last state
 half-read transaction is simply read again. Every GTID is also checked against that position,
 so a rewind would be an error, never a duplicate.
 
+A table map event is decoded once per table id and binlog file (`freeze_schema`): the server
+writes one before every rows event, and decoding MySQL's optional metadata (column names,
+charsets) for each transaction was the largest cost of a followed MySQL binlog after waiting on
+the socket. A table id names one table definition for the life of the server that wrote the
+file: a DDL statement gives the table a new id, and a restarted server, whose ids start again,
+writes a new file; so the map is emptied at each file's start (its format description event)
+and at each rotation.
+
 With `end=None` the reader follows the binlog without end (a blocking dump with server
 heartbeats, see `updatestream.binlog.tailer`): `on_finish` hears of every finished transaction
 and `close()`, from another thread, ends it at the next event or heartbeat.
@@ -26,11 +34,13 @@ from typing import Any
 
 import pymysql
 from pymysqlreplication.event import (
+    FormatDescriptionEvent,
     GtidEvent,
     HeartbeatLogEvent,
     MariadbGtidEvent,
     NotImplementedEvent,
     QueryEvent,
+    RotateEvent,
     XidEvent,
 )
 from pymysqlreplication.row_event import (
@@ -82,6 +92,9 @@ _STREAM_EVENTS = [
     NotImplementedEvent,
     # read by the library for every rows event; handed to the loop only to be released
     TableMapEvent,
+    # a binlog file starts: the table ids of the one before may name other tables in it
+    FormatDescriptionEvent,
+    RotateEvent,
 ]
 TRANSACTION_PAYLOAD_EVENT = 40  # MySQL: a compressed transaction (binlog_transaction_compression)
 _DML_PREFIXES = ("INSERT", "UPDATE", "DELETE", "REPLACE", "LOAD DATA")
@@ -210,6 +223,7 @@ class BinlogRangeReader:
             is_mariadb=self.flavor is Flavor.MARIADB,
             only_events=[*_STREAM_EVENTS, HeartbeatLogEvent] if self._follow else _STREAM_EVENTS,
             filter_non_implemented_events=False,
+            freeze_schema=True,  # a known table id's map is not decoded again (see the module)
             enable_logging=False,
             pymysql_wrapper=_guarded_connect([]),
         )
@@ -256,6 +270,8 @@ class BinlogRangeReader:
                     began, ends = self._query(event, standalone, began)
                     if ends:
                         yield from self._finish()
+                elif isinstance(event, FormatDescriptionEvent | RotateEvent):
+                    stream.table_map.clear()
                 _release(event)
                 if self._done:
                     return
