@@ -5,10 +5,8 @@ server hands out ids from the start again, so one id names another table in the 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import TableMapEvent
 from updatestream_jobs.source.options import parse_options
@@ -18,15 +16,6 @@ from tests.jobs.test_source_mysql import _logged, options_for, position
 from tests.jobs.test_source_refusals import reader
 from updatestream.binlog.events import ChangeEvent
 from updatestream.core.gtid import MySQLGTIDSet
-
-
-@pytest.fixture
-def server(mysql_server_factory: MySQLServerFactory) -> Iterator[MySQLFixture]:
-    fixture = mysql_server_factory.start("mysql-table-ids")
-    try:
-        yield fixture
-    finally:
-        fixture.server.stop()
 
 
 def table_ids(fixture: MySQLFixture) -> list[tuple[int, str]]:
@@ -50,8 +39,16 @@ def rows(events: list[ChangeEvent]) -> list[tuple[str | None, dict[str, object]]
 
 
 def test_rows_read_as_their_table_across_a_ddl_and_a_restart_that_reuses_table_ids(
-    server: MySQLFixture, tmp_path: Path
+    mysql_server_factory: MySQLServerFactory, tmp_path: Path
 ) -> None:
+    server = mysql_server_factory.start("mysql-table-ids")
+    try:
+        read_across_a_ddl_and_a_restart(server, tmp_path)
+    finally:
+        server.server.stop()
+
+
+def read_across_a_ddl_and_a_restart(server: MySQLFixture, tmp_path: Path) -> None:
     options = options_for(server, tmp_path)
     _logged(
         server,
