@@ -51,8 +51,10 @@ def test_the_goal_is_our_p99_within_the_vstream_p99_plus_the_cycle() -> None:
 def test_the_table_and_the_line_name_every_reader_and_escape_pipes() -> None:
     text = vitess_peers(result())
     assert "| c | vstream | failed: shard provided in VGTID, -80, not found \\| retried" in text
-    assert "(0.35 s): the console sink (durable) 0.9 s, missed; the memcached fast lane's " \
+    assert (
+        "(0.35 s): the console sink (durable) 0.9 s, missed; the memcached fast lane's "
         "invalidations 0.08 s, **met**" in text
+    )
     assert f"| {FAST_LANE} | 10 | 0 | 0.02 | 0.08 |" in text
     line = vitess_peers_line(result())
     assert line.startswith("Stopped until `Reshard complete`, then started: updatestream resumed")
