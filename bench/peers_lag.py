@@ -135,10 +135,9 @@ class LagRig:
         report = summarize(*event_lags(ledger, received_at(harness.output, SHARD)))
         return {"committed_rows_per_s": committed_rate(ledger), **report.as_dict()}
 
-    def job(self, rate: float, duration: float, warmup: float) -> dict[str, Any]:
-        self.seq += 1
-        name = f"peers-{self.seq}"  # a new stream each time: sinks keep batch ids per stream
-        sink_specs: list[dict[str, Any]] = [
+    def _sink_specs(self, name: str) -> list[dict[str, Any]]:
+        """The job's sinks, in `SINK_LABELS`' order."""
+        return [
             {"type": "console", "path": str(self.root / f"{name}.jsonl")},
             {
                 "type": "versionStream",
@@ -147,6 +146,17 @@ class LagRig:
             },
             {"type": "memcached", "servers": [self.memcached.address]},
         ]
+
+    def job(
+        self,
+        rate: float,
+        duration: float,
+        warmup: float,
+        source_options: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        self.seq += 1
+        name = f"peers-{self.seq}"  # a new stream each time: sinks keep batch ids per stream
+        sink_specs = self._sink_specs(name)
         lane_log = self.root / f"{name}-fast-lane.jsonl"
         start = {"mode": "gtid", "gtid": {SHARD: self.shard.gtid_position()}}
         manifest = update_stream(name, self.cluster.keyspace_name, start, sink_specs, [SHARD])
@@ -158,7 +168,7 @@ class LagRig:
             checkpoint=self.root / f"{name}-checkpoint",
             status_file=self.root / f"{name}-status.json",
             trigger_seconds=self.trigger,
-            source_options={"fastLaneLog": str(lane_log)},
+            source_options={**(source_options or {}), "fastLaneLog": str(lane_log)},
         )
         sinks = [TimedSink(sink) for sink in job.sinks]
         job.sinks = list(sinks)

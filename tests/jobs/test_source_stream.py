@@ -1,6 +1,7 @@
 """The `updatestream` data source in Spark (local mode, memory sink) over a live two-shard
 traffic run: every committed change exactly once, in per-shard GTID order, across a restart of
-the query from its checkpoint; and a bounded batch read of a key range."""
+the query from its checkpoint (the restarted query with `prefetchHeld`); and a bounded batch
+read of a key range."""
 
 from __future__ import annotations
 
@@ -25,13 +26,14 @@ def positions(cluster: DevCluster) -> dict[str, str]:
     return {shard: cluster.server(shard).gtid_position() for shard in SHARDS}
 
 
-def stream(spark: Any, cluster: DevCluster, start: str) -> Any:
+def stream(spark: Any, cluster: DevCluster, start: str, **options: str) -> Any:
     return (
         spark.readStream.format("updatestream")
         .option("keyspace", str(cluster.manifest_path))
         .option("secretsDir", str(cluster.secrets_dir))
         .option("start", start)
         .option("heartbeatIntervalSeconds", "2")
+        .options(**options)
         .load()
     )
 
@@ -108,8 +110,8 @@ def test_traffic_exactly_once_in_gtid_order_across_a_restart(
         wait_until(lambda: len(rows_of(spark, "stream_run1")) > 200, timeout=120)
         first.stop()  # mid-run: the traffic goes on
         before_restart = rows_of(spark, "stream_run1")
-        second = (
-            stream(spark, cluster, start)
+        second = (  # its held batches handed to Spark with their plans
+            stream(spark, cluster, start, prefetchHeld="true")
             .writeStream.foreachBatch(sink)
             .option("checkpointLocation", str(checkpoint))
             .trigger(processingTime="1 second")

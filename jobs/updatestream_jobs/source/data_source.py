@@ -21,9 +21,10 @@ shard it reads with one long-lived binlog connection in the driver (`tails`). Th
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -31,7 +32,9 @@ from pyspark.sql.datasource import (
     DataSourceReader,
     DataSourceStreamReader,
     InputPartition,
+    SimpleDataSourceStreamReader,
 )
+from pyspark.sql.datasource_internal import _SimpleStreamReaderWrapper
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -49,7 +52,7 @@ from updatestream_jobs.source.hopper import Hopper
 from updatestream_jobs.source.keyspace_watch import open_watch
 from updatestream_jobs.source.offsets import StreamOffset
 from updatestream_jobs.source.options import SourceConfig, parse_options
-from updatestream_jobs.source.partitions import SourcePartition
+from updatestream_jobs.source.partitions import HeldRowsPartition, SourcePartition
 from updatestream_jobs.source.planner import BatchPlanner
 from updatestream_jobs.source.tails import Tails
 
@@ -208,6 +211,43 @@ class UpdateStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         self._planner.close()
 
 
+class PrefetchingStreamReader(UpdateStreamStreamReader, _SimpleStreamReaderWrapper):
+    """The stream reader with `prefetchHeld`: a batch that is one `HeldRowsPartition` (every
+    range in it held by a tail) is handed to Spark with its plan.
+
+    Spark's streaming source runner sends the rows of a `_SimpleStreamReaderWrapper`'s
+    `getCache` to the JVM with the batch's partitions; the JVM stores them in its block manager
+    and the batch's scan reads them there, with no Python worker task. A batch that is not held
+    whole (a binlog range, a snapshot chunk) gets no cached rows and its partitions are read on
+    the workers as ever. The runner treats such a reader as a simple reader in one more way: it
+    does not ask it for `reportLatestOffset`."""
+
+    def __init__(self, config: SourceConfig) -> None:
+        super().__init__(config)
+        # the runner asks `simple_reader` whether it supports trigger AvailableNow, and to
+        # prepare for it
+        self.simple_reader = cast(SimpleDataSourceStreamReader, self)
+        self.cache = []
+        self._planned: tuple[str, str, HeldRowsPartition] | None = None
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        parts = super().partitions(start, end)
+        self._planned = None
+        if len(parts) == 1 and isinstance(parts[0], HeldRowsPartition):
+            self._planned = (_key(start), _key(end), parts[0])
+        return parts
+
+    def getCache(self, start: dict[str, Any], end: dict[str, Any]) -> Iterator[Any] | None:
+        planned, self._planned = self._planned, None
+        if planned is None or planned[:2] != (_key(start), _key(end)):
+            return None
+        return planned[2].read(self.config)
+
+
+def _key(offset: dict[str, Any]) -> str:
+    return json.dumps(offset, sort_keys=True)
+
+
 def _recent_after(
     offset: StreamOffset, ends: dict[str, EventToken], tails: Tails | None
 ) -> dict[str, RecentTransactions]:
@@ -264,7 +304,10 @@ class UpdateStreamDataSource(DataSource):
         return parse_options(self.options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return UpdateStreamStreamReader(self._config())
+        config = self._config()
+        if config.prefetch_held and config.tail:
+            return PrefetchingStreamReader(config)
+        return UpdateStreamStreamReader(config)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return UpdateStreamBatchReader(self._config())

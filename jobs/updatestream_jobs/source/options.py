@@ -236,6 +236,13 @@ class SourceConfig:
         "tail", True, "follow each shard's binlog with one long-lived connection in the driver "
         "and hand a batch's rows to Spark with its partitions when the tail holds them",
     )  # fmt: skip
+    prefetch_held: bool = option(
+        "prefetchHeld", False, "a micro-batch whose rows the tails hold whole goes to Spark "
+        "with its plan and is read from Spark's block manager, by no Python worker task "
+        "(Spark's prefetch path for simple stream readers); Spark then reports no latest "
+        "offset for the source, so a caught-up shard's lag reads as the time since its last "
+        "change (off by default; `make bench-prefetch` measures both)",
+    )  # fmt: skip
     inline_max_rows: int = option(
         "inlineMaxRows", 20000, "the most rows a range may have to be handed over from a tail; "
         "a larger range is read by the workers, in parallel pieces",

@@ -1,0 +1,112 @@
+"""A/B of `prefetchHeld`: the durable sinks' lag with a held batch read by a Python worker task
+(the default) and handed to Spark with its plan (`prefetchHeld=true`).
+
+`bench-peers`' lag rig (`bench.peers_lag.LagRig`): a one-shard development cluster, the traffic
+generator in its own process committing single-row transactions at ``--rate`` for
+``--duration`` seconds, and our job (Spark local mode, trigger ``--trigger-seconds``) writing a
+console file, a durable Version Stream and memcached with its fast lane. Each round runs the
+job once without the option and once with it, the order alternating from round to round; a
+change's lag is when the sink's write returned minus its commit in the generator's ledger.
+Per variant, the median over ``--rounds`` rounds of each sink's p50 / p99 / max, of Spark's
+per-batch phases (`durationMs`: `queryPlanning` holds the hand-over, `addBatch` the read) and of
+the driver's (`read_s`: the batch read back from Spark). Writes `bench/results/prefetch.json`
+with every round and the load averages. Run with ``make bench-prefetch``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bench.peers_lag import FAST_LANE, LagRig, lag_medians
+from bench.report import console, machine, print_table, say_load, write_result
+
+VARIANTS: dict[str, dict[str, str]] = {"worker": {}, "prefetch": {"prefetchHeld": "true"}}
+SHOWN = ("console", "versionstream", FAST_LANE)
+PHASES = ("triggerExecution", "queryPlanning", "addBatch", "walCommit", "commitOffsets")
+
+
+def rounds(rig: LagRig, rate: int, count: int, duration: float, warmup: float) -> dict[str, Any]:
+    """variant -> one job result per round (the variants' order alternating)."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in VARIANTS}
+    for number in range(count):
+        order = list(VARIANTS) if number % 2 == 0 else list(reversed(VARIANTS))
+        for name in order:
+            result = rig.job(rate, duration, warmup, VARIANTS[name])
+            runs[name].append(result)
+            sinks = result["sinks"]
+            console.print(
+                f"round {number + 1}, {name}: "
+                + ", ".join(f"{s} {sinks[s]['p50_s']}/{sinks[s]['p99_s']}" for s in SHOWN)
+                + f"; addBatch {result['spark_batch_parts_s'].get('addBatch')}"
+            )
+    return runs
+
+
+def medians_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """`lag_medians`' figures of the job alone (it is given no Debezium rounds)."""
+    out = lag_medians({"job": runs, "debezium_default": [], "debezium_poll10": []})
+    return {key: value for key, value in out.items() if key.startswith("job_")}
+
+
+def report(medians: dict[str, dict[str, Any]]) -> None:
+    print_table(
+        "lag p50 / p99 (s), medians of the rounds",
+        ["variant", *SHOWN],
+        [
+            [name] + [f"{m[f'job_{s}']['p50_s']} / {m[f'job_{s}']['p99_s']}" for s in SHOWN]
+            for name, m in medians.items()
+        ],
+    )
+    print_table(
+        "per-batch phases (s), medians",
+        ["variant", *PHASES, "driver read_s"],
+        [
+            [name]
+            + [m["job_spark_batch_parts_s"].get(p) for p in PHASES]
+            + [m["job_driver_phases_s"].get("read_s")]
+            for name, m in medians.items()
+        ],
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--flavor", choices=("mariadb", "mysql"), default="mariadb")
+    parser.add_argument("--rate", type=int, default=600, help="rows/s the generator commits")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--duration", type=float, default=15.0)
+    parser.add_argument("--warmup", type=float, default=3.0)
+    parser.add_argument("--trigger-seconds", type=float, default=0.1)
+    args = parser.parse_args()
+    load_before = say_load()
+    with tempfile.TemporaryDirectory(prefix="prefetch-bench-") as tmp:
+        rig = LagRig(Path(tmp), Path(tmp), args.trigger_seconds, args.flavor)
+        try:
+            runs = rounds(rig, args.rate, args.rounds, args.duration, args.warmup)
+        finally:
+            rig.close()
+    medians = {name: medians_of(results) for name, results in runs.items()}
+    report(medians)
+    path = write_result(
+        "prefetch",
+        {
+            "machine": machine(),
+            "flavor": args.flavor,
+            "rate": args.rate,
+            "rounds": args.rounds,
+            "duration_s": args.duration,
+            "trigger_s": args.trigger_seconds,
+            "load_average": load_before,
+            "load_average_end": say_load(),
+            "median": medians,
+            "runs": runs,
+        },
+    )
+    console.print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
