@@ -148,9 +148,10 @@ debezium-vitess-peer: ## build the same harness with Debezium's Vitess connector
 	@command -v mvn >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends maven
 	@test -f $(DEBEZIUM_VITESS_DIR)/.built || { mvn -q -B -f $(DEBEZIUM_SRC)/pom.xml $(DEBEZIUM_VITESS_CONNECTOR) -Dpeer.build.dir=$(DEBEZIUM_VITESS_DIR) package && touch $(DEBEZIUM_VITESS_DIR)/.built; }
 
-.PHONY: bench-prefetch
-bench-prefetch: system-deps $(STAMP) ## A/B of prefetchHeld: durable sinks' lag with held batches read by a worker task or handed to Spark with the plan, into bench/results
-	$(BIN)/python -m bench.prefetch_bench
+.PHONY: bench-reader-options
+bench-reader-options: system-deps mysql $(STAMP) ## the stream reader's latency options (prefetchHeld, switchIntervalMs) side by side, MariaDB then MySQL, into bench/results
+	$(BIN)/python -m bench.reader_options_bench --flavor mariadb
+	$(BIN)/python -m bench.reader_options_bench --flavor mysql
 
 .PHONY: bench-peers
 bench-peers: system-deps mysql $(STAMP) debezium-peer ## catch-up rows/s and lag at fixed rates: our source and job vs Debezium, on MariaDB and MySQL shards, into bench/results

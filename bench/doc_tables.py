@@ -227,17 +227,17 @@ def peers_phases(r: Result) -> str:
     return "Median micro-batch of the job, seconds:\n\n" + table(header, rows)
 
 
-PREFETCH_SINKS = ("console", "versionstream", "fastlane")
+READER_OPTION_SINKS = ("console", "versionstream", "fastlane")
 
 
-def prefetch(r: Result) -> str:
-    """Per variant of `bench-prefetch`: each sink's lag, then the median micro-batch."""
+def reader_options(r: Result) -> str:
+    """Per variant of `bench-reader-options`: each sink's lag, then the median micro-batch."""
     head = (f"{r['flavor']}, {r['rate']:,} rows/s, {r['rounds']} rounds of {r['duration_s']:g} s,"
             f" trigger {r['trigger_s']:g} s; load average (1 min) "
             f"{loads([r['load_average'], r['load_average_end']])} (start, end).")  # fmt: skip
     lags, batches = [], []
     for variant, m in r["median"].items():
-        for sink in PREFETCH_SINKS:
+        for sink in READER_OPTION_SINKS:
             f = m[f"job_{sink}"]
             lags.append([variant, sink, f["p50_s"], f["p99_s"], f["max_s"]])
         parts, driver = m["job_spark_batch_parts_s"], m["job_driver_phases_s"]
@@ -247,9 +247,9 @@ def prefetch(r: Result) -> str:
             parts["commitOffsets"], driver["read_s"],
         ])  # fmt: skip
     return "\n\n".join([
-        head, table(["held batches", "sink", "p50 (s)", "p99 (s)", "max (s)"], lags),
+        head, table(["options", "sink", "p50 (s)", "p99 (s)", "max (s)"], lags),
         "Median micro-batch, seconds:",
-        table(["held batches", "batch rows", "`triggerExecution`", "`queryPlanning`",
+        table(["options", "batch rows", "`triggerExecution`", "`queryPlanning`",
                "`addBatch`", "`walCommit`", "`commitOffsets`", "read from Spark"], batches),
     ])  # fmt: skip
 
@@ -422,5 +422,6 @@ def history(benchmark: str, entries: list[dict[str, Any]]) -> str:
 RENDERERS: dict[str, Callable[[Result], str]] = {
     "source": source, "sinks": sinks, "mirror": mirror, "lag": lag, "peers": peers,
     "footprint": footprint, "scaling": scaling, "hop": hop, "snapshot": snapshot,
-    "vitess_peers": vitess_peers, "vitess_peers:line": vitess_peers_line, "prefetch": prefetch,
+    "vitess_peers": vitess_peers, "vitess_peers:line": vitess_peers_line,
+    "reader_options": reader_options, "reader_options_mysql": reader_options,
 }  # fmt: skip

@@ -1,11 +1,14 @@
-"""`prefetchHeld` against real MariaDB shards: a batch the tails hold whole is handed to Spark
-with its plan (the rows its streaming source runner sends to the JVM are exactly the batch's
-rows, once, and only for the batch just planned); a batch with a range the tails do not hold is
-not, and its partitions are read by the workers as without the option."""
+"""`prefetchHeld` and `switchIntervalMs` against real MariaDB shards: a batch the tails hold
+whole is handed to Spark with its plan (the rows its streaming source runner sends to the JVM
+are exactly the batch's rows, once, and only for the batch just planned); a batch with a range
+the tails do not hold is not, and its partitions are read by the workers as without the option.
+The stream reader's process runs its tails with the GIL switch interval `switchIntervalMs`
+asks for."""
 
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -60,8 +63,13 @@ def test_the_option_picks_the_reader_spark_prefetches_from(cluster: DevCluster) 
 def test_a_held_batch_is_handed_over_once_and_a_read_one_is_not(
     cluster: DevCluster, tmp_path: Any
 ) -> None:
-    config = config_for(cluster, tail="true", prefetchHeld="true", maxBatchRows="0")
+    config = config_for(
+        cluster, tail="true", prefetchHeld="true", maxBatchRows="0", switchIntervalMs="2"
+    )
+    before = sys.getswitchinterval()
     with prefetching(config) as (reader, offset):
+        assert sys.getswitchinterval() == 0.002  # set as the tails started
+        sys.setswitchinterval(before)  # this test process's own
         traffic(cluster, tmp_path, 41, large_tx_rows=300, large_tx_every=0.3)
         end = reader.latestOffset(offset, None)
         (held,) = reader.partitions(offset, end)

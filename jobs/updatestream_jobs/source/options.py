@@ -241,7 +241,7 @@ class SourceConfig:
         "with its plan and is read from Spark's block manager, by no Python worker task "
         "(Spark's prefetch path for simple stream readers); Spark then reports no latest "
         "offset for the source, so a caught-up shard's lag reads as the time since its last "
-        "change (off by default; `make bench-prefetch` measures both)",
+        "change (off by default; `make bench-reader-options` measures it)",
     )  # fmt: skip
     inline_max_rows: int = option(
         "inlineMaxRows", 20000, "the most rows a range may have to be handed over from a tail; "
@@ -259,6 +259,13 @@ class SourceConfig:
     tail_buffer_bytes: int = option(
         "tailBufferBytes", 256 * 1024 * 1024, "bytes a shard's tail may hold, likewise",
         minimum=65536, shown="256 MiB",
+    )  # fmt: skip
+    switch_interval_ms: int = option(
+        "switchIntervalMs", 5, "the GIL switch interval of the stream reader's process while "
+        "tails run (Python's `sys.setswitchinterval`, in ms; Python's default is 5): how long "
+        "a tail or a fast lane with a transaction to take waits, at most, for another thread "
+        "of that process that holds the GIL, such as the one planning a batch "
+        "(`make bench-reader-options` measures 1 beside the default)", minimum=1,
     )  # fmt: skip
     tail_wait_ms: int = option(
         "tailWaitMs", 200, "how long planning a batch waits for a tail to reach the batch's end"

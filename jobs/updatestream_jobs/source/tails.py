@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import sys
 import time
 from collections.abc import Callable, Mapping
 
@@ -213,6 +214,7 @@ class Tails:
     def _start(self, endpoint: ShardEndpoint, position: GTIDPosition) -> None:
         config = self.config
         freeze_startup_heap()
+        sys.setswitchinterval(config.switch_interval_ms / 1000)
         try:
             tailer = ShardTailer(
                 endpoint,

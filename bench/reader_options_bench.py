@@ -1,16 +1,20 @@
-"""A/B of `prefetchHeld`: the durable sinks' lag with a held batch read by a Python worker task
-(the default) and handed to Spark with its plan (`prefetchHeld=true`).
+"""The stream reader's latency options side by side: `prefetchHeld` and `switchIntervalMs`.
 
-`bench-peers`' lag rig (`bench.peers_lag.LagRig`): a one-shard development cluster, the traffic
-generator in its own process committing single-row transactions at ``--rate`` for
-``--duration`` seconds, and our job (Spark local mode, trigger ``--trigger-seconds``) writing a
-console file, a durable Version Stream and memcached with its fast lane. Each round runs the
-job once without the option and once with it, the order alternating from round to round; a
-change's lag is when the sink's write returned minus its commit in the generator's ledger.
-Per variant, the median over ``--rounds`` rounds of each sink's p50 / p99 / max, of Spark's
-per-batch phases (`durationMs`: `queryPlanning` holds the hand-over, `addBatch` the read) and of
-the driver's (`read_s`: the batch read back from Spark). Writes `bench/results/prefetch.json`
-with every round and the load averages. Run with ``make bench-prefetch``.
+`prefetchHeld` hands a batch the tails hold to Spark with its plan instead of having a Python
+worker task read it (the durable sinks wait for the batch's cycle); `switchIntervalMs` lowers
+the GIL switch interval of the stream reader's process, where the tails and the fast lane wait
+for the thread planning a batch. `bench-peers`' lag rig (`bench.peers_lag.LagRig`): a one-shard
+development cluster, the traffic generator in its own process committing single-row
+transactions at ``--rate`` for ``--duration`` seconds, and our job (Spark local mode, trigger
+``--trigger-seconds``) writing a console file, a durable Version Stream and memcached with its
+fast lane. Each round runs the job once per variant (`VARIANTS`: without either option, with
+each, with both), the order rotating from round to round; a change's lag is when the sink's
+write returned (the fast lane: when it applied the invalidation) minus its commit in the
+generator's ledger. Per variant, the median over ``--rounds`` rounds of each sink's p50 / p99 /
+max, of Spark's per-batch phases (`durationMs`: `queryPlanning` holds the hand-over,
+`addBatch` the batch function) and of the driver's (`read_s`: the batch read back from Spark).
+Writes `bench/results/reader_options.json` (with `_<flavor>` for a flavor other than MariaDB)
+with every round and the load averages. Run with ``make bench-reader-options``.
 """
 
 from __future__ import annotations
@@ -23,17 +27,25 @@ from typing import Any
 from bench.peers_lag import FAST_LANE, LagRig, lag_medians
 from bench.report import console, machine, print_table, say_load, write_result
 
-VARIANTS: dict[str, dict[str, str]] = {"worker": {}, "prefetch": {"prefetchHeld": "true"}}
+PREFETCH = {"prefetchHeld": "true"}
+SWITCH_1MS = {"switchIntervalMs": "1"}
+VARIANTS: dict[str, dict[str, str]] = {
+    "neither": {},
+    "prefetchHeld": PREFETCH,
+    "switchIntervalMs=1": SWITCH_1MS,
+    "both": {**PREFETCH, **SWITCH_1MS},
+}
 SHOWN = ("console", "versionstream", FAST_LANE)
 PHASES = ("triggerExecution", "queryPlanning", "addBatch", "walCommit", "commitOffsets")
 
 
 def rounds(rig: LagRig, rate: int, count: int, duration: float, warmup: float) -> dict[str, Any]:
-    """variant -> one job result per round (the variants' order alternating)."""
+    """variant -> one job result per round (the variants' order rotating)."""
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in VARIANTS}
+    names = list(VARIANTS)
     for number in range(count):
-        order = list(VARIANTS) if number % 2 == 0 else list(reversed(VARIANTS))
-        for name in order:
+        shift = number % len(names)
+        for name in names[shift:] + names[:shift]:
             result = rig.job(rate, duration, warmup, VARIANTS[name])
             runs[name].append(result)
             sinks = result["sinks"]
@@ -75,14 +87,14 @@ def report(medians: dict[str, dict[str, Any]]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--flavor", choices=("mariadb", "mysql"), default="mariadb")
-    parser.add_argument("--rate", type=int, default=600, help="rows/s the generator commits")
+    parser.add_argument("--rate", type=int, default=1100, help="rows/s the generator commits")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=float, default=15.0)
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--trigger-seconds", type=float, default=0.1)
     args = parser.parse_args()
     load_before = say_load()
-    with tempfile.TemporaryDirectory(prefix="prefetch-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="reader-options-bench-") as tmp:
         rig = LagRig(Path(tmp), Path(tmp), args.trigger_seconds, args.flavor)
         try:
             runs = rounds(rig, args.rate, args.rounds, args.duration, args.warmup)
@@ -90,22 +102,20 @@ def main() -> None:
             rig.close()
     medians = {name: medians_of(results) for name, results in runs.items()}
     report(medians)
-    path = write_result(
-        "prefetch",
-        {
-            "machine": machine(),
-            "flavor": args.flavor,
-            "rate": args.rate,
-            "rounds": args.rounds,
-            "duration_s": args.duration,
-            "trigger_s": args.trigger_seconds,
-            "load_average": load_before,
-            "load_average_end": say_load(),
-            "median": medians,
-            "runs": runs,
-        },
-    )
-    console.print(f"wrote {path}")
+    name = "reader_options" if args.flavor == "mariadb" else f"reader_options_{args.flavor}"
+    payload = {
+        "machine": machine(),
+        "flavor": args.flavor,
+        "rate": args.rate,
+        "rounds": args.rounds,
+        "duration_s": args.duration,
+        "trigger_s": args.trigger_seconds,
+        "load_average": load_before,
+        "load_average_end": say_load(),
+        "median": medians,
+        "runs": runs,
+    }
+    console.print(f"wrote {write_result(name, payload)}")
 
 
 if __name__ == "__main__":
