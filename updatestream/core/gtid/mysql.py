@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import uuid as uuid_module
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
@@ -25,10 +26,19 @@ Interval: TypeAlias = tuple[int, int]
 
 
 def _normalise_uuid(text: str, whole: str) -> str:
-    raw = text.strip()
-    hexdigits = raw.replace("-", "")
+    key = _uuid_key(text)
+    if key is None:
+        raise _bad(whole, f"{text.strip()!r} is not a server UUID", _MYSQL_FORMS)
+    return key
+
+
+@functools.lru_cache(maxsize=256)
+def _uuid_key(text: str) -> str | None:
+    """`text`'s server UUID in its canonical form, None when it is not one. Cached: a binlog
+    reader asks for its server's UUID several times per transaction."""
+    hexdigits = text.strip().replace("-", "")
     if len(hexdigits) != 32 or not all(ch in "0123456789abcdefABCDEF" for ch in hexdigits):
-        raise _bad(whole, f"{raw!r} is not a server UUID", _MYSQL_FORMS)
+        return None
     return str(uuid_module.UUID(hex=hexdigits))
 
 
