@@ -426,6 +426,8 @@ class ProgressListener(StreamingQueryListener):
                     self.tracker.observe_snapshot(SnapshotState.from_json(ended["_snapshot"]))
                 if latest:
                     self.tracker.observe_latest(json.loads(latest), shard_map)
+                elif ended.get("_behind") is not None:  # `prefetchHeld`: no latest offset
+                    self.tracker.observe_latest({**ended, **ended["_behind"]}, shard_map)
             except (ValueError, TypeError, AttributeError, UpdateStreamError) as exc:
                 log.warning("cannot read the source's latest offset: %s", exc)
 

@@ -7,13 +7,18 @@ import json
 import logging
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from updatestream_cli.verify.inputs import read_duplicates
-from updatestream_jobs.progress_tracker import ProgressTracker
+from updatestream_jobs.progress_tracker import ProgressListener, ProgressTracker
 from updatestream_jobs.sinks import SinkResult
 from updatestream_jobs.stream_metrics import StreamMetrics
 from updatestream_operator.reconciler.progress_reader import loads_progress
+
+from updatestream.binlog.events import ChangeEvent
+from updatestream.core.gtid import parse_position
+from updatestream.core.token import EventToken
 
 
 def test_status_file_carries_duplicates_by_cause_for_operator_and_verifier(tmp_path: Path) -> None:
@@ -101,3 +106,31 @@ def test_threads_writing_the_status_file_at_once_leave_a_whole_report(
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
     assert json.loads(status.read_text())["stream"] == "s" and seen > 0
     assert [p.name for p in tmp_path.iterdir()] == ["status.json"]
+
+
+def test_without_a_latest_offset_the_lag_reads_the_end_offsets_behind_shards() -> None:
+    """`prefetchHeld`: Spark reports no latest offset; the end offset names the shards whose
+    tail had read past it (`_behind`), and only those are behind."""
+    now = 1_800_000_000.0
+    tracker = ProgressTracker("s", "-", clock=lambda: now)
+    delivered = {"-80": "0-1-10", "80-": "0-2-20"}
+
+    def token(shard: str, gtid: str, ago: int) -> EventToken:
+        return EventToken(int(now) - ago, shard, parse_position(gtid))
+
+    events = [
+        ChangeEvent("ks", shard, op, "t", "1", "00", None, None, token(shard, gtid, 30).dumps(),
+                    int(now) - 30, gtid, 0)
+        for shard, gtid in delivered.items() for op in ("insert", "heartbeat")
+    ]  # fmt: skip
+    for _ in tracker.observe(iter(events)):
+        pass
+    end = {shard: token(shard, gtid, 30).to_json() for shard, gtid in delivered.items()}
+    end["_behind"] = {"-80": token("-80", "0-1-15", 0).to_json()}
+    source = SimpleNamespace(latestOffset=None, endOffset=json.dumps(end))
+    progress = SimpleNamespace(name="q", batchId=1, durationMs={}, sources=[source])
+    ProgressListener(tracker, "q").onQueryProgress(SimpleNamespace(progress=progress))
+    assert {shard: p.lag_seconds for shard, p in tracker.shards.items()} == {
+        "-80": 30.0,
+        "80-": 0.0,
+    }

@@ -20,11 +20,13 @@ from updatestream_jobs.source.data_source import (
     UpdateStreamDataSource,
     UpdateStreamStreamReader,
 )
+from updatestream_jobs.source.offsets import StreamOffset
 from updatestream_jobs.source.options import SourceConfig
 from updatestream_jobs.source.partitions import BinlogRangePartition, HeldRowsPartition
 
 from tests.binlogs import config_for
-from tests.jobs.test_source_tail import arrow_rows, traffic
+from tests.jobs.test_source_tail import SHARDS, arrow_rows, traffic, wait_until
+from updatestream.core.gtid import GTIDPosition, position_contains
 
 
 @contextlib.contextmanager
@@ -37,6 +39,10 @@ def prefetching(config: SourceConfig) -> Iterator[tuple[PrefetchingStreamReader,
         yield reader, offset
     finally:
         reader.stop()
+
+
+def start_of(offset: Any, shard: str) -> GTIDPosition:
+    return StreamOffset.from_json(offset).tokens[shard].position
 
 
 def cached_rows(reader: PrefetchingStreamReader, start: Any, end: Any) -> list[dict[str, Any]]:
@@ -81,6 +87,21 @@ def test_a_held_batch_is_handed_over_once_and_a_read_one_is_not(
         assert [r["op"] for r in rows].count("heartbeat") == 2  # a heartbeat per shard
         assert reader.getCache(offset, end) is None  # handed over once
         reader.commit(end)
+
+        # an offset the tails have read past names those shards, at the tails' positions
+        traffic(cluster, tmp_path, 43)
+        tails = reader._tails
+        assert tails is not None
+
+        def past_end(shard: str) -> bool:
+            here, there = tails.tailers[shard].buffer.position, start_of(end, shard)
+            return here != there and position_contains(here, there)
+
+        wait_until(lambda: all(past_end(shard) for shard in SHARDS))
+        handed = StreamOffset.from_json(reader._handed_out(StreamOffset.from_json(end)))
+        assert set(handed.behind) == set(SHARDS)
+        assert all(t.position == tails.tailers[s].buffer.position for s, t in handed.behind.items())
+        assert StreamOffset.from_json(handed.to_json()) == handed
 
     # a tail may hand over at most 10 rows of a range: the workers read it
     config = config_for(cluster, tail="true", prefetchHeld="true", inlineMaxRows="10")

@@ -220,7 +220,8 @@ class PrefetchingStreamReader(UpdateStreamStreamReader, _SimpleStreamReaderWrapp
     and the batch's scan reads them there, with no Python worker task. A batch that is not held
     whole (a binlog range, a snapshot chunk) gets no cached rows and its partitions are read on
     the workers as ever. The runner treats such a reader as a simple reader in one more way: it
-    does not ask it for `reportLatestOffset`."""
+    does not ask it for `reportLatestOffset`; each offset it hands out names instead the shards
+    whose tail had read past it (`_behind`), which the job's lag reads."""
 
     def __init__(self, config: SourceConfig) -> None:
         super().__init__(config)
@@ -229,6 +230,17 @@ class PrefetchingStreamReader(UpdateStreamStreamReader, _SimpleStreamReaderWrapp
         self.simple_reader = cast(SimpleDataSourceStreamReader, self)
         self.cache = []
         self._planned: tuple[str, str, HeldRowsPartition] | None = None
+
+    def _handed_out(self, offset: StreamOffset) -> dict[str, Any]:
+        tails = self._tailing()
+        known = tails.latest(sorted(offset.tokens)) if tails is not None else None
+        behind = {  # a tail past the offset: the shard has more than the offset holds
+            shard: token
+            for shard, token in (known or {}).items()
+            if token.position != (end := offset.tokens[shard].position)
+            and position_contains(token.position, end)
+        }
+        return super()._handed_out(dataclasses.replace(offset, behind=behind))
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         parts = super().partitions(start, end)

@@ -13,7 +13,10 @@ the rest, so an offset written before hops existed still reads:
   destination from its start token;
 * `_recent`: per shard, the last transactions read of it with their rows' keyspace ids
   (`RecentTransactions`), up to its token: what a later hop needs to split a grouped copy
-  that straddles its watermark.
+  that straddles its watermark;
+* `_behind`: with `prefetchHeld` only, whose reader Spark does not ask for a latest offset: the
+  shards whose tail had read past the offset's token when the offset was handed out, with the
+  tail's position (how the job's lag tells a shard catching up from one caught up).
 
 Because the hop lives in the offsets, a job killed during a hop replays the hop batch exactly
 from its checkpoint, with the same starts and the same dedup rule.
@@ -36,6 +39,7 @@ DEDUP_KEY = "_dedup"
 HOP_KEY = "_hop"
 SNAPSHOT_KEY = "_snapshot"
 RECENT_KEY = "_recent"
+BEHIND_KEY = "_behind"
 
 
 def is_shard_key(key: str) -> bool:
@@ -100,6 +104,7 @@ class StreamOffset:
     hop: HopInfo | None = None
     snapshot: SnapshotState | None = None
     recent: Mapping[str, RecentTransactions] = field(default_factory=dict)
+    behind: Mapping[str, EventToken] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {shard: token.to_json() for shard, token in self.tokens.items()}
@@ -113,6 +118,8 @@ class StreamOffset:
             data[SNAPSHOT_KEY] = self.snapshot.to_json()
         if self.recent:
             data[RECENT_KEY] = {shard: r.to_json() for shard, r in sorted(self.recent.items())}
+        if self.behind:
+            data[BEHIND_KEY] = {shard: t.to_json() for shard, t in sorted(self.behind.items())}
         return data
 
     @classmethod
@@ -140,7 +147,15 @@ class StreamOffset:
                 snapshot = SnapshotState.from_json(data[SNAPSHOT_KEY])
             except SnapshotStateError as exc:
                 raise SourceOptionsError(str(exc)) from None
-        return cls(tokens, str(raw_map) if raw_map else None, dedup, hop, snapshot, _recent(data))
+        return cls(
+            tokens,
+            str(raw_map) if raw_map else None,
+            dedup,
+            hop,
+            snapshot,
+            _recent(data),
+            _behind(data),
+        )
 
     def holdback(self) -> tuple[SnapshotRange, ...] | None:
         """The unfinished snapshot ranges whose binlog events the batch after this offset
@@ -169,3 +184,11 @@ def _recent(data: Mapping[str, Any]) -> dict[str, RecentTransactions]:
         return {str(shard): RecentTransactions.from_json(entry) for shard, entry in raw.items()}
     except (RecentRowsError, AttributeError) as exc:
         raise SourceOptionsError(f"offset field '_recent' is malformed: {exc}") from None
+
+
+def _behind(data: Mapping[str, Any]) -> dict[str, EventToken]:
+    raw = data.get(BEHIND_KEY) or {}
+    try:
+        return {str(shard): EventToken.from_json(token) for shard, token in raw.items()}
+    except (TokenError, AttributeError) as exc:
+        raise SourceOptionsError(f"offset field '_behind' is malformed: {exc}") from None

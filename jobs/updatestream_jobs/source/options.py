@@ -239,9 +239,9 @@ class SourceConfig:
     prefetch_held: bool = option(
         "prefetchHeld", False, "a micro-batch whose rows the tails hold whole goes to Spark "
         "with its plan and is read from Spark's block manager, by no Python worker task "
-        "(Spark's prefetch path for simple stream readers). Spark then reports no latest "
-        "offset for the source, so the stream's lag cannot tell a shard catching up a "
-        "backlog from one caught up: off by default (`make bench-reader-options` measures it)",
+        "(Spark's prefetch path for simple stream readers; Spark then asks the reader for no "
+        "latest offset, and each offset names the shards whose tail had read past it instead, "
+        "for the job's lag). `make bench-reader-options` measures it",
     )  # fmt: skip
     inline_max_rows: int = option(
         "inlineMaxRows", 20000, "the most rows a range may have to be handed over from a tail; "
