@@ -416,6 +416,7 @@ class ProgressListener(StreamingQueryListener):
             self.tracker.observe_spark_phases(progress.batchId, dict(durations))
         for source in progress.sources:
             latest = getattr(source, "latestOffset", None)
+            latest = None if latest in ("None", "null") else latest  # Spark had none: str(null)
             end = getattr(source, "endOffset", None)
             try:
                 ended = json.loads(end) if end else {}

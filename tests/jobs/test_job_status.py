@@ -127,7 +127,8 @@ def test_without_a_latest_offset_the_lag_reads_the_end_offsets_behind_shards() -
         pass
     end = {shard: token(shard, gtid, 30).to_json() for shard, gtid in delivered.items()}
     end["_behind"] = {"-80": token("-80", "0-1-15", 0).to_json()}
-    source = SimpleNamespace(latestOffset=None, endOffset=json.dumps(end))
+    # PySpark gives a missing latest offset as the text "None" (`str` of the JVM's null)
+    source = SimpleNamespace(latestOffset="None", endOffset=json.dumps(end))
     progress = SimpleNamespace(name="q", batchId=1, durationMs={}, sources=[source])
     ProgressListener(tracker, "q").onQueryProgress(SimpleNamespace(progress=progress))
     assert {shard: p.lag_seconds for shard, p in tracker.shards.items()} == {
