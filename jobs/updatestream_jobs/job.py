@@ -167,6 +167,7 @@ class Job:
         )
         self.metrics_port: int | None = None
         self.query: Any = None
+        self._listening: tuple[Any, ProgressListener] | None = None  # (Spark session, listener)
         # a sink whose server does not answer gets the same batch again until the job stops
         self.stopping = threading.Event()
         retry = SinkRetry(SinkRetryPolicy(), self.stopping, config.secrets_dir)
@@ -237,7 +238,9 @@ class Job:
         for sink in self.sinks:
             sink.open()
         query_name = f"updatestream_{self.name}_{self.key_range}".replace("-", "_")
-        spark.streams.addListener(ProgressListener(self.tracker, query_name))
+        listener = ProgressListener(self.tracker, query_name)
+        spark.streams.addListener(listener)
+        self._listening = (spark, listener)
         frame = (
             spark.readStream.format("updatestream")
             .options(**source_options(config, self.key_range))
@@ -268,11 +271,25 @@ class Job:
                 raise
             log.info("the query was gone already: %s", exc)
         finally:
+            self._stop_listening()
             self.delivery.close()
             for sink in self.sinks:
                 sink.close()
             self.tracker.set_phase("failed" if failed else "stopped")
             self.metrics.stop()
+
+    def _stop_listening(self) -> None:
+        """Remove the job's progress listener from its Spark session: a session that runs job
+        after job (tests, benchmarks) would call every stopped job's listener on each progress
+        report of the next ones, through Python, one after another."""
+        if self._listening is None:
+            return
+        spark, listener = self._listening
+        self._listening = None
+        try:
+            spark.streams.removeListener(listener)
+        except Exception as exc:  # the JVM went first
+            log.info("the progress listener was gone already: %s", exc)
 
     def run(
         self,

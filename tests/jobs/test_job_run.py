@@ -104,8 +104,10 @@ def test_job_delivers_the_ledger_with_progress_metrics_and_dedup(
         ledger_path,
         TrafficOptions(rate=100, duration=3.0, seed=21, large_tx_rows=150, large_tx_every=1.5),
     )
+    listeners = len(spark.streams._jsqm.listListeners())
     job.start(spark)
     try:
+        assert len(spark.streams._jsqm.listListeners()) == listeners + 1
         assert job.metrics_port is not None
         early = scrape(job.metrics_port)  # every series exists before the first batch
         traffic.run()
@@ -116,6 +118,7 @@ def test_job_delivers_the_ledger_with_progress_metrics_and_dedup(
         metrics = scrape(job.metrics_port)
     finally:
         job.stop()
+    assert len(spark.streams._jsqm.listListeners()) == listeners  # its listener went with it
 
     lines = [json.loads(line) for line in console.read_text().splitlines()]
     changes = [line for line in lines if line["op"] != "heartbeat"]
