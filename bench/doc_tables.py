@@ -234,7 +234,8 @@ def reader_options(r: Result) -> str:
     """Per variant of `bench-reader-options`: each sink's lag, then the median micro-batch."""
     head = (f"{r['flavor']}, {r['rate']:,} rows/s, {r['rounds']} rounds of {r['duration_s']:g} s,"
             f" trigger {r['trigger_s']:g} s; load average (1 min) "
-            f"{loads([r['load_average'], r['load_average_end']])} (start, end).")  # fmt: skip
+            f"{loads([r['load_average'], r['load_average_end']])} (start, end); "
+            f"{r.get('machine', 'machine not recorded')}.")  # fmt: skip
     lags, batches = [], []
     for variant, m in r["median"].items():
         for sink in READER_OPTION_SINKS:

@@ -37,7 +37,9 @@ def test_the_medians_are_per_variant_and_the_block_shows_both() -> None:
     text = reader_options({
         "flavor": "mariadb", "rate": 1100, "rounds": 3, "duration_s": 15.0, "trigger_s": 0.1,
         "load_average": [1.5, 1, 1], "load_average_end": [2.5, 1, 1], "median": medians,
+        "machine": "2 CPUs",
     })  # fmt: skip
     assert text.startswith("mariadb, 1,100 rows/s, 3 rounds of 15 s, trigger 0.1 s")
+    assert "(start, end); 2 CPUs." in text
     assert "| neither | versionstream | 0.3 | 0.6 | 1.2 |" in text
     assert "| prefetchHeld | 100 | 0.22 | 0.01 | 0.12 | 0.03 | 0.04 | 0.06 |" in text

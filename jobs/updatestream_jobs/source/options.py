@@ -261,11 +261,11 @@ class SourceConfig:
         minimum=65536, shown="256 MiB",
     )  # fmt: skip
     switch_interval_ms: int = option(
-        "switchIntervalMs", 5, "the GIL switch interval of the stream reader's process while "
-        "tails run (Python's `sys.setswitchinterval`, in ms; Python's default is 5): how long "
-        "a tail or a fast lane with a transaction to take waits, at most, for another thread "
-        "of that process that holds the GIL, such as the one planning a batch "
-        "(`make bench-reader-options` measures 1 beside the default)", minimum=1,
+        "switchIntervalMs", 1, "the GIL switch interval of the stream reader's process while "
+        "tails run (Python's `sys.setswitchinterval`, in ms; Python's own default is 5): how "
+        "long a tail or a fast lane with a transaction to take waits, at most, for another "
+        "thread of that process that holds the GIL, such as the one planning a batch "
+        "(`make bench-reader-options` measures 1 beside 5)", minimum=1,
     )  # fmt: skip
     tail_wait_ms: int = option(
         "tailWaitMs", 200, "how long planning a batch waits for a tail to reach the batch's end"
