@@ -9,8 +9,8 @@ transactions at ``--rate`` for ``--duration`` seconds, and our job (Spark local 
 ``--trigger-seconds``) writing a console file, a durable Version Stream and memcached with its
 fast lane. After one job that is not recorded (a Spark session's first jobs run slower), each
 round runs the job once per variant (`VARIANTS`: neither, each, both; "neither" is
-`switchIntervalMs=5`, Python's own interval),
-the order rotating from round to round so that each variant leads one round in four. A
+`switchIntervalMs=5`, Python's own interval), the order rotating from round to round so that
+each variant leads one round in four. A
 change's lag is when the sink's write returned (the fast lane: when it applied the
 invalidation) minus its commit in the generator's ledger. Per variant, the median over
 ``--rounds`` rounds of each sink's p50 / p99 / max, of Spark's per-batch phases (`durationMs`:
