@@ -1,23 +1,21 @@
 """The stream reader's latency options side by side: `prefetchHeld` and `switchIntervalMs`.
 
-`prefetchHeld` hands a batch the tails hold to Spark with its plan instead of having a Python
-worker task read it (the durable sinks wait for the batch's cycle); `switchIntervalMs` lowers
-the GIL switch interval of the stream reader's process, where the tails and the fast lane wait
-for the thread planning a batch. `bench-peers`' lag rig (`bench.peers_lag.LagRig`): a one-shard
-development cluster, the traffic generator in its own process committing single-row
-transactions at ``--rate`` for ``--duration`` seconds, and our job (Spark local mode, trigger
-``--trigger-seconds``) writing a console file, a durable Version Stream and memcached with its
-fast lane. After one job that is not recorded (a Spark session's first jobs run slower), each
-round runs the job once per variant (`VARIANTS`: neither, each, both; "neither" is
-`switchIntervalMs=5`, Python's own interval), the order rotating from round to round so that
-each variant leads one round in four. A
-change's lag is when the sink's write returned (the fast lane: when it applied the
-invalidation) minus its commit in the generator's ledger. Per variant, the median over
-``--rounds`` rounds of each sink's p50 / p99 / max, of Spark's per-batch phases (`durationMs`:
-`queryPlanning` holds the hand-over, `addBatch` the batch function) and of the driver's
-(`read_s`: the batch read back from Spark). Writes `bench/results/reader_options.json` (with
-`_<flavor>` for a flavor other than MariaDB) with every round and the load averages. Run with
-``make bench-reader-options``.
+`prefetchHeld` hands a batch the tails hold to Spark with its plan instead of having a Python worker
+task read it (the durable sinks wait for the batch's cycle); `switchIntervalMs` lowers the GIL
+switch interval of the stream reader's process, where the tails and the fast lane wait for the
+thread planning a batch. `bench-peers`' lag rig (`bench.peers_lag.LagRig`): a one-shard development
+cluster, the traffic generator in its own process committing single-row transactions at ``--rate``
+for ``--duration`` seconds, and our job (Spark local mode, trigger ``--trigger-seconds``) writing a
+console file, a durable Version Stream and memcached with its fast lane. After one job that is not
+recorded (a Spark session's first jobs run slower), each round runs the job once per variant
+(`VARIANTS`: neither, each, both; "neither" is `prefetchHeld=false` with `switchIntervalMs=5`,
+Python's own interval), the order rotating from round to round so that each variant leads one round
+in four. A change's lag is when the sink's write returned (the fast lane: when it applied the
+invalidation) minus its commit in the generator's ledger. Per variant, the median over ``--rounds``
+rounds of each sink's p50 / p99 / max, of Spark's per-batch phases (`durationMs`: `queryPlanning`
+holds the hand-over, `addBatch` the batch function) and of the driver's (`read_s`: the batch read
+back from Spark). Writes `bench/results/reader_options.json` (with `_<flavor>` for a flavor other
+than MariaDB) with every round and the load averages. Run with ``make bench-reader-options``.
 """
 
 from __future__ import annotations
@@ -31,12 +29,13 @@ from bench.peers_lag import FAST_LANE, LagRig, lag_medians
 from bench.report import console, machine, print_table, say_load, write_result
 
 PREFETCH = {"prefetchHeld": "true"}
+NO_PREFETCH = {"prefetchHeld": "false"}
 SWITCH_5MS = {"switchIntervalMs": "5"}  # Python's own default
 SWITCH_1MS = {"switchIntervalMs": "1"}
 VARIANTS: dict[str, dict[str, str]] = {
-    "neither": SWITCH_5MS,
+    "neither": {**NO_PREFETCH, **SWITCH_5MS},
     "prefetchHeld": {**PREFETCH, **SWITCH_5MS},
-    "switchIntervalMs=1": SWITCH_1MS,
+    "switchIntervalMs=1": {**NO_PREFETCH, **SWITCH_1MS},
     "both": {**PREFETCH, **SWITCH_1MS},
 }
 SHOWN = ("console", "versionstream", FAST_LANE)

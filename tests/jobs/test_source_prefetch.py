@@ -54,9 +54,9 @@ def cached_rows(reader: PrefetchingStreamReader, start: Any, end: Any) -> list[d
 
 def test_the_option_picks_the_reader_spark_prefetches_from(cluster: DevCluster) -> None:
     options = {"keyspace": str(cluster.manifest_path), "secretsDir": str(cluster.secrets_dir)}
-    plain = UpdateStreamDataSource(options).streamReader(None)  # type: ignore[arg-type]
+    plain = UpdateStreamDataSource({**options, "prefetchHeld": "false"}).streamReader(None)  # type: ignore[arg-type]
     assert type(plain) is UpdateStreamStreamReader
-    on = UpdateStreamDataSource({**options, "prefetchHeld": "true"}).streamReader(None)  # type: ignore[arg-type]
+    on = UpdateStreamDataSource(options).streamReader(None)  # type: ignore[arg-type]  # the default
     assert isinstance(on, PrefetchingStreamReader)
     assert isinstance(on, _SimpleStreamReaderWrapper)  # what Spark's runner asks for its rows
     assert on.simple_reader is on  # trigger AvailableNow: the runner asks the simple reader

@@ -1,7 +1,7 @@
 """The `updatestream` data source in Spark (local mode, memory sink) over a live two-shard
 traffic run: every committed change exactly once, in per-shard GTID order, across a restart of
-the query from its checkpoint (the restarted query with `prefetchHeld`); and a bounded batch
-read of a key range."""
+the query from its checkpoint (the first query without `prefetchHeld`, the restarted one with
+it); and a bounded batch read of a key range."""
 
 from __future__ import annotations
 
@@ -97,7 +97,7 @@ def test_traffic_exactly_once_in_gtid_order_across_a_restart(
         TrafficOptions(rate=100, seed=3, large_tx_rows=200, large_tx_every=3.0),
     )
     first = (
-        stream(spark, cluster, start)
+        stream(spark, cluster, start, prefetchHeld="false")  # its held batches read by workers
         .writeStream.format("memory")
         .queryName("stream_run1")
         .option("checkpointLocation", str(checkpoint))

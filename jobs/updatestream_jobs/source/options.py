@@ -237,7 +237,7 @@ class SourceConfig:
         "and hand a batch's rows to Spark with its partitions when the tail holds them",
     )  # fmt: skip
     prefetch_held: bool = option(
-        "prefetchHeld", False, "a micro-batch whose rows the tails hold whole goes to Spark "
+        "prefetchHeld", True, "a micro-batch whose rows the tails hold whole goes to Spark "
         "with its plan and is read from Spark's block manager, by no Python worker task "
         "(Spark's prefetch path for simple stream readers; Spark then asks the reader for no "
         "latest offset, and each offset names the shards whose tail had read past it instead, "
