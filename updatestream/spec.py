@@ -222,6 +222,11 @@ class CDCv2Sink(_Model):
     format: Literal["jsonl", "parquet"] = "jsonl"
     # how far a shard's timestamps may go back; times complete only this much below watermarks
     allowed_lateness: int = Field(1, ge=0, alias="allowedLatenessSeconds")
+    # "driver": one writer, in the job's driver; "executors": the update statements written by
+    # Spark's tasks in `writePartitions` parts of the data at the same time, the progress by
+    # the driver (updatestream.cdcv2.parallel_writer). A path keeps the mode it was started with
+    write_from: Literal["driver", "executors"] = Field("driver", alias="writeFrom")
+    write_partitions: int = Field(4, ge=1, le=256, alias="writePartitions")
 
 
 class ConsoleSink(_Model):

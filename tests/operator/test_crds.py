@@ -106,7 +106,13 @@ def test_sink_fields_the_job_reads_are_kept_not_pruned(api: KubeApi) -> None:
             "extraKeys": {"orders": ["customer-orders:{customer_id}"]},
             "writeFrom": "executors",
         },
-        {"type": "cdcv2", "path": "/data/cdc", "allowedLatenessSeconds": 30},
+        {
+            "type": "cdcv2",
+            "path": "/data/cdc",
+            "allowedLatenessSeconds": 30,
+            "writeFrom": "executors",
+            "writePartitions": 8,
+        },
         {
             "type": "mirror",
             "mysql": {"host": "mirror-db", "port": 3306, "tls": "disabled"},
@@ -132,6 +138,7 @@ def test_sink_fields_the_job_reads_are_kept_not_pruned(api: KubeApi) -> None:
     assert mirror.write_from == "executors"
     assert memcached.extra_keys == {"orders": ["customer-orders:{customer_id}"]}
     assert cdcv2.allowed_lateness == 30
+    assert (cdcv2.write_from, cdcv2.write_partitions) == ("executors", 8)
 
 
 KEYSPACE_CASES: list[tuple[str, Edit, str]] = [
@@ -228,9 +235,21 @@ STREAM_CASES: list[tuple[str, Edit, str]] = [
         "spec.sinks[0].allowedLatenessSeconds",
     ),
     (
-        "writeFrom on a cdcv2 sink",
-        _one_sink(type="cdcv2", path="/x", writeFrom="executors"),
+        "writeFrom on a console sink",
+        _one_sink(type="console", writeFrom="executors"),
         "spec.sinks[0].writeFrom",
+    ),
+    (
+        "writePartitions on a mirror sink",
+        _one_sink(
+            type="mirror", mysql={"host": "db"}, credentialsSecret={"name": "w"}, writePartitions=2
+        ),
+        "spec.sinks[0].writePartitions",
+    ),
+    (
+        "no cdcv2 write partitions",
+        _one_sink(type="cdcv2", path="/x", writeFrom="executors", writePartitions=0),
+        "spec.sinks[0].writePartitions",
     ),
     (
         "unknown writeFrom",

@@ -24,6 +24,10 @@ Layout of a stream directory (``<path>/<stream>/range=<key range>/``)::
                                and renamed into place, so a replayed batch replaces the file
                                with identical content (``.parquet`` in the Parquet format:
                                one row per statement, see ``encode_parquet``)
+    batch-000000000042.part-003.jsonl
+                               with parallel writers (`updatestream.cdcv2.parallel_writer`):
+                               the update statements part 3 of the keys wrote in batch 42;
+                               ``batch-000000000042.jsonl`` then holds the batch's progress
     _state/                    the writer's carry-over state (not part of the stream)
 
 Files starting with ``.`` or ``_`` are not part of the stream. A reader may take the files in
@@ -140,8 +144,13 @@ def decode(line: str) -> Statement:
     raise CDCv2FormatError(f"CDCv2 line is neither an update nor a progress: {line[:200]!r}")
 
 
-def batch_file_name(batch_id: int, suffix: str = BATCH_SUFFIX) -> str:
-    return f"{BATCH_PREFIX}{batch_id:012d}{suffix}"
+PART_INFIX = ".part-"
+
+
+def batch_file_name(batch_id: int, suffix: str = BATCH_SUFFIX, part: int | None = None) -> str:
+    """A batch's file name; with `part`, the file of one of the batch's parallel writers."""
+    infix = "" if part is None else f"{PART_INFIX}{part:03d}"
+    return f"{BATCH_PREFIX}{batch_id:012d}{infix}{suffix}"
 
 
 def batch_id_of(path: Path) -> int | None:
@@ -150,7 +159,9 @@ def batch_id_of(path: Path) -> int | None:
     suffix = next((x for x in SUFFIXES if name.endswith(x)), None)
     if suffix is None or not name.startswith(BATCH_PREFIX):
         return None
-    digits = name[len(BATCH_PREFIX) : -len(suffix)]
+    digits, _, part = name[len(BATCH_PREFIX) : -len(suffix)].partition(PART_INFIX)
+    if part and not part.isdigit():
+        return None
     return int(digits) if digits.isdigit() else None
 
 

@@ -159,8 +159,16 @@ class StreamWriter:
             )
         earlier_states = [i for i in self._state_ids() if i < batch_id]
         if earlier_states:
-            path = self._state_path(earlier_states[-1])
-            return _State.from_json(path.read_text(encoding="utf-8"))
+            text = self._state_path(earlier_states[-1]).read_text(encoding="utf-8")
+            parts = json.loads(text).get("parts")
+            if parts is not None:
+                raise CDCv2WriteError(
+                    f"CDCv2 directory {self.directory} was written by {parts} parallel "
+                    "writers, this stream has one: what they hold back is in their state; "
+                    "keep the stream's writeFrom and writePartitions for this path, or give it "
+                    "a new path"
+                )
+            return _State.from_json(text)
         earlier_files = [i for i in self._batch_ids() if i < batch_id]
         if earlier_files:
             raise CDCv2WriteError(

@@ -14,20 +14,34 @@ updates from the rows the collection holds to the row re-read, and what the coll
 is only in the files written so far (reading all of them back for every re-read is not done).
 The stream delivers every change during a re-read, so refusing it leaves the collection exactly
 what it was: the shards' rows for a stream that started with a snapshot into a new path.
+
+With ``writeFrom: executors`` the batch is not brought to the driver: Spark's tasks write the
+update statements in ``writePartitions`` parts of the data at the same time and the driver
+writes the progress statement once every part has written (`write_frame`;
+:mod:`updatestream.cdcv2.parallel_writer` for the rules, `cdcv2_tasks` for the Spark side). The
+statements are the same as one writer's, spread over a file per part and batch. A path keeps
+the mode and the number of parts it was started with: the writers refuse another.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from updatestream import spec
 from updatestream.binlog.events import ChangeEvent
 from updatestream.cdcv2.format import CDCv2FormatError
-from updatestream.cdcv2.writer import Change, StreamWriter
-from updatestream_jobs.sinks.common import identity_text, pk_of, row_images
+from updatestream.cdcv2.parallel_writer import (
+    PartReport,
+    ProgressWriter,
+    write_in_parts,
+)
+from updatestream.cdcv2.writer import BatchReport, Change, StreamWriter
+from updatestream_jobs.sinks.cdcv2_tasks import PartTask, change_of, frame_marks, routed_updates
+from updatestream_jobs.sinks.executor_tasks import run_partitions
 from updatestream_jobs.sinks.sink import (
     BatchContext,
     ReplayGuard,
@@ -37,17 +51,6 @@ from updatestream_jobs.sinks.sink import (
 )
 
 log = logging.getLogger(__name__)
-
-
-def change_of(event: ChangeEvent) -> Change:
-    """The CDCv2 change of one row event."""
-    pk, before, after = row_images(event)
-    updates: list[tuple[Any, int]] = []
-    if before is not None:
-        updates.append(({"table": event.table, "pk": pk_of(before, pk), "row": before}, -1))
-    if after is not None:
-        updates.append(({"table": event.table, "pk": pk_of(after, pk), "row": after}, +1))
-    return Change(identity_text(event), event.shard, event.timestamp, tuple(updates))
 
 
 def stream_directory(root: Path, ctx: BatchContext) -> Path:
@@ -62,6 +65,7 @@ class CDCv2Sink:
         return cls(config)
 
     def __init__(self, config: spec.CDCv2Sink) -> None:
+        self.config = config
         self.root = Path(config.path)
         self.file_format = config.format
         self.lateness = config.allowed_lateness
@@ -74,6 +78,18 @@ class CDCv2Sink:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise SinkError(f"{self.name}: cannot create {self.root}: {exc.strerror}") from None
+
+    @property
+    def writes_from_executors(self) -> bool:
+        return self.config.write_from == "executors"
+
+    def _parallel(self, directory: Path) -> ProgressWriter:
+        return ProgressWriter(
+            directory,
+            parts=self.config.write_partitions,
+            lateness=self.lateness,
+            file_format=self.file_format,
+        )
 
     def write_batch(self, events: Iterable[ChangeEvent], ctx: BatchContext) -> SinkResult:
         directory = stream_directory(self.root, ctx)
@@ -88,9 +104,35 @@ class CDCv2Sink:
             else:
                 changes.append(change_of(event))
         self._refuse(refused, ctx)
+        with self._errors(ctx, directory):
+            if self.writes_from_executors:  # the same files as the executors write
+                parallel = self._parallel(directory)
+                report = write_in_parts(parallel, ctx.batch_id, changes, heartbeats)
+            else:
+                writer = StreamWriter(
+                    directory, lateness=self.lateness, file_format=self.file_format
+                )
+                report = writer.write_batch(ctx.batch_id, changes, heartbeats)
+        return self._result(report, refused, ctx)
+
+    def write_frame(self, frame: Any, ctx: BatchContext) -> SinkResult:
+        """``writeFrom: executors``: the parts of the batch `frame` written by Spark's tasks at
+        the same time, the progress statement by the driver once all have (`cdcv2_tasks`)."""
+        directory = stream_directory(self.root, ctx)
+        marks, refused = frame_marks(frame)
+        self._refuse(refused, ctx)
+        parallel = self._parallel(directory)
+        with self._errors(ctx, directory):
+            plan = parallel.plan(ctx.batch_id, marks)
+            task = PartTask(self.name, str(directory), self.file_format, plan)
+            found = run_partitions(routed_updates(frame, parallel.parts), task)
+            report = parallel.finish(plan, [PartReport.from_json(r) for r in found])
+        return self._result(report, refused, ctx)
+
+    @contextlib.contextmanager
+    def _errors(self, ctx: BatchContext, directory: Path) -> Iterator[None]:
         try:
-            writer = StreamWriter(directory, lateness=self.lateness, file_format=self.file_format)
-            report = writer.write_batch(ctx.batch_id, changes, heartbeats)
+            yield
         except OSError as exc:
             raise SinkError(
                 f"{self.name}: cannot write batch {ctx.batch_id} into {directory}: "
@@ -98,6 +140,8 @@ class CDCv2Sink:
             ) from None
         except CDCv2FormatError as exc:
             raise SinkError(f"{self.name}: {exc}") from None
+
+    def _result(self, report: BatchReport, refused: int, ctx: BatchContext) -> SinkResult:
         if report.late:
             log.warning(
                 "%s: %d changes of batch %d arrived after their time had completed; written at "
