@@ -12,10 +12,10 @@ import pytest
 from updatestream_jobs.sinks.cdcv2_sink import CDCv2Sink, stream_directory
 from updatestream_jobs.sinks.sink import BatchContext, SinkError
 
-from harness.sink_events import ShardLog, final_rows, two_shard_workload
+from harness.sink_events import ShardLog
 from updatestream import spec
 from updatestream.binlog.events import SPARK_SCHEMA_DDL, ChangeEvent
-from updatestream.cdcv2 import Collection, Progress, Update, read_directory
+from updatestream.cdcv2 import Progress, Update
 from updatestream.cdcv2.format import read_file, stream_files
 from updatestream.cdcv2.parallel_writer import BatchPlan, PartReport, ProgressWriter
 from updatestream.cdcv2.writer import CDCv2WriteError
@@ -118,20 +118,6 @@ def test_parts_write_exactly_the_statements_of_one_writer(
     assert statements(tmp_path / "parts") == statements(tmp_path / "one")
     found = list(stream_files(stream_directory(tmp_path / "parts", ctx(0))))
     assert any(".part-" in p.name for p in found) and len(found) > len(work)
-
-
-def test_the_workload_read_back_is_the_shards_final_table(tmp_path: Path) -> None:
-    work = two_shard_workload()
-    closing = [ShardLog("-40", 3, seq=2).heartbeat(1_700_000_100)]
-    closing.append(ShardLog("80-", 2, seq=11).heartbeat(1_700_000_100))
-    sink = make_sink(tmp_path, 4)
-    results = [sink.write_batch(b, ctx(i)) for i, b in enumerate([*work.batches, closing])]
-    assert sum(r.written for r in results) == len(work.unique)
-    assert sum(r.skipped for r in results) == work.duplicates == 2
-    collection = Collection()
-    for completed in read_directory(stream_directory(tmp_path, ctx(0))):
-        collection.apply(completed)
-    assert collection.tables() == final_rows(work.unique)
 
 
 def test_a_replay_in_another_order_rewrites_identical_files(tmp_path: Path) -> None:

@@ -19,9 +19,9 @@ from updatestream.cdcv2.format import read_file, stream_files
 STREAM = "orders-feed"
 
 
-def make_sink(path: Path, lateness: int = 1) -> CDCv2Sink:
+def make_sink(path: Path, lateness: int = 1, **extra: object) -> CDCv2Sink:
     config = spec.CDCv2Sink.model_validate(
-        {"type": "cdcv2", "path": str(path), "allowedLatenessSeconds": lateness}
+        {"type": "cdcv2", "path": str(path), "allowedLatenessSeconds": lateness, **extra}
     )
     sink = CDCv2Sink(config)
     sink.open()
@@ -45,9 +45,14 @@ def closing_batch(at: int) -> list[ChangeEvent]:
     return [ShardLog("-40", 3, seq=2).heartbeat(at), ShardLog("80-", 2, seq=11).heartbeat(at)]
 
 
-def test_reader_reconstructs_the_final_table_exactly(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "writers", [{}, {"writeFrom": "executors", "writePartitions": 4}], ids=["one", "parts"]
+)
+def test_reader_reconstructs_the_final_table_exactly(
+    tmp_path: Path, writers: dict[str, object]
+) -> None:
     work = two_shard_workload()
-    sink = make_sink(tmp_path)
+    sink = make_sink(tmp_path, **writers)
     results = [sink.write_batch(b, ctx(i)) for i, b in enumerate(work.batches)]
     sink.write_batch(closing_batch(1_700_000_100), ctx(len(work.batches)))
 
