@@ -105,6 +105,10 @@ bench-sinks: $(STAMP) ## sink throughput (memcached, Version Stream vs single-ro
 bench-mirror: $(STAMP) ## mirror sink rows/s: batches of 1k and 10k vs one upsert per row, and from 1 and 2 executor cores, into bench/results
 	$(BIN)/python -m bench.mirror_bench
 
+.PHONY: bench-cdcv2
+bench-cdcv2: $(STAMP) ## CDCv2 sink rows/s: one writer in the driver beside 4 parts from 1 and 2 executor cores, into bench/results
+	$(BIN)/python -m bench.cdcv2_bench
+
 .PHONY: bench-source
 bench-source: $(STAMP) ## binlog source rows/s vs python-mysql-replication and mariadb-binlog into bench/results
 	$(BIN)/python -m bench.source_bench
@@ -170,7 +174,7 @@ bench-scaling: $(STAMP) ## source rows/s with 1, 2 and 4 shards, into bench/resu
 # Every benchmark, one after another (they measure a shared machine, so never in parallel),
 # then one table of bench/results/summary.json, and the figures of README.md and docs/benchmarks.md.
 .PHONY: bench
-bench: system-deps bench-source bench-sinks bench-mirror bench-lag bench-footprint bench-scaling bench-hop bench-snapshot ## every benchmark in turn, the summary table, and the README's and docs' figures rendered again
+bench: system-deps bench-source bench-sinks bench-mirror bench-cdcv2 bench-lag bench-footprint bench-scaling bench-hop bench-snapshot ## every benchmark in turn, the summary table, and the README's and docs' figures rendered again
 	$(BIN)/python -m bench.show_summary
 	$(BIN)/python -m bench.readme_figures --write
 

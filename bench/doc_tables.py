@@ -108,6 +108,22 @@ def mirror(r: Result) -> str:
     return head + ".\n\n" + table(["writer", "rows/s (median)", "rounds"], rows)
 
 
+def cdcv2(r: Result) -> str:
+    rounds = r["rounds_rows_per_s"]
+    rows = [
+        ["one writer in the driver, events held", r["cdcv2_rows_per_s"], listed(rounds["driver"])],
+        [f"from the executors, {r['parts']} parts, 1 core", r["cdcv2_executors_1core_rows_per_s"],
+         listed(rounds["executors_1"])],
+        [f"from the executors, {r['parts']} parts, 2 cores", r["cdcv2_executors_rows_per_s"],
+         listed(rounds["executors_2"])],
+        ["ratio, 2 executor cores over 1", r["cdcv2_executors_scaling"], ""],
+    ]  # fmt: skip
+    head = (f"{r['events'] // 2:,} inserts then as many updates in batches of 10,000, median of "
+            f"{r['rounds']} rounds; "
+            f"load average {triple(r['load_average'])} at the start")  # fmt: skip
+    return head + ".\n\n" + table(["writer", "rows/s (median)", "rounds"], rows)
+
+
 def lag(r: Result) -> str:
     head = (
         f"Shards {', '.join(r['shards'])}; trigger {shown(r['trigger_seconds'])} s; "
@@ -421,7 +437,8 @@ def history(benchmark: str, entries: list[dict[str, Any]]) -> str:
 
 
 RENDERERS: dict[str, Callable[[Result], str]] = {
-    "source": source, "sinks": sinks, "mirror": mirror, "lag": lag, "peers": peers,
+    "source": source, "sinks": sinks, "mirror": mirror, "cdcv2": cdcv2, "lag": lag,
+    "peers": peers,
     "footprint": footprint, "scaling": scaling, "hop": hop, "snapshot": snapshot,
     "vitess_peers": vitess_peers, "vitess_peers:line": vitess_peers_line,
     "reader_options": reader_options, "reader_options_mysql": reader_options,

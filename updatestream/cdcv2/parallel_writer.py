@@ -88,6 +88,8 @@ class PartReport:
     duplicates: int
     late: int
     counts: dict[int, int]  # time -> update statements written at it
+    marks: dict[str, int] = field(default_factory=dict)  # the batch's marks the part planned by
+    refused: int = 0  # re-read rows counted by this part (the Spark side sends them to part 0)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -96,14 +98,18 @@ class PartReport:
             "duplicates": self.duplicates,
             "late": self.late,
             "counts": sorted(self.counts.items()),
+            "marks": self.marks,
+            "refused": self.refused,
         }
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> PartReport:
         counts = {int(t): int(n) for t, n in obj["counts"]}
-        return cls(
-            int(obj["part"]), int(obj["taken"]), int(obj["duplicates"]), int(obj["late"]), counts
+        marks = {str(s): int(t) for s, t in obj["marks"].items()}
+        part, taken, duplicates, late = (
+            int(obj[k]) for k in ("part", "taken", "duplicates", "late")
         )
+        return cls(part, taken, duplicates, late, counts, marks, int(obj["refused"]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,11 +223,27 @@ class PartWriter:
         return PartReport(self.part, taken, duplicates, late, counts)
 
 
-@dataclass
-class _Progress:
+@dataclass(frozen=True)
+class WriterState:
+    """The progress writer's carry-over after a batch: the watermark, each shard's mark, and
+    how many changes came late so far."""
+
     frontier: int = 0
     marks: dict[str, int] = field(default_factory=dict)
     late: int = 0
+
+
+def plan_of(
+    batch_id: int, state: WriterState, marks: Mapping[str, int], lateness: int
+) -> BatchPlan:
+    """Batch `batch_id`'s watermarks after `state` from `marks`, each shard's largest timestamp
+    in the batch (changes and heartbeats; a shard absent from the batch is absent here): a
+    function of its arguments, so every part plans a batch as the progress writer does."""
+    present = {shard: max(state.marks.get(shard, 0), t) for shard, t in marks.items()}
+    after = state.frontier
+    if present:
+        after = max(state.frontier, min(present.values()) - lateness)
+    return BatchPlan(batch_id, state.frontier, after, present or dict(state.marks), state.late)
 
 
 class ProgressWriter:
@@ -240,7 +262,9 @@ class ProgressWriter:
         self.file_format = file_format
         self.state_dir = directory / STATE_DIR
 
-    def _load(self, batch_id: int) -> _Progress:
+    def load(self, batch_id: int) -> WriterState:
+        """The state after the latest batch before `batch_id`; refuses a directory this
+        writer cannot continue (a later batch, another mode or number of parts)."""
         files = (
             [batch_id_of(p) for p in self.directory.iterdir()] if self.directory.is_dir() else []
         )
@@ -260,7 +284,7 @@ class ProgressWriter:
                     f"writer state (in {STATE_DIR}/); it cannot continue the stream "
                     "truthfully; give the stream a new path"
                 )
-            return _Progress()
+            return WriterState()
         if loaded.get("parts") != self.parts:
             written = loaded.get("parts")
             by = "one writer" if written is None else f"{written} parallel writers"
@@ -270,17 +294,25 @@ class ProgressWriter:
                 "stream's writeFrom and writePartitions for this path, or give it a new path"
             )
         marks = {str(s): int(t) for s, t in loaded["marks"].items()}
-        return _Progress(int(loaded["frontier"]), marks, int(loaded["late"]))
+        return WriterState(int(loaded["frontier"]), marks, int(loaded["late"]))
 
     def plan(self, batch_id: int, marks: Mapping[str, int]) -> BatchPlan:
-        """Batch `batch_id`'s watermarks from `marks`, each shard's largest timestamp in it
-        (changes and heartbeats; a shard absent from the batch is absent here)."""
-        state = self._load(batch_id)
-        present = {shard: max(state.marks.get(shard, 0), t) for shard, t in marks.items()}
-        after = state.frontier
-        if present:
-            after = max(state.frontier, min(present.values()) - self.lateness)
-        return BatchPlan(batch_id, state.frontier, after, present or state.marks, state.late)
+        """Batch `batch_id`'s watermarks (`plan_of`) after the state before it."""
+        return plan_of(batch_id, self.load(batch_id), marks, self.lateness)
+
+    def agreed_plan(
+        self, batch_id: int, state: WriterState, reports: Iterable[PartReport]
+    ) -> BatchPlan:
+        """The plan every part computed for batch `batch_id` from `state` and the batch's
+        marks, which each part received whole; parts that disagree fail the batch."""
+        seen = {json.dumps(r.marks, sort_keys=True) for r in reports}
+        if len(seen) > 1:
+            raise CDCv2WriteError(
+                f"CDCv2 batch {batch_id} in {self.directory}: the parts planned it from "
+                f"different marks ({sorted(seen)}); the batch is written again"
+            )
+        marks = json.loads(seen.pop()) if seen else {}
+        return plan_of(batch_id, state, marks, self.lateness)
 
     def finish(self, plan: BatchPlan, reported: Iterable[PartReport]) -> BatchReport:
         """Write batch `plan.batch_id`'s progress from every part's report."""

@@ -40,7 +40,12 @@ from updatestream.cdcv2.parallel_writer import (
     write_in_parts,
 )
 from updatestream.cdcv2.writer import BatchReport, Change, StreamWriter
-from updatestream_jobs.sinks.cdcv2_tasks import PartTask, change_of, frame_marks, routed_updates
+from updatestream_jobs.sinks.cdcv2_tasks import (
+    BatchOfParts,
+    PartTask,
+    change_of,
+    routed_updates,
+)
 from updatestream_jobs.sinks.executor_tasks import run_partitions
 from updatestream_jobs.sinks.sink import (
     BatchContext,
@@ -119,14 +124,17 @@ class CDCv2Sink:
         """``writeFrom: executors``: the parts of the batch `frame` written by Spark's tasks at
         the same time, the progress statement by the driver once all have (`cdcv2_tasks`)."""
         directory = stream_directory(self.root, ctx)
-        marks, refused = frame_marks(frame)
-        self._refuse(refused, ctx)
         parallel = self._parallel(directory)
         with self._errors(ctx, directory):
-            plan = parallel.plan(ctx.batch_id, marks)
-            task = PartTask(self.name, str(directory), self.file_format, plan)
+            state = parallel.load(ctx.batch_id)
+            batch = BatchOfParts(ctx.batch_id, state, self.lateness)
+            task = PartTask(self.name, str(directory), self.file_format, batch)
             found = run_partitions(routed_updates(frame, parallel.parts), task)
-            report = parallel.finish(plan, [PartReport.from_json(r) for r in found])
+            reports = [PartReport.from_json(report) for report in found]
+            plan = parallel.agreed_plan(ctx.batch_id, state, reports)
+            report = parallel.finish(plan, reports)
+        refused = sum(r.refused for r in reports)
+        self._refuse(refused, ctx)
         return self._result(report, refused, ctx)
 
     @contextlib.contextmanager

@@ -1,16 +1,18 @@
 """The CDCv2 sink's writes from the executors: the Spark side of the parallel writers.
 
 `updatestream.cdcv2.parallel_writer` spreads a stream over part writers, each owning the
-updates of some data, and one progress writer. With ``writeFrom: executors`` a batch runs as:
+updates of some data, and one progress writer. With ``writeFrom: executors`` a batch is one
+Spark job of two stages, and only the parts' reports come to the driver:
 
-1. `frame_marks`: the driver reads each shard's largest timestamp in the batch (and how many
-   re-read rows it refuses) with one small aggregation, and plans the batch's watermarks.
-2. `routed_updates`: every task of the batch turns its own rows into update statements and
-   routes each to its part by its datum (`RouteTask`); Spark brings every part's updates
-   together (a shuffle) with one marker row per part, so a part with nothing new in the batch
-   still runs and writes what completed in it.
-3. `PartTask`: each part writer takes its updates, writes its file and reports its counts,
-   all parts at the same time; the driver then writes the progress statement.
+1. `RouteTask`, in every task of the batch: its rows become update rows, each routed to its
+   part by its datum, and the task's marks (each shard's largest timestamp among its changes
+   and heartbeats) go to every part, its count of refused re-read rows to part 0.
+2. Spark brings each part's rows together (a shuffle, `routed_updates`), with one marker row
+   per part, so a part with nothing new in the batch still runs and writes what completed.
+3. `PartTask`: each part plans the batch from the writer's state before it (sent by the
+   driver) and the batch's marks, all parts alike (`plan_of`); it takes its updates, writes its
+   file and reports its counts and the marks it planned by, all parts at the same time. The
+   driver checks the parts planned alike and writes the progress statement.
 
 A failure in any task fails the batch, which is written again from the states before it.
 The stream's directory must be one filesystem for the driver and every executor (a shared
@@ -21,26 +23,28 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from updatestream.binlog.events import HOP_MARKER, ChangeEvent
+from updatestream.binlog.events import ChangeEvent
 from updatestream.cdcv2.parallel_writer import (
-    BatchPlan,
     PartUpdate,
     PartWriter,
+    WriterState,
     part_updates,
+    plan_of,
     route_of,
 )
 from updatestream.cdcv2.writer import Change
-from updatestream.core.dedup import DROPPED_VERDICTS
 from updatestream_jobs.sinks.common import identity_text, pk_of, row_images
 from updatestream_jobs.sinks.executor_tasks import kept_events, task_failure
 from updatestream_jobs.sinks.sink import SinkError
 
+UPDATE, MARKER, MARK, REFUSED = "update", "marker", "mark", "refused"  # what a row is
 UPDATE_COLUMNS = (
     ("part", "INT"),
-    ("marker", "BOOLEAN"),
+    ("kind", "STRING"),
     ("data", "STRING"),
     ("time", "BIGINT"),
     ("diff", "INT"),
@@ -48,9 +52,6 @@ UPDATE_COLUMNS = (
     ("first", "BOOLEAN"),
 )
 UPDATE_SCHEMA = ", ".join(f"`{name}` {kind}" for name, kind in UPDATE_COLUMNS)
-_NOT_DROPPED = "dedup IS NULL OR dedup NOT IN ({})".format(
-    ", ".join(f"'{v}'" for v in sorted(DROPPED_VERDICTS))
-)
 
 
 def change_of(event: ChangeEvent) -> Change:
@@ -64,26 +65,8 @@ def change_of(event: ChangeEvent) -> Change:
     return Change(identity_text(event), event.shard, event.timestamp, tuple(updates))
 
 
-def frame_marks(frame: Any) -> tuple[dict[str, int], int]:
-    """(each shard's largest timestamp among the batch's changes and heartbeats, how many
-    re-read rows the batch holds): what the sink keeps of `frame` in the driver (step 1)."""
-    rows = (
-        frame.where(f"op != '{HOP_MARKER}' AND ({_NOT_DROPPED})")
-        .selectExpr(
-            "shard",
-            "CASE WHEN op != 'reread' THEN timestamp END AS mark",
-            "CASE WHEN op = 'reread' THEN 1 ELSE 0 END AS refused",
-        )
-        .groupBy("shard")
-        .agg({"mark": "max", "refused": "sum"})
-        .collect()
-    )
-    marks = {r["shard"]: int(r["max(mark)"]) for r in rows if r["max(mark)"] is not None}
-    return marks, sum(int(r["sum(refused)"] or 0) for r in rows)
-
-
 class RouteTask:
-    """One task's rows as update rows, each with its part (step 2). Holds only `parts`."""
+    """One task's rows as rows for the parts (step 1). Holds only `parts`."""
 
     def __init__(self, parts: int) -> None:
         self.parts = parts
@@ -92,26 +75,37 @@ class RouteTask:
         import pyarrow
 
         schema = arrow_schema()
+        marks: dict[str, int] = {}
+        refused = 0
         for batch in batches:
             found: list[dict[str, Any]] = []
             for event in kept_events(batch.to_pylist()):
-                if event.op in ("heartbeat", "reread"):
+                if event.op == "reread":
+                    refused += 1
                     continue
-                for update in part_updates(change_of(event)):
-                    found.append(self._row(update))
+                marks[event.shard] = max(marks.get(event.shard, event.timestamp), event.timestamp)
+                if event.op != "heartbeat":
+                    found += (self._update(u) for u in part_updates(change_of(event)))
             if found:
                 yield pyarrow.RecordBatch.from_pylist(found, schema=schema)
+        told = [
+            _row(p, MARK, identity=s, time=t) for p in range(self.parts) for s, t in marks.items()
+        ]
+        if refused:
+            told.append(_row(0, REFUSED, diff=refused))
+        if told:
+            yield pyarrow.RecordBatch.from_pylist(told, schema=schema)
 
-    def _row(self, update: PartUpdate) -> dict[str, Any]:
-        return {
-            "part": route_of(update.data) % self.parts,
-            "marker": False,
-            "data": update.data,
-            "time": update.time,
-            "diff": update.diff,
-            "identity": update.identity,
-            "first": update.first,
-        }
+    def _update(self, update: PartUpdate) -> dict[str, Any]:
+        part = route_of(update.data) % self.parts
+        return _row(
+            part, UPDATE, data=update.data, time=update.time, diff=update.diff,
+            identity=update.identity, first=update.first,
+        )  # fmt: skip
+
+
+def _row(part: int, kind: str, **values: Any) -> dict[str, Any]:
+    return {"part": part, "kind": kind, **values}
 
 
 def arrow_schema() -> Any:
@@ -123,12 +117,12 @@ def arrow_schema() -> Any:
 
 
 def routed_updates(frame: Any, parts: int) -> Any:
-    """The batch `frame` as update rows in `parts` Spark partitions, each part's updates and
-    its marker row in one of them."""
+    """The batch `frame` as rows for the parts in `parts` Spark partitions, each part's rows
+    (its updates, the marks, its marker) in one of them."""
     updates = frame.mapInArrow(RouteTask(parts), UPDATE_SCHEMA)
     markers = frame.sparkSession.range(parts).selectExpr(
         "CAST(id AS INT) AS part",
-        "true AS marker",
+        f"'{MARKER}' AS kind",
         "CAST(NULL AS STRING) AS data",
         "CAST(NULL AS BIGINT) AS time",
         "CAST(NULL AS INT) AS diff",
@@ -139,26 +133,27 @@ def routed_updates(frame: Any, parts: int) -> Any:
 
 
 class PartTask:
-    """What one task of step 3 runs: each part whose marker it holds writes its updates with
-    the batch's plan, and reports. Holds only text, so Spark ships it to the executors."""
+    """What one task of step 3 runs: each part whose marker it holds plans the batch, writes
+    its updates and reports. Holds only text, so Spark ships it to the executors."""
 
-    def __init__(self, name: str, directory: str, file_format: str, plan: BatchPlan) -> None:
+    def __init__(self, name: str, directory: str, file_format: str, batch: BatchOfParts) -> None:
         self.name, self.directory, self.file_format = name, directory, file_format
-        self.plan = json.dumps([plan.batch_id, plan.before, plan.after, plan.marks, plan.late])
+        state = batch.state
+        self.batch = json.dumps(
+            [batch.batch_id, state.frontier, state.marks, state.late, batch.lateness]
+        )
 
     def __call__(self, rows: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-        batch_id, before, after, marks, late = json.loads(self.plan)
-        plan = BatchPlan(batch_id, before, after, marks, late)
-        by_part: dict[int, list[PartUpdate]] = {}
+        batch_id, frontier, marks, late, lateness = json.loads(self.batch)
+        state = WriterState(frontier, marks, late)
+        parts: dict[int, _PartRows] = {}
         for row in rows:
-            taken = by_part.setdefault(int(row["part"]), [])
-            if not row["marker"]:
-                update = (row["data"], row["time"], row["diff"], row["identity"], row["first"])
-                taken.append(PartUpdate(*update))
-        for part, updates in sorted(by_part.items()):
+            parts.setdefault(int(row["part"]), _PartRows()).take(row)
+        for part, taken in sorted(parts.items()):
+            plan = plan_of(batch_id, state, taken.marks, lateness)
             writer = PartWriter(Path(self.directory), part, file_format=self.file_format)
             try:
-                yield writer.write_batch(plan, updates).to_json()
+                report = writer.write_batch(plan, taken.updates)
             except OSError as exc:
                 raise task_failure(
                     SinkError(
@@ -166,3 +161,32 @@ class PartTask:
                         f"{self.directory}: {exc.strerror or exc}"
                     )
                 ) from None
+            yield {**report.to_json(), "marks": taken.marks, "refused": taken.refused}
+
+
+@dataclass(frozen=True)
+class BatchOfParts:
+    """What the driver tells every part of a batch: its id, the progress writer's state before
+    it, and the stream's lateness."""
+
+    batch_id: int
+    state: WriterState
+    lateness: int
+
+
+@dataclass
+class _PartRows:
+    updates: list[PartUpdate] = field(default_factory=list)
+    marks: dict[str, int] = field(default_factory=dict)
+    refused: int = 0
+
+    def take(self, row: dict[str, Any]) -> None:
+        kind = row["kind"]
+        if kind == UPDATE:
+            found = (row["data"], row["time"], row["diff"], row["identity"], row["first"])
+            self.updates.append(PartUpdate(*found))
+        elif kind == MARK:
+            shard, time = row["identity"], int(row["time"])
+            self.marks[shard] = max(self.marks.get(shard, time), time)
+        elif kind == REFUSED:
+            self.refused += int(row["diff"])
