@@ -162,8 +162,9 @@ def test_a_chunk_read_after_changes_is_the_table_at_its_position(
 def test_a_chunk_read_with_a_wrong_password_is_a_typed_error_without_it(
     cluster: DevCluster, loaded: dict[str, Any], tmp_path: Any
 ) -> None:
-    """connectorx raises plain errors with the connection's text: the snapshot turns them into
-    ShardUnreachable naming the shard and the Secret, never the password."""
+    """A refused login is a ShardUnreachable naming the shard, the Secret and the server's
+    reason, never the password; it comes from the plain connection tried before connectorx,
+    whose pool would retry the login for 30 s first."""
     secrets = tmp_path / "secrets"
     (secrets / "wrong").mkdir(parents=True)
     (secrets / "wrong" / "username").write_text("app_user_that_does_not_exist")
@@ -174,6 +175,7 @@ def test_a_chunk_read_with_a_wrong_password_is_a_typed_error_without_it(
         columns.fetch(endpoint, config, "SELECT 1")
     message = str(caught.value)
     assert "'wrong'" in message and "-80" in message
+    assert "MySQL error 1045: Access denied" in message, message
     assert "Sup3r-Secret-Pw" not in message
 
 

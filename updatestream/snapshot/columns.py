@@ -31,7 +31,7 @@ from pymysql.converters import escape_item, escape_string
 
 from updatestream.binlog.config import ReaderConfig, ShardEndpoint
 from updatestream.binlog.errors import ShardUnreachable
-from updatestream.binlog.session import connection_settings
+from updatestream.binlog.session import connection_settings, describe
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.vindexes.hash import hash_blocks
 from updatestream.core.vschema import VSchema
@@ -124,11 +124,34 @@ def columnar_query(info: TableInfo, vschema: VSchema) -> ColumnarQuery | None:
     return ColumnarQuery(info, tuple(primary.columns))
 
 
+# The shard accounts this process logged in with once (host, port, user): connectorx's pool
+# retries a refused login for 30 s before it raises, so each account is tried first with one
+# plain connection, which fails at once with the server's own reason.
+_LOGGED_IN: set[tuple[str, int, str]] = set()
+
+
+def _check_login(endpoint: ShardEndpoint, settings: dict[str, Any]) -> None:
+    account = (endpoint.host, endpoint.port, str(settings["user"]))
+    if account in _LOGGED_IN:
+        return
+    try:
+        pymysql.connect(**settings).close()
+    except pymysql.MySQLError as exc:
+        raise ShardUnreachable(
+            f"cannot read a snapshot chunk from {endpoint.describe()}: {describe(exc)}; check "
+            f"that the shard is up and that Secret {endpoint.secret!r} holds a user with SELECT "
+            "on the keyspace's tables"
+        ) from None
+    _LOGGED_IN.add(account)
+
+
 def fetch(endpoint: ShardEndpoint, config: ReaderConfig, sql: str) -> pa.Table:
     """Run `sql` on the shard and return its result as an Arrow table of text columns."""
     settings = connection_settings(endpoint, config)
     if endpoint.tls == "disabled":
         import connectorx
+
+        _check_login(endpoint, settings)
 
         user = urllib.parse.quote(str(settings["user"]), safe="")
         password = urllib.parse.quote(str(settings["password"]), safe="")

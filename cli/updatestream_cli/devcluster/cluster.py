@@ -21,6 +21,7 @@ import secrets
 import tempfile
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -339,20 +340,24 @@ class DevCluster(ClusterDirectory):
         return True
 
     def down(self, shards: Sequence[str] | None = None) -> list[str]:
-        """Stop the servers this directory started (by recorded pid). Data stays."""
+        """Stop the servers this directory started (by recorded pid), all at the same time
+        (each shuts down cleanly, which takes MySQL seconds). Data stays."""
         stopped: list[str] = []
         with self.locked():
             state = self._read_state()
             if state is None:
                 return stopped
+            running = []
             for name, info in state["servers"].items():
                 if shards is not None and name not in shards:
                     continue
                 server = self.server(name)
                 if server.is_running():
-                    server.stop()
+                    running.append(server)
                     stopped.append(name)
                 info["pid"] = None
+            with ThreadPoolExecutor(max_workers=max(1, len(running))) as pool:
+                list(pool.map(lambda server: server.stop(), running))
             self._write_state(state)
         return stopped
 
