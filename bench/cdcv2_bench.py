@@ -2,19 +2,20 @@
 
 The workload is `mirror_bench.workload` (``--events`` / 2 inserts of distinct rows, then as many
 updates of the same rows, two shards, four rows a transaction; an update is two statements,
-``-1`` and ``+1``), in batches of 10,000 events, each batch ending with a heartbeat per shard. A round writes it
-three ways into fresh directories of one temporary filesystem path:
+``-1`` and ``+1``), in batches of 10,000 events, each batch ending with a heartbeat per shard. A
+round writes it three ways into fresh directories of one temporary filesystem path:
 
 - ``driver``: `CDCv2Sink.write_batch` with the events held in memory (the driver's write
   alone, without reading the batch from Spark: the best case of one writer);
 - ``executors_1`` / ``executors_2``: `CDCv2Sink.write_frame` with ``writeFrom: executors`` and
   ``--parts`` parts, Spark in this process with 1 and 2 cores; each batch a cached DataFrame of
   two partitions, one per shard, as the job's source makes them (`bench.mirror_executors`), so
-  a rate is the driver's marks query, the tasks' routing and the parts' writes.
+  a rate is the Spark job (the tasks' routing, the shuffle, the parts' writes) and the driver's
+  progress write.
 
-Every run's directory is read back (`updatestream.cdcv2.read_directory`) and must hold the
-same final table as the driver's. Figures are medians over ``--rounds`` rounds (default 3),
-written with the load averages to ``bench/results/cdcv2.json`` and merged into the summary as
+Every run's directory is read back (`updatestream.cdcv2.read_directory`) and must hold the same
+final table as the driver's. Figures are medians over ``--rounds`` rounds (default 3), written
+with the load averages to ``bench/results/cdcv2.json`` and merged into the summary as
 ``cdcv2_rows_per_s``, ``cdcv2_executors_rows_per_s`` (2 cores),
 ``cdcv2_executors_1core_rows_per_s`` and ``cdcv2_executors_scaling`` (2 over 1, the median of
 the rounds' ratios). Run it with ``make bench-cdcv2``.
