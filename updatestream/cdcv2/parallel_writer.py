@@ -4,11 +4,13 @@ The rules are those of :mod:`updatestream.cdcv2.writer` (the same statements com
 spread over more files); what changes is who applies them. Every update is routed to one of
 ``parts`` *part writers* by its datum (`route_of`: equal data, equal part), so the updates
 that must be consolidated (one ``(data, time)`` pair, one ``diff``) always meet in the same
-part. A batch then runs in two steps:
+part. A batch then runs in three steps:
 
-1. The *progress writer* (one, the driver) plans the batch from each shard's mark in it
-   (`ProgressWriter.plan`): the watermark before and after the batch, as the single writer
-   computes them. It needs only the shards' largest timestamps, not the rows.
+1. The batch is planned: the watermark before and after it, from the *progress writer*'s state
+   before the batch and each shard's mark in it, as the single writer computes them
+   (`plan_of`). That needs only the shards' largest timestamps, not the rows, and is a function
+   of its inputs: the progress writer (one, the driver) can plan it (`ProgressWriter.plan`),
+   or every part alike from the same state and marks (`ProgressWriter.agreed_plan` checks).
 2. Every part writer takes its updates of the batch with that plan (`PartWriter.write_batch`):
    skips changes it has taken already (by identity), moves a late change to the earlier
    watermark, holds back what is at or beyond the new one, writes the completed updates to
@@ -24,7 +26,9 @@ and the change is counted (taken, duplicate, late) in the part of its first upda
 
 A replayed batch id recomputes every file from the states left by the batch before it, as the
 single writer does; a part's updates are taken in a fixed order (by identity, then time), so
-the order in which they reach a part does not change what it writes.
+the order in which they reach a part does not change what it writes. Of two copies of one
+change in a batch the one at the earlier time is taken (the single writer takes the first in
+stream order).
 """
 
 from __future__ import annotations
