@@ -107,8 +107,9 @@ def test_reading_a_binlog_leaves_no_cyclic_garbage(traffic: tuple, cluster: DevC
     assert len(events) > transactions
     # an event and its packet refer to each other: left to the collector, that was about 115
     # objects per transaction; what remains is per connection (its rotate and format
-    # description events), not per transaction
-    assert unreachable < transactions // 4, (unreachable, transactions)
+    # description events), not per transaction, plus whatever other threads of the test
+    # process (the session's Spark gateway) left during the read: 165 in one full run
+    assert unreachable < transactions, (unreachable, transactions)
 
 
 def test_any_key_range_filters_by_keyspace_id(traffic: tuple, cluster: DevCluster) -> None:
