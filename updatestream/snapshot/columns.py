@@ -137,12 +137,16 @@ def _check_login(endpoint: ShardEndpoint, settings: dict[str, Any]) -> None:
     try:
         pymysql.connect(**settings).close()
     except pymysql.MySQLError as exc:
-        raise ShardUnreachable(
-            f"cannot read a snapshot chunk from {endpoint.describe()}: {describe(exc)}; check "
-            f"that the shard is up and that Secret {endpoint.secret!r} holds a user with SELECT "
-            "on the keyspace's tables"
-        ) from None
+        raise _unreachable(endpoint, describe(exc)) from None
     _LOGGED_IN.add(account)
+
+
+def _unreachable(endpoint: ShardEndpoint, reason: str) -> ShardUnreachable:
+    return ShardUnreachable(
+        f"cannot read a snapshot chunk from {endpoint.describe()}: {reason}; check that the "
+        f"shard is up and that Secret {endpoint.secret!r} holds a user with SELECT on the "
+        "keyspace's tables"
+    )
 
 
 def fetch(endpoint: ShardEndpoint, config: ReaderConfig, sql: str) -> pa.Table:
@@ -162,11 +166,7 @@ def fetch(endpoint: ShardEndpoint, config: ReaderConfig, sql: str) -> pa.Table:
             text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             for secret in {password, str(settings["password"])}:
                 text = text.replace(secret, "***") if secret else text
-            raise ShardUnreachable(
-                f"cannot read a snapshot chunk from {endpoint.describe()}: {text[:300]}; check "
-                f"that the shard is up and that Secret {endpoint.secret!r} holds a user with "
-                "SELECT on the keyspace's tables"
-            ) from None
+            raise _unreachable(endpoint, text[:300]) from None
         return table
     conn = pymysql.connect(autocommit=True, cursorclass=pymysql.cursors.SSCursor, **settings)
     try:

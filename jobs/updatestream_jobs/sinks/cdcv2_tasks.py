@@ -111,8 +111,12 @@ def _row(part: int, kind: str, **values: Any) -> dict[str, Any]:
 def arrow_schema() -> Any:
     import pyarrow
 
-    kinds = {"INT": pyarrow.int32(), "BOOLEAN": pyarrow.bool_(), "STRING": pyarrow.string()}
-    kinds["BIGINT"] = pyarrow.int64()
+    kinds = {
+        "INT": pyarrow.int32(),
+        "BIGINT": pyarrow.int64(),
+        "BOOLEAN": pyarrow.bool_(),
+        "STRING": pyarrow.string(),
+    }
     return pyarrow.schema([(name, kinds[kind]) for name, kind in UPDATE_COLUMNS])
 
 
