@@ -6,6 +6,8 @@ PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
 CACHE_DIR ?= $(HOME)/.cache/updatestream
+# pytest-xdist workers of `make test`; lanes of tests that must not run together: tests/lanes.py
+TEST_WORKERS ?= 2
 LOCK := requirements.lock
 STAMP := $(VENV)/.installed
 
@@ -76,7 +78,7 @@ lint: $(STAMP) ## ruff, mypy, import-linter, the size gate, and the README's and
 .PHONY: test
 test: system-deps mysql kube-tools vitess-tools image $(STAMP) lint ## everything CI checks: lint, types, layering, unit and integration tests
 	$(BIN)/python -m compileall -q -j 0 updatestream jobs operator cli harness bench tests >/dev/null
-	$(BIN)/pytest tests --durations=40
+	$(BIN)/pytest tests -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder --durations=40 $(PYTEST_ARGS)
 
 .PHONY: sync-crds
 sync-crds: ## copy the CRDs (crds/, the source of truth) into the Helm chart

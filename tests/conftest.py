@@ -36,6 +36,7 @@ from updatestream_cli.devcluster.mysql_server import MySQLServer
 
 from harness import threadsafe_ast
 from harness.accounts import write_secret
+from tests.lanes import LaneScheduling, order_lanes
 from updatestream.spec import Credentials
 
 # Tracebacks are formatted in many threads here (servers, Spark's callbacks, pytest's report):
@@ -184,3 +185,13 @@ def cluster(
     directory = tmp_path_factory.mktemp(f"{name}-{flavor}")
     with DevCluster(directory, flavor=flavor).running("-80,80-") as dev:
         yield dev
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The long lanes first, so that both workers of `make test` start on one (tests/lanes.py)."""
+    order_lanes(items)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LaneScheduling | None:
+    """`-n 2 --dist loadscope` (`make test`) hands out lanes rather than modules."""
+    return LaneScheduling(config, log) if config.getvalue("dist") == "loadscope" else None
