@@ -29,6 +29,7 @@ from updatestream_cli.manifests import update_stream
 
 from harness.accounts import write_secret
 from updatestream import spec
+from updatestream.core.gtid import parse_position, position_contains
 
 CLI = str(Path(sys.executable).with_name("updatestream"))
 
@@ -193,6 +194,16 @@ class StreamJob:
             )
 
         return self.wait_for(f"positions {want}", done, timeout)
+
+    def wait_delivered(self, shards: Sequence[str], timeout: float = 120) -> dict[str, Any]:
+        """Every shard delivered at least up to its position now, while traffic goes on."""
+        want = {s: parse_position(self._position(s)) for s in shards}
+
+        def done(status: dict[str, Any]) -> bool:
+            got = {s: status.get("shards", {}).get(s, {}).get("position") for s in shards}
+            return all(p and position_contains(parse_position(p), want[s]) for s, p in got.items())
+
+        return self.wait_for(f"delivery up to {want}", done, timeout)
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:

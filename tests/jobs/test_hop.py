@@ -243,7 +243,10 @@ def stopped_while_replicating(
         time.sleep(2)
         resharding.start()
         assert reporter.began.wait(300), "the reshard's copy did not finish"
-        time.sleep(3)  # copies of changes the job reads from the sources too
+        # copies of changes the job reads from the sources too: the job must get past the
+        # copy's start before it stops, however loaded the machine
+        job.wait_delivered(sources.split(","))
+        time.sleep(3)
     finally:
         job.stop()
     assert workflow.state.get("phase") == "replicate", workflow.state.get("phase")
