@@ -154,6 +154,10 @@ debezium-vitess-peer: ## build the same harness with Debezium's Vitess connector
 	@command -v mvn >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends maven
 	@test -f $(DEBEZIUM_VITESS_DIR)/.built || { mvn -q -B -f $(DEBEZIUM_SRC)/pom.xml $(DEBEZIUM_VITESS_CONNECTOR) -Dpeer.build.dir=$(DEBEZIUM_VITESS_DIR) package && touch $(DEBEZIUM_VITESS_DIR)/.built; }
 
+.PHONY: bench-checkpoint
+bench-checkpoint: system-deps $(STAMP) ## the checkpoint file manager (FileSystem, the job's, against Spark's FileContext default) side by side: lag and per-batch phases, into bench/results
+	$(BIN)/python -m bench.checkpoint_bench
+
 .PHONY: bench-reader-options
 bench-reader-options: system-deps mysql $(STAMP) ## the stream reader's latency options (prefetchHeld, switchIntervalMs) side by side, MariaDB then MySQL, into bench/results
 	$(BIN)/python -m bench.reader_options_bench --flavor mariadb
