@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import tempfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -42,23 +43,30 @@ SHOWN = ("console", "versionstream", FAST_LANE)
 PHASES = ("triggerExecution", "queryPlanning", "addBatch", "walCommit", "commitOffsets")
 
 
-def rounds(rig: LagRig, rate: int, count: int, duration: float, warmup: float) -> dict[str, Any]:
+def rounds(
+    rig: LagRig,
+    args: argparse.Namespace,
+    variants: Mapping[str, dict[str, str]] = VARIANTS,
+    prepare: Callable[[str], None] = lambda name: None,
+) -> dict[str, list[dict[str, Any]]]:
     """variant -> one job result per round (the variants' order rotating), after one job that
-    is not recorded: the first jobs of a Spark session run slower (its JIT warms up)."""
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in VARIANTS}
-    names = list(VARIANTS)
-    rig.job(rate, duration, warmup)
-    for number in range(count):
+    is not recorded: the first jobs of a Spark session run slower (its JIT warms up). A job runs
+    with its variant's source options, after `prepare(variant)`."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}
+    names = list(variants)
+    rig.job(args.rate, args.duration, args.warmup)
+    for number in range(args.rounds):
         shift = number % len(names)
         for name in names[shift:] + names[:shift]:
-            result = rig.job(rate, duration, warmup, VARIANTS[name])
+            prepare(name)
+            result = rig.job(args.rate, args.duration, args.warmup, variants[name])
             runs[name].append(result)
-            sinks = result["sinks"]
+            sinks, parts = result["sinks"], result["spark_batch_parts_s"]
             console.print(
                 f"round {number + 1}, {name}: "
                 + ", ".join(f"{s} {sinks[s]['p50_s']}/{sinks[s]['p99_s']}" for s in SHOWN)
-                + f"; addBatch {result['spark_batch_parts_s'].get('addBatch')}"
-            )
+                + "; " + ", ".join(f"{p} {parts.get(p)}" for p in PHASES[2:])
+            )  # fmt: skip
     return runs
 
 
@@ -89,39 +97,53 @@ def report(medians: dict[str, dict[str, Any]]) -> None:
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def lag_rig_parser(description: str, rounds: int, rounds_help: str) -> argparse.ArgumentParser:
+    """The arguments of a side-by-side run in the lag rig."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--flavor", choices=("mariadb", "mysql"), default="mariadb")
     parser.add_argument(
         "--rate", type=int, default=300, help="rows/s the generator commits (the default is "
         "below what a two-core machine sustains beside the generator and the servers)",
     )  # fmt: skip
-    parser.add_argument(
-        "--rounds",
-        type=int,
-        default=len(VARIANTS),
-        help=f"each variant leads one round in every {len(VARIANTS)}",
-    )
+    parser.add_argument("--rounds", type=int, default=rounds, help=rounds_help)
     parser.add_argument("--duration", type=float, default=15.0)
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--trigger-seconds", type=float, default=0.1)
-    args = parser.parse_args()
+    return parser
+
+
+def run_side_by_side(
+    args: argparse.Namespace,
+    name: str,
+    variants: Mapping[str, dict[str, str]],
+    prepare_in: Callable[[LagRig], Callable[[str], None]] = lambda rig: lambda name: None,
+) -> None:
+    """`rounds` in a lag rig of its own, the medians reported and written as `name`."""
     load_before = say_load()
-    with tempfile.TemporaryDirectory(prefix="reader-options-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"{name}-bench-") as tmp:
         rig = LagRig(Path(tmp), Path(tmp), args.trigger_seconds, args.flavor)
         try:
-            runs = rounds(rig, args.rate, args.rounds, args.duration, args.warmup)
+            runs = rounds(rig, args, variants, prepare_in(rig))
             load_end = say_load()  # written before the rig stops: Spark's stop may take long
-            path = write(args, runs, [load_before, load_end])
+            path = write(args, name, runs, [load_before, load_end])
         finally:
             rig.close()
     console.print(f"wrote {path}")
 
 
-def write(args: argparse.Namespace, runs: dict[str, Any], loads: list[list[float]]) -> Path:
-    medians = {name: medians_of(results) for name, results in runs.items()}
-    report(medians)
+def main() -> None:
+    description = __doc__.splitlines()[0]
+    every = f"each variant leads one round in every {len(VARIANTS)}"
+    args = lag_rig_parser(description, len(VARIANTS), every).parse_args()
     name = "reader_options" if args.flavor == "mariadb" else f"reader_options_{args.flavor}"
+    run_side_by_side(args, name, VARIANTS)
+
+
+def write(
+    args: argparse.Namespace, name: str, runs: dict[str, Any], loads: list[list[float]]
+) -> Path:
+    medians = {variant: medians_of(results) for variant, results in runs.items()}
+    report(medians)
     payload = {
         "machine": machine(),
         "flavor": args.flavor,

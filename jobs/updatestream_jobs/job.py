@@ -87,7 +87,7 @@ def source_options(config: JobConfig, key_range: str) -> dict[str, str]:
     return {**found, **config.source_options}
 
 
-_CHECKPOINT_FILE_MANAGER = (
+CHECKPOINT_FILE_MANAGER = (
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
 )
 
@@ -118,7 +118,7 @@ def spark_session(master: str | None, app_name: str, conf: dict[str, str] | None
         # Through FileSystem rather than FileContext they are the same files, written to a
         # temporary name and renamed into place (atomic on a local disk and on HDFS), and take
         # about a third of the time on a local disk.
-        .config("spark.sql.streaming.checkpointFileManagerClass", _CHECKPOINT_FILE_MANAGER)
+        .config("spark.sql.streaming.checkpointFileManagerClass", CHECKPOINT_FILE_MANAGER)
     )
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)

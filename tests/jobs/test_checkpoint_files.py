@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from updatestream_jobs.job import _CHECKPOINT_FILE_MANAGER
+from updatestream_jobs.job import CHECKPOINT_FILE_MANAGER
 
 KEY = "spark.sql.streaming.checkpointFileManagerClass"
 FILE_CONTEXT = (
@@ -39,7 +39,7 @@ def _run(spark: Any, checkpoint: Path, batches: int) -> list[int]:
 
 
 def test_the_session_writes_checkpoints_through_the_file_system_manager(spark: Any) -> None:
-    assert spark.conf.get(KEY) == _CHECKPOINT_FILE_MANAGER
+    assert spark.conf.get(KEY) == CHECKPOINT_FILE_MANAGER
 
 
 def test_a_checkpoint_written_through_file_context_resumes_at_the_next_batch(
@@ -50,7 +50,7 @@ def test_a_checkpoint_written_through_file_context_resumes_at_the_next_batch(
     try:
         before = _run(spark, checkpoint, 3)
     finally:
-        spark.conf.set(KEY, _CHECKPOINT_FILE_MANAGER)
+        spark.conf.set(KEY, CHECKPOINT_FILE_MANAGER)
     committed = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
     after = _run(spark, checkpoint, 3)
     assert before == list(range(len(before)))
