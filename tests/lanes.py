@@ -1,7 +1,8 @@
 """Which tests may run beside which: the suite runs in two pytest-xdist workers (`make test`).
 
-Most of the suite waits on servers (a shard's binlog, a pod's start, a hop's drain) rather than
-on a core, so two workers finish it in far less time than one. A *lane* is the unit a worker
+Much of the suite waits on servers (a shard's binlog, a pod's start, a hop's drain); the heavy
+tests also compete for the two cores, so two workers take about two thirds of one's time, not
+half (docs/testing.md). A *lane* is the unit a worker
 takes whole (`-n 2 --dist loadscope` with `LaneScheduling`): every test of one module by
 default, so a module's fixtures start once. Tests that share something of the machine that
 cannot be had twice share a lane:
