@@ -158,6 +158,10 @@ debezium-vitess-peer: ## build the same harness with Debezium's Vitess connector
 bench-checkpoint: system-deps $(STAMP) ## the checkpoint file manager (FileSystem, the job's, against Spark's FileContext default) side by side: lag and per-batch phases, into bench/results
 	$(BIN)/python -m bench.checkpoint_bench
 
+.PHONY: bench-read-back
+bench-read-back: system-deps $(STAMP) ## the driver's read of a batch (one collect, the job's, against toLocalIterator over the persisted batch) side by side: lag and per-batch phases, into bench/results
+	$(BIN)/python -m bench.read_back_bench
+
 .PHONY: bench-reader-options
 bench-reader-options: system-deps mysql $(STAMP) ## the stream reader's latency options (prefetchHeld, switchIntervalMs) side by side, MariaDB then MySQL, into bench/results
 	$(BIN)/python -m bench.reader_options_bench --flavor mariadb

@@ -442,5 +442,5 @@ RENDERERS: dict[str, Callable[[Result], str]] = {
     "footprint": footprint, "scaling": scaling, "hop": hop, "snapshot": snapshot,
     "vitess_peers": vitess_peers, "vitess_peers:line": vitess_peers_line,
     "reader_options": reader_options, "reader_options_mysql": reader_options,
-    "checkpoint_manager": reader_options,
+    "checkpoint_manager": reader_options, "read_back": reader_options,
 }  # fmt: skip

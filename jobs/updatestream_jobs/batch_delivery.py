@@ -5,10 +5,11 @@ hops) and without the hop duplicates (counted by cause); events delivered althou
 (`unknown`, `straddle`) are counted too, once per batch however many sinks there are.
 
 A batch of at most `single_pass_events` events (the usual micro-batch) is read from Spark once,
-held in the driver, and written to every sink at the same time, one thread per sink: a sink
-waits for its own server (a commit, a round trip), not for the sinks before it, so each sink's
-write starts as soon as the batch is read. A larger batch streams to each sink in turn from the
-persisted batch, so a huge transaction is never held whole. Each sink is idempotent per batch
+in one Spark job (a `collect` under a limit of one event more), held in the driver, and written
+to every sink at the same time, one thread per sink: a sink waits for its own server (a commit,
+a round trip), not for the sinks before it, so each sink's write starts as soon as the batch is
+read. A larger batch streams to each sink in turn, from the persisted batch when there are
+several, so a huge transaction is never held whole. Each sink is idempotent per batch
 and per event, so neither the order nor a failure of another sink changes what it holds: when
 a sink fails the batch fails once every sink has returned, and Spark runs it again. A sink whose
 server does not answer gets the same events again, as a replay, until it takes them
@@ -21,7 +22,6 @@ progress), and the batch ends when both have."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -49,9 +49,9 @@ class BatchPhases:
     """Where one micro-batch's time went in the driver (seconds, from `time.perf_counter`).
 
     `read_s`: reading the batch back from Spark before the first sink (runs the batch's Spark
-    job, the source's read included) when it is held for several sinks; 0 with one sink, whose
-    write then reads it lazily. `sinks_s`: each sink's `write_batch`, in the sinks' order (a
-    lazily read batch's reading included); a held batch's sinks write at the same time.
+    job, the source's read included); for a batch too large to hold, only finding that out.
+    `sinks_s`: each sink's `write_batch`, in the sinks' order (a batch too large to hold is read
+    in it); a held batch's sinks write at the same time when there are several.
     `finish_s`: hop bookkeeping and the progress report after the sinks. `total_s`: the whole
     batch function. `started_at`: unix seconds at its start.
     """
@@ -62,7 +62,7 @@ class BatchPhases:
     sinks_s: dict[str, float] = field(default_factory=dict)
     finish_s: float = 0.0
     total_s: float = 0.0
-    concurrent: bool = False  # the sinks wrote a held batch at the same time
+    concurrent: bool = False  # several sinks wrote a held batch at the same time
 
 
 class BatchDelivery:
@@ -173,32 +173,23 @@ class BatchDelivery:
             self._progress_only(frame)
             phases.read_s = time.perf_counter() - began
             return
-        if len(sinks) == 1:  # read lazily, as the sink takes it
-            sink = sinks[0]
-
-            def events(again: bool) -> Iterator[ChangeEvent]:
-                if again:  # the batch computed again; counted once already
-                    return self.deduplicated(_events(frame), count=False)
-                return self.tracker.observe(self.deduplicated(_events(frame)))
-
-            self.tracker.sink_result(sink.name, self._write(sink, events, ctx))
-            phases.sinks_s[sink.name] = time.perf_counter() - began
+        head = _head(frame, self.single_pass_events)
+        if len(head) <= self.single_pass_events:  # the usual batch: held, one Spark job
+            events = (ChangeEvent.from_row(row.asDict()) for row in head)
+            held = list(self.tracker.observe(self.deduplicated(events)))
+            phases.read_s = time.perf_counter() - began
+            self._concurrently(sinks, held, ctx, phases)
             return
-        if not persisted:
-            frame.persist()
+        del head  # too large to hold: each sink reads it (from the persisted batch if several)
+        phases.read_s = time.perf_counter() - began
+        if len(sinks) == 1 or persisted:
+            self._in_turn(sinks, frame, ctx, phases)
+            return
+        frame.persist()
         try:
-            first = _events(frame)
-            head = list(itertools.islice(first, self.single_pass_events + 1))
-            if len(head) <= self.single_pass_events:
-                held = list(self.tracker.observe(self.deduplicated(iter(head))))
-                phases.read_s = time.perf_counter() - began
-                self._concurrently(sinks, held, ctx, phases)
-            else:
-                phases.read_s = time.perf_counter() - began
-                self._in_turn(sinks, frame, itertools.chain(head, first), ctx, phases)
+            self._in_turn(sinks, frame, ctx, phases)
         finally:
-            if not persisted:
-                frame.unpersist()
+            frame.unpersist()
 
     def _progress_only(self, frame: Any) -> None:
         """Record the batch's progress from `progress_rows`: its changes one by one, in stream
@@ -246,13 +237,17 @@ class BatchDelivery:
     def _concurrently(
         self, sinks: list[Sink], held: list[ChangeEvent], ctx: BatchContext, phases: BatchPhases
     ) -> None:
-        pool = self._threads()
-        phases.concurrent = True
-
         def write(sink: Sink) -> tuple[SinkResult, float]:
             began = time.perf_counter()
             result = self._write(sink, lambda _again: iter(held), ctx)
             return result, time.perf_counter() - began
+
+        if len(sinks) == 1:  # in this thread
+            result, phases.sinks_s[sinks[0].name] = write(sinks[0])
+            self.tracker.sink_result(sinks[0].name, result)
+            return
+        pool = self._threads()
+        phases.concurrent = True
 
         futures = [pool.submit(write, sink) for sink in sinks]
         failure = self._results(sinks, futures, phases)
@@ -260,20 +255,14 @@ class BatchDelivery:
             raise failure
 
     def _in_turn(
-        self,
-        sinks: list[Sink],
-        frame: Any,
-        first: Iterator[ChangeEvent],
-        ctx: BatchContext,
-        phases: BatchPhases,
+        self, sinks: list[Sink], frame: Any, ctx: BatchContext, phases: BatchPhases
     ) -> None:
         for index, sink in enumerate(sinks):
             began = time.perf_counter()
 
             def events(again: bool, index: int = index) -> Iterator[ChangeEvent]:
-                if index == 0 and not again:
-                    return self.tracker.observe(self.deduplicated(first))
-                # too large to hold: read again, from the persisted batch
+                if index == 0 and not again:  # counted on the first sink's first pass only
+                    return self.tracker.observe(self.deduplicated(_events(frame)))
                 return self.deduplicated(_events(frame), count=False)
 
             self.tracker.sink_result(sink.name, self._write(sink, events, ctx))
@@ -312,6 +301,13 @@ def progress_rows(frame: Any) -> Any:
     grouped = frame.where(_EXISTING).groupBy("keyspace", "shard", "op", "dedup").count()
     existing = grouped.withColumnRenamed("count", COUNTED)
     return changes.unionByName(existing, allowMissingColumns=True)
+
+
+def _head(frame: Any, most: int) -> list[Any]:
+    """The batch's first `most` + 1 rows, in order, in one Spark job: a `collect` under a limit
+    takes half the time of `toLocalIterator` over a persisted batch (one job per partition, and
+    the cache written) for the usual micro-batch of a few hundred rows (`bench-read-back`)."""
+    return cast(list[Any], frame.limit(most + 1).collect())
 
 
 def _events(frame: Any) -> Iterator[ChangeEvent]:
