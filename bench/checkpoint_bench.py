@@ -19,7 +19,7 @@ from collections.abc import Callable
 from updatestream_jobs.job import CHECKPOINT_FILE_MANAGER
 
 from bench.peers_lag import LagRig
-from bench.reader_options_bench import lag_rig_parser, run_side_by_side
+from bench.reader_options_bench import setting_side_by_side
 
 KEY = "spark.sql.streaming.checkpointFileManagerClass"
 MANAGERS = {
@@ -36,10 +36,7 @@ def manager_setter(rig: LagRig) -> Callable[[str], None]:
 
 
 def main() -> None:
-    description = __doc__.splitlines()[0]
-    args = lag_rig_parser(description, 4, "each manager leads every other round").parse_args()
-    variants: dict[str, dict[str, str]] = {name: {} for name in MANAGERS}
-    run_side_by_side(args, "checkpoint_manager", variants, manager_setter)
+    setting_side_by_side(__doc__, "checkpoint_manager", list(MANAGERS), manager_setter)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from typing import Any
 from updatestream_jobs import batch_delivery
 
 from bench.peers_lag import LagRig
-from bench.reader_options_bench import lag_rig_parser, run_side_by_side
+from bench.reader_options_bench import setting_side_by_side
 
 
 def persisted_iterator(frame: Any, most: int) -> list[Any]:
@@ -51,10 +51,7 @@ def read_setter(rig: LagRig) -> Callable[[str], None]:
 
 
 def main() -> None:
-    description = __doc__.splitlines()[0]
-    args = lag_rig_parser(description, 4, "each read leads every other round").parse_args()
-    variants: dict[str, dict[str, str]] = {name: {} for name in READS}
-    run_side_by_side(args, "read_back", variants, read_setter)
+    setting_side_by_side(__doc__, "read_back", list(READS), read_setter)
 
 
 if __name__ == "__main__":

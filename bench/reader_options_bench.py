@@ -131,6 +131,19 @@ def run_side_by_side(
     console.print(f"wrote {path}")
 
 
+def setting_side_by_side(
+    doc: str | None,
+    name: str,
+    names: list[str],
+    prepare_in: Callable[[LagRig], Callable[[str], None]],
+) -> None:
+    """`run_side_by_side` of variants that differ only in what `prepare_in`'s step sets before
+    each job (the job's default source options all along), 4 rounds unless told."""
+    every = "each variant leads every other round"
+    args = lag_rig_parser((doc or name).splitlines()[0], 4, every).parse_args()
+    run_side_by_side(args, name, {variant: {} for variant in names}, prepare_in)
+
+
 def main() -> None:
     description = __doc__.splitlines()[0]
     every = f"each variant leads one round in every {len(VARIANTS)}"
