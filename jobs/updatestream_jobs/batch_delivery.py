@@ -178,7 +178,7 @@ class BatchDelivery:
             events = (ChangeEvent.from_row(row.asDict()) for row in head)
             held = list(self.tracker.observe(self.deduplicated(events)))
             phases.read_s = time.perf_counter() - began
-            self._concurrently(sinks, held, ctx, phases)
+            self._write_held(sinks, held, ctx, phases)
             return
         del head  # too large to hold: each sink reads it (from the persisted batch if several)
         phases.read_s = time.perf_counter() - began
@@ -234,7 +234,7 @@ class BatchDelivery:
             phases.sinks_s[sink.name] = seconds
         return failure
 
-    def _concurrently(
+    def _write_held(
         self, sinks: list[Sink], held: list[ChangeEvent], ctx: BatchContext, phases: BatchPhases
     ) -> None:
         def write(sink: Sink) -> tuple[SinkResult, float]:
@@ -248,7 +248,6 @@ class BatchDelivery:
             return
         pool = self._threads()
         phases.concurrent = True
-
         futures = [pool.submit(write, sink) for sink in sinks]
         failure = self._results(sinks, futures, phases)
         if failure is not None:

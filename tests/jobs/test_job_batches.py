@@ -152,12 +152,19 @@ def test_every_sink_gets_the_same_batch_read_once_when_it_fits(
         assert job.tracker.sinks[sink.name]["written"] == len(DELIVERED)
 
 
-def test_one_sink_streams_a_large_batch_without_holding_it(spark: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("limit", "reads"),
+    [(SINGLE_PASS_EVENTS, 1), (2, 2)],  # too large: one read finds it out, the sink's streams it
+    ids=["held", "large"],
+)
+def test_one_sink_gets_a_small_batch_held_and_a_large_one_streamed(
+    spark: Any, tmp_path: Path, limit: int, reads: int
+) -> None:
     job, (path,) = _job(tmp_path, sinks=1)
-    job.single_pass_events = 2  # would not fit: the sink reads it as it writes
+    job.single_pass_events = limit
     frame = _batch(spark, EVENTS)
     job.write_batch(frame, 0)
-    assert frame.reads == 2 and frame.persisted == 0
+    assert frame.reads == reads and frame.persisted == 0
     assert _written(path) == DELIVERED
     assert +job.tracker.duplicates == {"hop": 1, "unknown": 1}  # (causes at 0 left out)
 
