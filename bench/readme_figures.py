@@ -21,12 +21,15 @@ from typing import Any
 
 from bench.doc_tables import RENDERERS, history, read, table
 from bench.figures import BENCHMARKS, FIGURES, goals_of, shown, with_unit
+from bench.partition_tables import partitions
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 DOCUMENTS = ("README.md", "docs/benchmarks.md", "docs/vitess.md")
 BLOCK = re.compile(r"(<!-- figures:(?P<name>[\w:-]+) -->\n)(?P<body>.*?)(<!-- /figures -->)", re.S)
 WRITE = "python -m bench.readme_figures --write"
+# the blocks of `bench.doc_tables`, and those rendered by modules of their own
+BLOCKS = {**RENDERERS, "sinks:partitions": partitions}
 
 
 def goal_cells(summary: dict[str, Any], key: str) -> tuple[str, str]:
@@ -50,29 +53,51 @@ def figures_table(summary: dict[str, Any], readme: bool) -> str:
     return table(["figure", "value", "goal", "", "`make`"], rows)
 
 
-def goals_line(summary: dict[str, Any]) -> str:
+def goals_line(summary: dict[str, Any], results: Path = RESULTS) -> str:
     judged = list(summary.get("goals", {}).values())
     met = sum(1 for goal in judged if goal["met"])
-    return f"{met} of the {len(judged)} goals are met. Machine: {summary.get('machine', '—')}."
+    return f"{met} of the {len(judged)} goals are met. {machines_line(summary, results)}"
+
+
+def machines_line(summary: dict[str, Any], results: Path = RESULTS) -> str:
+    """The machine each shown figure's benchmark last ran on, from its result file: the
+    benchmarks run in different sessions, not always on the same kind of machine."""
+    ran_on: dict[str, list[str]] = {}
+    for benchmark in dict.fromkeys(f.benchmark for f in FIGURES if f.key in summary):
+        path = results / f"{benchmark}.json"
+        machine = (
+            json.loads(path.read_text(encoding="utf-8")).get("machine") if path.exists() else None
+        )
+        ran_on.setdefault(machine or summary.get("machine", "—"), []).append(benchmark)
+    if len(ran_on) <= 1:
+        return f"Machine: {next(iter(ran_on), summary.get('machine', '—'))}."
+    return (
+        "Machines: "
+        + "; ".join(
+            f"{machine} ({', '.join(f'`bench-{b}`' for b in benchmarks)})"
+            for machine, benchmarks in ran_on.items()
+        )
+        + "."
+    )
 
 
 def render(name: str, results: Path = RESULTS) -> str:
     """The Markdown of block `name`."""
     summary = json.loads((results / "summary.json").read_text(encoding="utf-8"))
     if name == "readme":
-        return figures_table(summary, readme=True) + "\n\n" + goals_line(summary)
+        return figures_table(summary, readme=True) + "\n\n" + goals_line(summary, results)
     if name == "summary":
-        return figures_table(summary, readme=False) + "\n\n" + goals_line(summary)
+        return figures_table(summary, readme=False) + "\n\n" + goals_line(summary, results)
     if name.startswith("history:") and name.split(":", 1)[1] in BENCHMARKS:
         entries = json.loads((results / "history.json").read_text(encoding="utf-8"))
         return history(name.split(":", 1)[1], entries)
-    if name in RENDERERS:
+    if name in BLOCKS:
         source = name.split(":", 1)[0]  # `vitess_peers:line` renders vitess_peers.json
         if not (results / f"{source}.json").exists():
             return f"Not measured yet: `bench/results/{source}.json` is written by its benchmark."
-        return RENDERERS[name](read(source, results))
+        return BLOCKS[name](read(source, results))
     raise SystemExit(f"unknown figures block {name!r}: known are readme, summary, "
-                     f"history:<benchmark> and {', '.join(RENDERERS)}")  # fmt: skip
+                     f"history:<benchmark> and {', '.join(BLOCKS)}")  # fmt: skip
 
 
 def rewrite(text: str, results: Path = RESULTS) -> str:

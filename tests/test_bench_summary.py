@@ -117,6 +117,16 @@ def test_the_summary_table_names_figures_and_says_which_goals_are_met() -> None:
     ]
 
 
+def test_the_goals_line_names_the_machine_each_benchmark_ran_on(tmp_path: Path) -> None:
+    summary = {"lag_p50_s": 1.2, "memcached_invalidations_per_s": 25000, "machine": "m2"}
+    (tmp_path / "lag.json").write_text(json.dumps({"machine": "m2"}), encoding="utf-8")
+    (tmp_path / "sinks.json").write_text(json.dumps({"machine": "m1"}), encoding="utf-8")
+    line = readme_figures.machines_line(summary, tmp_path)
+    assert line == "Machines: m1 (`bench-sinks`); m2 (`bench-lag`)."
+    (tmp_path / "sinks.json").write_text(json.dumps({"machine": "m2"}), encoding="utf-8")
+    assert readme_figures.machines_line(summary, tmp_path) == "Machine: m2."
+
+
 def test_load_averages_are_read_from_every_form_a_result_file_has_used() -> None:
     assert loads_of({"load_average": [0.5, 0.4, 0.9]}) == [0.5]
     assert loads_of({"load_before": [0.27, 1, 1], "load_after": [3.52, 2, 2]}) == [0.27, 3.52]
