@@ -3,7 +3,8 @@
 One function per benchmark turns its `<name>.json` into Markdown: the medians, every round,
 the phases and the load averages the run recorded; `history` renders one benchmark's runs
 from `history.json`. `bench.readme_figures` puts each between its markers and `make lint`
-checks that what is there is what the files say.
+checks that what is there is what the files say. `bench-lag`'s block and the partitioned
+Version Stream block have modules of their own (`bench.lag_tables`, `bench.partition_tables`).
 """
 
 from __future__ import annotations
@@ -122,67 +123,6 @@ def cdcv2(r: Result) -> str:
             f"{r['rounds']} rounds; "
             f"load average {triple(r['load_average'])} at the start")  # fmt: skip
     return head + ".\n\n" + table(["writer", "rows/s (median)", "rounds"], rows)
-
-
-def lag(r: Result) -> str:
-    head = (
-        f"Shards {', '.join(r['shards'])}; trigger {shown(r['trigger_seconds'])} s; "
-        f"{shown(r['seconds_per_load'])} s per load, {r['rounds']} rounds; source options "
-        f"{json.dumps(r.get('source_options') or {})}; load average "
-        f"{triple(r['load_average_before'])} before, per round (1 min) below.\n\n"
-        f"**Maximum sustainable rate** {shown(r['max_rate_rows_per_s'])} rows/s (goal "
-        f"{r['goal_max_rate']['rows_per_s']:,} rows/s with lag p99 under "
-        f"{shown(r['goal_max_rate']['lag_p99_s'])} s). The generator alone committed "
-        f"{r['loadgen_alone']['rows_per_s']:,} rows/s unthrottled. One shard connection: "
-        f"{shown(r['shard_connect_ms']['pymysql_defaults'])} ms with PyMySQL's defaults, "
-        f"{shown(r['shard_connect_ms']['ssl_disabled'])} ms with `ssl_disabled=True`."
-    )  # fmt: skip
-    rows = []
-    for load, data in r["loads"].items():
-        rate = data["runs"][0]["requested_rows_per_s"]
-        for sink, f in data["median"].items():
-            rows.append([load, rate, sink, f["p50_s"], f["p99_s"], f["max_s"]])
-    lags = table(["load", "rows/s", "sink", "p50 (s)", "p99 (s)", "max (s)"], rows)
-    return "\n\n".join([head, lags, lag_search(r), lag_rounds(r)])
-
-
-def lag_search(r: Result) -> str:
-    """The probe and each rate the search tried: what was committed and delivered, whether it
-    was sustainable, and the CPU each row cost, by part of the rig."""
-    runs = [("probe (unthrottled)", r["probe"])] + [
-        (f"{run['requested_rows_per_s']:,} rows/s", run) for run in r["search"]
-    ]
-    parts = list(r["probe"]["cpu"]["us_per_row"])
-    rows = []
-    for label, run in runs:
-        cpu = run["cpu"]
-        rows.append([
-            label, run["committed_rows_per_s"], run["delivered_rows_per_s"],
-            "yes" if run["sustainable"] else "no", shown(run["catch_up_s"]),
-            cpu["total_us_per_row"], cpu["cores_busy"],
-            *(cpu["us_per_row"][part] for part in parts),
-        ])  # fmt: skip
-    header = ["run", "committed rows/s", "delivered rows/s", "sustainable", "catch-up (s)",
-              "CPU µs/row", "cores busy", *(f"{part} µs/row" for part in parts)]  # fmt: skip
-    return table(header, rows)
-
-
-def lag_rounds(r: Result) -> str:
-    """Per load and round: the Version Stream's lag, the batches and Spark's phases."""
-    rows = []
-    for load, data in r["loads"].items():
-        for number, run in enumerate(data["runs"], 1):
-            vs, parts = run["sinks"]["versionstream"], run["spark_batch_parts_s"]
-            rows.append([
-                load, number, loads([run["load_average"]]), run["committed_rows_per_s"],
-                f"{shown(vs['p50_s'])} / {shown(vs['p99_s'])}", run["batches_per_s"],
-                run["median_batch_rows"], parts["triggerExecution"], parts["addBatch"],
-                parts["walCommit"], parts["commitOffsets"], run["shard_connections_per_batch"],
-            ])  # fmt: skip
-    header = ["load", "round", "load avg", "committed rows/s", "Version Stream p50 / p99 (s)",
-              "batches/s", "median batch rows", "`triggerExecution` (s)", "`addBatch` (s)",
-              "`walCommit` (s)", "`commitOffsets` (s)", "shard connections per batch"]  # fmt: skip
-    return table(header, rows)
 
 
 # the lag table's rows: Debezium twice, the job's durable sinks, its fast lane's invalidations
@@ -437,7 +377,7 @@ def history(benchmark: str, entries: list[dict[str, Any]]) -> str:
 
 
 RENDERERS: dict[str, Callable[[Result], str]] = {
-    "source": source, "sinks": sinks, "mirror": mirror, "cdcv2": cdcv2, "lag": lag,
+    "source": source, "sinks": sinks, "mirror": mirror, "cdcv2": cdcv2,
     "peers": peers,
     "footprint": footprint, "scaling": scaling, "hop": hop, "snapshot": snapshot,
     "vitess_peers": vitess_peers, "vitess_peers:line": vitess_peers_line,

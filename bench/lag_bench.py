@@ -8,7 +8,8 @@ durable commits; the mirror from the executors, `writeFrom: executors`), memcach
 change's lag at a sink is when that sink's write returned for its batch minus its commit time in
 the ledger.
 
-1. The generator alone, unthrottled, before the job starts (``--rounds`` runs of 10 s).
+1. The generator alone, unthrottled, before the job starts (``--rounds`` runs of 10 s); then
+   the last run's binlog on one shard decoded alone by the source's reader (`bench.lag_decode`).
 2. A probe: unthrottled traffic for ``--probe-seconds`` with the job streaming. Its rows over
    the time from the first commit to the last sink write is the job's throughput with the
    generator at full speed beside it; the rows committed per second are the generator's rate
@@ -41,6 +42,7 @@ from updatestream_cli.devcluster.ledger import LedgerEntry
 from updatestream_jobs.sinks.cdcv2_sink import stream_directory
 from updatestream_jobs.sinks.sink import BatchContext
 
+from bench.lag_decode import decode_alone
 from bench.lag_rig import (
     SHARDS,
     SINK_LABELS,
@@ -208,6 +210,7 @@ def find_max_rate(rig: Rig, start: float, duration: float) -> tuple[float, list[
 def loadgen_alone(rig: Rig, rounds: int) -> dict[str, Any]:
     runs = []
     for _ in range(rounds):
+        positions = rig.positions()
         before, began = cpu_seconds(rig), time.time()
         load = rig.traffic(0, 10)
         cpu = cpu_per_row(before, cpu_seconds(rig), load.figures.cpu_s, load.figures.rows,
@@ -215,7 +218,11 @@ def loadgen_alone(rig: Rig, rounds: int) -> dict[str, Any]:
         runs.append({"rows_per_s": round(load.figures.committed_rows_per_s), "cpu": cpu,
                      "load_average": load_average()})  # fmt: skip
     console.print(f"load generator alone, unthrottled: {[r['rows_per_s'] for r in runs]} rows/s")
-    return {"rows_per_s": round(median(r["rows_per_s"] for r in runs)), "runs": runs}
+    shard = SHARDS[0]  # the last run's traffic on one shard, decoded alone
+    decoded = decode_alone(rig, shard, positions[shard], rig.positions()[shard], rounds)
+    console.print(f"its binlog on {shard} decoded alone: {decoded['us_per_row']} µs CPU per row")
+    return {"rows_per_s": round(median(r["rows_per_s"] for r in runs)), "runs": runs,
+            "decode_alone": decoded}  # fmt: skip
 
 
 def parse_args() -> argparse.Namespace:

@@ -181,20 +181,35 @@ def process_cpu(process: psutil.Process, reaped: bool = True) -> float:
 
 def cpu_seconds(rig: Rig) -> dict[str, float]:
     """CPU seconds so far of every part of the rig: this process (the job's driver Python,
-    without its children), Spark (the JVM, its Python workers and their ended children), the
-    two shards, the sinks' MariaDB and memcached. The load generator reports its own."""
+    without its children); Spark's JVM; the stream reader's runner (the Python process Spark
+    runs the source's planning in, with the binlog tails and the fast lane); Spark's other
+    Python processes (the workers that run tasks, with their ended children and the JVM's);
+    the two shards, the sinks' MariaDB and memcached. The load generator reports its own."""
     me = psutil.Process()
-    spark = [p for p in me.children() if p.name() == "java"]
-    spark += [d for p in spark for d in p.children(recursive=True)]
+    jvms = [p for p in me.children() if p.name() == "java"]
+    python = [d for p in jvms for d in p.children(recursive=True)]
+    runners = [p for p in python if _is_source_runner(p)]
+    jvm_reaped = sum(process_cpu(p) - process_cpu(p, reaped=False) for p in jvms)
     return {
         "job_driver_python": round(process_cpu(me, reaped=False), 3),
-        "spark_jvm_and_workers": round(sum(process_cpu(p) for p in spark), 3),
+        "spark_jvm": round(sum(process_cpu(p, reaped=False) for p in jvms), 3),
+        "source_runner": round(sum(process_cpu(p) for p in runners), 3),
+        "spark_python_workers": round(
+            sum(process_cpu(p) for p in python if p not in runners) + jvm_reaped, 3
+        ),
         "shards_mariadbd": round(
             sum(process_cpu(psutil.Process(rig.cluster.server(s).pid)) for s in SHARDS), 3
         ),
         "sinks_mariadbd": round(process_cpu(psutil.Process(rig.sinks_server.pid)), 3),
         "memcached": round(process_cpu(psutil.Process(rig.memcached.pid)), 3),
     }
+
+
+def _is_source_runner(process: psutil.Process) -> bool:
+    try:
+        return "python_streaming_source_runner" in " ".join(process.cmdline())
+    except psutil.Error:
+        return False
 
 
 def cpu_per_row(before: dict[str, float], after: dict[str, float], generator_s: float,

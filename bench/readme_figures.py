@@ -21,6 +21,7 @@ from typing import Any
 
 from bench.doc_tables import RENDERERS, history, read, table
 from bench.figures import BENCHMARKS, FIGURES, goals_of, shown, with_unit
+from bench.lag_tables import lag
 from bench.partition_tables import partitions
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,7 +30,7 @@ DOCUMENTS = ("README.md", "docs/benchmarks.md", "docs/vitess.md")
 BLOCK = re.compile(r"(<!-- figures:(?P<name>[\w:-]+) -->\n)(?P<body>.*?)(<!-- /figures -->)", re.S)
 WRITE = "python -m bench.readme_figures --write"
 # the blocks of `bench.doc_tables`, and those rendered by modules of their own
-BLOCKS = {**RENDERERS, "sinks:partitions": partitions}
+BLOCKS = {**RENDERERS, "lag": lag, "sinks:partitions": partitions}
 
 
 def goal_cells(summary: dict[str, Any], key: str) -> tuple[str, str]:
