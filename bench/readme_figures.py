@@ -62,7 +62,7 @@ def goals_line(summary: dict[str, Any], results: Path = RESULTS) -> str:
 
 def machines_line(summary: dict[str, Any], results: Path = RESULTS) -> str:
     """The machine each shown figure's benchmark last ran on, from its result file: the
-    benchmarks run in different sessions, not always on the same kind of machine."""
+    benchmarks run on different days, not always on the same kind of machine."""
     ran_on: dict[str, list[str]] = {}
     for benchmark in dict.fromkeys(f.benchmark for f in FIGURES if f.key in summary):
         path = results / f"{benchmark}.json"
