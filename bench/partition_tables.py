@@ -21,11 +21,13 @@ WAYS = (
 
 def cpu_per_version(runs: list[dict[str, Any]], part: str) -> float:
     """Median µs of CPU per version of `part` (`client` or `server`) over the rounds."""
-    return median(run[f"{part}_cpu_s"] / run["versions"] * 1e6 for run in runs)
+    return float(median(run[f"{part}_cpu_s"] / run["versions"] * 1e6 for run in runs))
 
 
 def cores_busy(runs: list[dict[str, Any]]) -> float:
-    return median((run["client_cpu_s"] + run["server_cpu_s"]) / run["wall_s"] for run in runs)
+    return float(
+        median((run["client_cpu_s"] + run["server_cpu_s"]) / run["wall_s"] for run in runs)
+    )
 
 
 def partitions(r: Result) -> str:
