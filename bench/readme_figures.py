@@ -65,10 +65,8 @@ def machines_line(summary: dict[str, Any], results: Path = RESULTS) -> str:
     benchmarks run on different days, not always on the same kind of machine."""
     ran_on: dict[str, list[str]] = {}
     for benchmark in dict.fromkeys(f.benchmark for f in FIGURES if f.key in summary):
-        path = results / f"{benchmark}.json"
-        machine = (
-            json.loads(path.read_text(encoding="utf-8")).get("machine") if path.exists() else None
-        )
+        found = (results / f"{benchmark}.json").exists()
+        machine = read(benchmark, results).get("machine") if found else None
         ran_on.setdefault(machine or summary.get("machine", "—"), []).append(benchmark)
     if len(ran_on) <= 1:
         return f"Machine: {next(iter(ran_on), summary.get('machine', '—'))}."
