@@ -312,13 +312,49 @@ def _verify(w: World, ledger: Path, status_file: Path) -> dict[str, dict[str, An
         done = subprocess.run(
             [CLI, "verify", "--ledger", str(ledger), "--sink", sink, *extra,
              "--status-file", str(status_file), "--json"],
-            capture_output=True, text=True, timeout=300,
+            capture_output=True, text=True, timeout=120,
         )  # fmt: skip
         assert done.returncode in (0, 1), done.stderr
         reports[sink] = json.loads(done.stdout)
     return reports
 
 
+def _caught_up(w: World, ledger: Path, job_id: str) -> dict[str, dict[str, Any]]:
+    """`updatestream verify` of every sink against the ledger, run until none has lost a change
+    or holds a stale key; a wait that runs out says what each sink last lacked."""
+    status_file = w.volume.parent / "status.json"
+    last: dict[str, dict[str, Any]] = {}
+
+    def clean() -> dict[str, dict[str, Any]] | None:
+        progress = f"{job_id}-progress"
+        maps = w.node.items(NS, "configmaps", "")
+        data = next((c.get("data") or {} for c in maps if c["metadata"]["name"] == progress), {})
+        status_file.write_text(data.get("status.json") or "{}")
+        began = time.monotonic()
+        last.update(_verify(w, ledger, status_file))
+        lacks = {sink: (r["lost"], r.get("stale_keys", 0)) for sink, r in last.items()}
+        print(f"verify took {time.monotonic() - began:.1f}s; (lost, stale) {lacks}", flush=True)
+        done = all(r["lost"] == 0 and not r.get("stale_keys") for r in last.values())
+        return dict(last) if done else None
+
+    try:
+        return wait_for(clean, "every sink to catch up with the ledger", timeout=300)
+    except AssertionError as exc:
+        verdicts = {sink: {k: v for k, v in r.items() if k != "duplicates_dropped_by_cause"}
+                    for sink, r in last.items()}  # fmt: skip
+        raise AssertionError(
+            f"{exc}\nthe last verdicts: {json.dumps(verdicts)}\n{_diagnostics(w.node)}"
+        ) from None
+
+
+def _reached(what: str, since: float) -> None:
+    """A line of the test's output (shown when it fails) with the time each stage took."""
+    print(f"{time.monotonic() - since:6.1f}s after the apply: {what}", flush=True)
+
+
+# every wait below is bounded and says what it waited for; together they can outlast the
+# suite's default timeout on a loaded machine, which would cut them short without their message
+@pytest.mark.timeout(1800)
 def test_the_operator_pod_runs_a_spark_job_as_pods_that_deliver_every_change(
     world: World,
 ) -> None:
@@ -344,6 +380,7 @@ def test_the_operator_pod_runs_a_spark_job_as_pods_that_deliver_every_change(
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{_diagnostics(node)}") from None
         first_event = time.monotonic() - applied
+        _reached("the first event in a sink", applied)
         roles = wait_for(
             lambda: (
                 {p["metadata"]["labels"].get("spark-role") for p in w.pods()}
@@ -356,6 +393,7 @@ def test_the_operator_pod_runs_a_spark_job_as_pods_that_deliver_every_change(
         _lose_an_executor(w)
         # a live split, applied to the Keyspace as a user would: the job hops in place
         recorded = _hop_with_the_operator_lost(w)
+        _reached("the hop completed", applied)
         time.sleep(5)  # traffic onto the new shards
         # the driver Pod deleted at once, as a failing node would lose it: the operator
         # relaunches the job, which resumes from its checkpoint on the claim
@@ -365,6 +403,7 @@ def test_the_operator_pod_runs_a_spark_job_as_pods_that_deliver_every_change(
             wait_for(lambda: _relaunched(w, first), "the relaunched driver running", 300)
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{_diagnostics(node)}") from None
+        _reached("the relaunched driver running", applied)
         resumed_from = w.versionstream_rows()
         wait_for(lambda: w.versionstream_rows() > resumed_from, "events after the relaunch", 300)
         # the relaunch started with the dedup rule the first job reported after its hop
@@ -381,24 +420,8 @@ def test_the_operator_pod_runs_a_spark_job_as_pods_that_deliver_every_change(
 
     (driver,) = node.items(NS, "pods", "spark-role=driver")
     job_id = driver["metadata"]["name"]
-    status_file = w.volume.parent / "status.json"
-
-    def clean() -> dict[str, dict[str, Any]] | None:
-        progress = node.items(NS, "configmaps", "")
-        data = next(
-            (
-                c.get("data") or {}
-                for c in progress
-                if c["metadata"]["name"] == f"{job_id}-progress"
-            ),
-            {},
-        )
-        status_file.write_text(data.get("status.json") or "{}")
-        reports = _verify(w, ledger, status_file)
-        done = all(r["lost"] == 0 and not r.get("stale_keys") for r in reports.values())
-        return reports if done else None
-
-    reports = wait_for(clean, "every sink to catch up with the ledger", timeout=300)
+    reports = _caught_up(w, ledger, job_id)
+    _reached("every sink caught up", applied)
     for sink, verdict in reports.items():
         assert verdict["lost"] == 0 and verdict["duplicates_delivered"] == 0, (sink, verdict)
         assert verdict["committed"] == stats.rows, (sink, verdict)
