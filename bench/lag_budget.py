@@ -42,6 +42,9 @@ class CpuBudget:
         """The rate at which traffic and job, at these costs, would keep every core busy."""
         return self.cores * 1e6 / (self.traffic_us_per_row + self.job_us_per_row)
 
+    def times_the_budget(self, us_per_row: float) -> float:
+        return us_per_row / max(self.job_budget_us_per_row, 1e-9)
+
 
 def cores_of(machine: str) -> int:
     found = re.match(r"(\d+) CPUs?", machine)
@@ -74,8 +77,7 @@ def budget_line(result: dict[str, Any]) -> str:
         f"rows/s it would take {b.traffic_cores_at_goal:.2f} of the {b.cores} cores and leave "
         f"{b.job_budget_us_per_row:,.0f} µs per row for the job, its sinks and their servers. "
         f"At the maximum rate those took {b.job_us_per_row:,.0f} µs per row (the median of its "
-        f"rounds, "
-        f"{b.job_us_per_row / max(b.job_budget_us_per_row, 1e-9):.1f}x that budget); at these "
+        f"rounds, {b.times_the_budget(b.job_us_per_row):.1f}x that budget); at these "
         f"costs the {b.cores} cores carry at most {b.ceiling_rows_per_s:,.0f} rows/s."
     ) + _decoded(b)
 
@@ -86,5 +88,5 @@ def _decoded(b: CpuBudget) -> str:
     return (
         f" Decoding this traffic's binlog alone (the source's reader, one thread, nothing else "
         f"streaming) cost {b.decode_us_per_row:,.0f} µs per row change, "
-        f"{b.decode_us_per_row / max(b.job_budget_us_per_row, 1e-9):.1f}x the budget by itself."
+        f"{b.times_the_budget(b.decode_us_per_row):.1f}x the budget by itself."
     )

@@ -33,9 +33,11 @@ def decode_alone(rig: Rig, shard: str, before: str, after: str, rounds: int = 3)
             endpoint, config.reader, parse_position(before), parse_position(after), converter
         )
         began_cpu, began = time.process_time(), time.perf_counter()
-        rows = sum(1 for _ in reader.rows())
-        cpu, wall = time.process_time() - began_cpu, time.perf_counter() - began
-        reader.close()
+        try:
+            rows = sum(1 for _ in reader.rows())
+            cpu, wall = time.process_time() - began_cpu, time.perf_counter() - began
+        finally:
+            reader.close()
         runs.append({
             "rows": rows, "transactions": reader.transactions, "cpu_s": round(cpu, 3),
             "wall_s": round(wall, 3), "us_per_row": round(cpu / max(rows, 1) * 1e6, 1),

@@ -9,8 +9,10 @@ from statistics import median
 from typing import Any
 
 from bench.doc_tables import Result, listed, table
+from bench.figures import goals_of, shown
 
-GOAL_SPEEDUP = 3  # bench.figures: versionstream_partitioned_speedup >= 3
+(_GOAL,) = goals_of("versionstream_partitioned_speedup")
+GOAL_SPEEDUP = float(_GOAL.bound)
 WAYS = (
     ("sink_1", "the job's sink, batches of 5,000", 1),
     ("sink_4", "the job's sink, batches of 5,000", 4),
@@ -46,7 +48,7 @@ def partitions(r: Result) -> str:
     cost = cpu_per_version(runs["sink_4"], "client") + cpu_per_version(runs["sink_4"], "server")
     needed = GOAL_SPEEDUP * one * cost / 1e6
     line = (
-        f"At {GOAL_SPEEDUP}x the one stream's median rate, the CPU a version cost with 4 "
+        f"At {shown(GOAL_SPEEDUP)}x the one stream's median rate, the CPU a version cost with 4 "
         f"partitions (clients and server) would keep {needed:.1f} cores busy."
     )
     header = ["appends", "partitions", "appends/s (median)", "rounds", "client CPU µs/version",
