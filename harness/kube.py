@@ -16,7 +16,6 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
-import socket
 import ssl
 import subprocess
 import tempfile
@@ -32,6 +31,7 @@ import yaml
 from harness.kubetools import KubeHarnessError, KubeTools, cache_dir, ensure_kube_tools
 from harness.pki import KubePki, write_pki
 from harness.process import die_with_parent, stop_process
+from updatestream.local_ports import free_port
 
 __all__ = [
     "KubeApi",
@@ -59,13 +59,6 @@ class KubectlError(KubeHarnessError):
     def __init__(self, message: str, result: subprocess.CompletedProcess[str]) -> None:
         super().__init__(message)
         self.result = result
-
-
-def free_port() -> int:
-    """A loopback TCP port that was free a moment ago (the kernel picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _log_tail(path: Path, lines: int = 25) -> str:

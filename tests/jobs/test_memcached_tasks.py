@@ -16,7 +16,6 @@ import pytest
 from pymemcache.client.base import Client
 from updatestream_cli import manifests
 from updatestream_cli.devcluster.cluster import DevCluster
-from updatestream_cli.devcluster.local_server import free_port
 from updatestream_cli.devcluster.memcached_server import MemcachedServer
 from updatestream_cli.devcluster.traffic import TrafficGenerator, TrafficOptions
 from updatestream_jobs.sinks.executor_tasks import SinkTaskFailure, driver_error
@@ -28,6 +27,7 @@ from harness.sink_events import two_shard_workload
 from harness.verify_command import verify_sink
 from updatestream import spec
 from updatestream.binlog.events import ChangeEvent
+from updatestream.local_ports import free_port
 
 PIECES = {"inlineMaxBytes": "65536", "maxPartitionBytes": "65536"}
 

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 from pymemcache.client.base import Client
-from updatestream_cli.devcluster.local_server import free_port
 from updatestream_cli.devcluster.memcached_server import MemcachedServer
 from updatestream_jobs.sinks.memcached_sink import MemcachedSink
 from updatestream_jobs.sinks.sink import BatchContext, SinkError
@@ -24,6 +23,7 @@ from updatestream.cache.key_templates import KeyTemplateError, KeyTemplates
 from updatestream.cache.transport import StoreOp
 from updatestream.core.gtid import MariaDBPosition
 from updatestream.core.token import EventToken
+from updatestream.local_ports import free_port
 
 
 def make_sink(

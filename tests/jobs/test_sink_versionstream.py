@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from updatestream_cli import manifests
-from updatestream_cli.devcluster.local_server import FLAVORS, free_port
+from updatestream_cli.devcluster.local_server import FLAVORS
 from updatestream_jobs.sinks.sink import BatchContext, SinkError
 from updatestream_jobs.sinks.versionstream_sink import VersionStreamSink
 
@@ -18,6 +18,7 @@ from harness.sink_events import ShardLog, final_rows, split_transaction, two_sha
 from tests.conftest import MariaDBFixture
 from updatestream import spec
 from updatestream.binlog.events import ChangeEvent
+from updatestream.local_ports import free_port
 
 
 @pytest.fixture(scope="module", params=FLAVORS)

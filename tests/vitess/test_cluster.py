@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 from pathlib import Path
 
@@ -156,3 +157,27 @@ def test_vtgate_serves_the_keyspace_with_the_app_account(vitess_cluster: VitessC
     finally:
         conn.close()
     assert {"commerce/-80", "commerce/80-"} <= shards
+
+
+def test_a_vttablet_whose_port_was_taken_starts_again_on_new_ports(
+    vitess_cluster: VitessCluster,
+) -> None:
+    """Another process listens on a stopped tablet's gRPC port: `up` starts its vttablet on new
+    ports, records them, and vtgate reaches the shard through the tablet record's new port."""
+    cluster, env = vitess_cluster, vitess_cluster.env()
+    tablet = cluster.tablet("-80")
+    taken = tablet.grpc_port
+    with cluster.locked():
+        assert tablet.stop_vttablet(env)
+        cluster.save()
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", taken))
+        squatter.listen()
+        cluster.up()
+    moved = VitessCluster(cluster.dir).tablet("-80")
+    assert moved.grpc_port != taken and moved.pid == cluster.tablet("-80").pid is not None
+    assert "address already in use" in tablet.vttablet_log(env).read_text()
+    record = cluster.vtctl().json("GetTablet", tablet.alias(env.cell))
+    assert record["port_map"]["grpc"] == moved.grpc_port
+    assert record["port_map"]["vt"] == moved.http_port
+    cluster.wait_vtgate_serving(timeout=60)

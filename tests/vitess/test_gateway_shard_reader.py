@@ -15,10 +15,10 @@ import pytest
 import yaml
 from updatestream_cli import manifests
 from updatestream_cli.devcluster import sample_schema
-from updatestream_cli.devcluster.local_server import free_port
 from updatestream_cli.vitess.gateway import _ShardReader
 
 from tests.conftest import MySQLFixture
+from updatestream.local_ports import free_port
 
 
 def _write(manifest: Path, port: int) -> None:

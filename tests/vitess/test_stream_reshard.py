@@ -61,11 +61,13 @@ def run(
         job.wait_first_batch()
         yield run
     finally:
-        if run.traffic is not None:
-            run.stop_traffic()
-        job.stop()
-        run.restore()
-        shutil.rmtree(workdir, ignore_errors=True)
+        try:
+            if run.traffic is not None:
+                run.stop_traffic()
+            job.stop()
+            run.restore()
+        finally:  # a failed restore leaves the cluster to the next module's check, not files
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
 def test_a_the_job_runs_through_switch_traffic(run: Run) -> None:

@@ -28,12 +28,12 @@ from typing import Any
 from updatestream import spec
 from updatestream.core.keyrange import KeyRange, parse_shard_names
 from updatestream.core.shardmap import ShardMap
+from updatestream.local_ports import LOOPBACK
 from updatestream_cli.devcluster import sample_schema
 from updatestream_cli.devcluster.cluster_directory import ClusterDirectory
 from updatestream_cli.devcluster.errors import ClusterStateError
 from updatestream_cli.devcluster.local_server import (
     FLAVORS,
-    LOOPBACK,
     Connection,
     LocalServer,
     ServerFlavor,

@@ -32,21 +32,13 @@ from typing import Any, ClassVar, Literal
 import pymysql
 import pymysql.connections
 
+from updatestream.local_ports import LOOPBACK, free_port
 from updatestream_cli.devcluster.errors import ServerError
 
 ServerFlavor = Literal["mariadb", "mysql"]
 FLAVORS: tuple[ServerFlavor, ...] = ("mariadb", "mysql")
-LOOPBACK = "127.0.0.1"
 Connection = pymysql.connections.Connection  # generic only for the type checker
 _SOCKET_PATH_LIMIT = 100  # sun_path is 108 bytes; keep a margin
-
-
-def free_port(host: str = LOOPBACK) -> int:
-    """A TCP port of `host` that was free a moment ago (bind to port 0, read it, close)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def cache_dir() -> Path:
@@ -70,7 +62,8 @@ def check_bind_address(address: str) -> str:
             "machine (clients connect to it, and the manifest names it), not a wildcard"
         )
     try:
-        free_port(address)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((address, 0))
     except OSError as exc:
         raise ServerError(
             f"cannot listen on {address} ({exc.strerror or exc}); is it an address of this "

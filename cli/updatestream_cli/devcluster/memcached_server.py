@@ -16,8 +16,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from updatestream.local_ports import free_port
 from updatestream_cli.devcluster.errors import ServerError
-from updatestream_cli.devcluster.local_server import free_port, pid_cmdline, terminate
+from updatestream_cli.devcluster.local_server import pid_cmdline, terminate
 
 MEMCACHED = (
     os.environ.get("UPDATESTREAM_MEMCACHED") or shutil.which("memcached") or ("/usr/bin/memcached")

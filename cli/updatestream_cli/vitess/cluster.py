@@ -20,11 +20,11 @@ from typing import Any
 from updatestream import spec
 from updatestream.core.keyrange import KeyRange, parse_shard_names
 from updatestream.core.shardmap import ShardMap
+from updatestream.local_ports import free_port
 from updatestream.vitess_topology import VitessTopology, resolved_keyspace
 from updatestream_cli.devcluster import sample_schema
 from updatestream_cli.devcluster.cluster import atomic_write
 from updatestream_cli.devcluster.cluster_directory import ClusterDirectory
-from updatestream_cli.devcluster.local_server import free_port
 from updatestream_cli.vitess import manifest, provisioning, runtime
 from updatestream_cli.vitess.environment import ClusterEnv
 from updatestream_cli.vitess.errors import VitessStateError

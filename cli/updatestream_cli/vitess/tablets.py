@@ -18,7 +18,8 @@ from typing import Any
 
 import pymysql
 
-from updatestream_cli.devcluster.local_server import cache_dir, free_port, pid_alive
+from updatestream.local_ports import free_port
+from updatestream_cli.devcluster.local_server import cache_dir, pid_alive
 from updatestream_cli.vitess import processes
 from updatestream_cli.vitess.environment import MYSQL_EXTRA_CNF, ClusterEnv
 from updatestream_cli.vitess.errors import ProcessStartError
@@ -26,6 +27,8 @@ from updatestream_cli.vitess.runtime import MYSQL_VERSION, VITESS_VERSION
 
 _TEMPLATE_UID = 1
 _DATADIR_PARTS = ("data", "innodb")
+_PORT_TAKEN = "bind: address already in use"
+_PORT_ATTEMPTS = 2
 
 
 @dataclass
@@ -110,8 +113,21 @@ class Tablet:
         return processes.owns(self.pid, str(self.dir(env)))
 
     def start_vttablet(self, env: ClusterEnv, timeout: float = 120.0) -> None:
+        """Start vttablet; if another process took its HTTP or gRPC port since the tablet was
+        created, once more on new ports (its tablet record takes them at start)."""
         if self.vttablet_running(env):
             return
+        for attempt in range(_PORT_ATTEMPTS):
+            try:
+                self._spawn_vttablet(env, timeout)
+                return
+            except ProcessStartError as exc:
+                if _PORT_TAKEN not in str(exc) or attempt + 1 == _PORT_ATTEMPTS:
+                    raise
+                self.pid = None
+                self.http_port, self.grpc_port = free_port(), free_port()
+
+    def _spawn_vttablet(self, env: ClusterEnv, timeout: float) -> None:
         argv = [
             env.runtime.program("vttablet"),
             *env.common_flags(),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from updatestream_cli.devcluster.local_server import free_port
+from updatestream.local_ports import free_port
 from updatestream_cli.vitess.environment import ClusterEnv
 from updatestream_cli.vitess.vitess_service import VitessService
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
+from updatestream.local_ports import free_port
 from updatestream.spec import Credentials
-from updatestream_cli.devcluster.local_server import free_port
 from updatestream_cli.vitess.environment import ClusterEnv
 from updatestream_cli.vitess.vitess_service import VitessService
 

@@ -23,7 +23,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -36,6 +35,7 @@ from updatestream.contract.job_config import JOB_FILE, SNAPSHOT_REQUESTS_FILE
 from updatestream.core.errors import UpdateStreamError
 from updatestream.core.keyrange import KeyRange
 from updatestream.core.shardmap import ShardMap
+from updatestream.local_ports import free_port
 from updatestream.spec import Keyspace
 from updatestream_operator.launchers.launcher import LaunchError, split_key
 from updatestream_operator.reconciler.launch_config import (
@@ -57,12 +57,6 @@ from updatestream_operator.scrub import SCRUBBER
 log = logging.getLogger(__name__)
 
 SecretReader = Callable[[str, str], dict[str, str]]  # (namespace, name) -> key -> value
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _process_start(pid: int) -> str | None:
@@ -222,7 +216,7 @@ class LocalLauncher:
             secrets = self._secrets(job, directory)
             launch_dir = directory / f"launch-{job.launch_id}"
             launch_dir.mkdir(exist_ok=True)
-            metrics_port = _free_port()
+            metrics_port = free_port()
             config = job_config(
                 job,
                 secrets_dir=str(secrets),
