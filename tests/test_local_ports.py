@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from updatestream import local_ports
+from updatestream.core.errors import UpdateStreamError
 from updatestream.local_ports import NoFreePortError, free_port, port_range
 
 
@@ -74,8 +75,9 @@ def test_a_port_in_use_is_never_handed_out() -> None:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
         port = listener.getsockname()[1]
-        with pytest.raises(NoFreePortError, match=f"in {port}-{port} after"):
+        with pytest.raises(NoFreePortError, match=f"in {port}-{port} after") as refused:
             free_port(ports=(port, port))
+    assert isinstance(refused.value, UpdateStreamError)  # the CLI prints it on one line
 
 
 def test_a_reservation_holds_until_it_expires(own_reservations: Path) -> None:

@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from updatestream.core.errors import UpdateStreamError
+
 LOOPBACK = "127.0.0.1"
 RESERVATION_SECONDS = 600.0  # time enough for the process given the port to bind it
 _EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
@@ -28,7 +30,7 @@ _HIGHEST = 29999  # 30000-32767 is Kubernetes' NodePort range, which kube-proxy 
 _ATTEMPTS = 500
 
 
-class NoFreePortError(RuntimeError):
+class NoFreePortError(UpdateStreamError):
     """No port could be reserved; the message says which range was searched."""
 
 
